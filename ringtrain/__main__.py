@@ -1,0 +1,3 @@
+from ringtrain.cli import main
+
+main()

@@ -1,0 +1,66 @@
+"""Command line. The ``ringtrain.cli`` package is the only place that prints or reads argv.
+
+Each sub-command lives in its own module and exposes one click command (or group) named
+``command``; ``_COMMANDS`` lists them. Every RingtrainError is turned into ``error:`` and ``fix:``
+lines on stderr and the error's exit code: a user's mistake never shows a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from typing import Any
+
+import click
+
+from ringtrain import __version__
+from ringtrain.errors import RingtrainError
+
+# module name under ringtrain.cli -> command name
+_COMMANDS: tuple[str, ...] = ("launch_cmd",)
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RingtrainError as err:
+            report_error(err)
+            ctx.exit(err.exit_code)
+
+
+def report_error(err: RingtrainError) -> None:
+    click.secho(f"error: {err.message}", fg="red", err=True)
+    if err.hint:
+        click.echo(f"  fix: {err.hint}", err=True)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ringtrain")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def cli(verbose: int) -> None:
+    """Launch and supervise Horovod ring all-reduce training across GPU hosts.
+
+    \b
+    Typical use:
+      ringtrain hosts gpu.txt -np 8        show the inventory and where 8 ranks go
+      ringtrain check --hosts gpu.txt      probe every host over SSH (GPUs, versions)
+      ringtrain launch --hosts gpu.txt -np 8 train.py --epochs 3
+      ringtrain launch --dry-run -H localhost:2 train.py   print the exact plan, run nothing
+    """
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(
+        level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s"
+    )
+
+
+for _module in _COMMANDS:
+    cli.add_command(importlib.import_module(f"ringtrain.cli.{_module}").command)
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="ringtrain")
+    except KeyboardInterrupt:  # pragma: no cover - click turns this into Abort first
+        sys.exit(130)

@@ -1,0 +1,167 @@
+"""Entry points: a host source (file, discovery script or -H spec) -> Inventory.
+
+The only I/O in ``ringtrain.hostfile``: reading the source file, and running a discovery script
+through ``ringtrain.launch.discover`` (the one module allowed to execute it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from ringtrain.errors import InventoryError, UsageError
+from ringtrain.hostfile.model import Inventory
+from ringtrain.hostfile.nodeset import is_host_list
+from ringtrain.hostfile.parse import (
+    parse_host_spec,
+    parse_mpich_machinefile,
+    parse_nodelist,
+    parse_openmpi_hostfile,
+    parse_pbs_nodefile,
+)
+from ringtrain.hostfile.structured import parse_toml_inventory, parse_yaml_inventory
+from ringtrain.launch.discover import run_discovery_script
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("openmpi", "mpich", "horovod", "yaml", "toml", "nodelist", "pbs", "script")
+MAX_FILE_BYTES = 8 << 20
+_EXTENSIONS = {".yaml": "yaml", ".yml": "yaml", ".json": "yaml", ".toml": "toml"}
+_PARSERS: dict[str, Callable[[str, str], Inventory]] = {
+    "openmpi": parse_openmpi_hostfile,
+    "mpich": parse_mpich_machinefile,
+    "horovod": lambda text, source: parse_host_spec(text.strip(), source),
+    "yaml": parse_yaml_inventory,
+    "toml": parse_toml_inventory,
+    "nodelist": parse_nodelist,
+    "pbs": parse_pbs_nodefile,
+}
+_MPICH_LINE_RE = re.compile(r"^(?:\[[^\]\s]+\]|[^:\s\[\]]+):\d+$")
+_YAML_RE = re.compile(r"^(?:---|\{|(?:defaults|groups|hosts)\s*:)")
+_TOML_RE = re.compile(r"^(?:\[\[?\s*(?:defaults|groups|hosts)\b|(?:defaults|groups|hosts)\s*=)")
+
+
+def load_inventory(
+    source: str, fmt: str | None = None, *, discovery_timeout: float = 30.0
+) -> Inventory:
+    """Read ``source`` (a file path) as ``fmt``, or as the format its name and content show.
+
+    An executable file that starts with ``#!`` (or ``fmt='script'``) is run as a discovery
+    script printing ``host[:slots]`` lines.
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise InventoryError(
+            f"unknown host file format {fmt!r}", f"use one of: {', '.join(FORMATS)}", source=source
+        )
+    path = Path(source)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise InventoryError(
+            f"host file {what}",
+            "pass the path of a host file, or list hosts inline with -H gpu01:4,gpu02:4",
+            source=source,
+        )
+    if fmt == "script" or (fmt is None and _is_script(path)):
+        output = run_discovery_script(source, timeout=discovery_timeout)
+        return parse_mpich_machinefile(output, f"{source} (output)", fmt="script")
+    text = _read_text(path, source)
+    chosen = fmt or detect_format(source, text)
+    log.info("%s: reading as %s", source, chosen)
+    return parse_inventory_text(text, chosen, source)
+
+
+def parse_inventory_text(text: str, fmt: str, source: str) -> Inventory:
+    """Parse ``text`` in a text format (every FORMATS entry but 'script')."""
+    parser = _PARSERS.get(fmt)
+    if parser is None:
+        raise InventoryError(
+            f"cannot parse text as {fmt!r}", f"use one of: {', '.join(_PARSERS)}", source=source
+        )
+    return parser(text, source)
+
+
+def resolve_hosts(
+    hosts_file: str | None,
+    host_spec: str | None,
+    fmt: str | None = None,
+    *,
+    discovery_timeout: float = 30.0,
+) -> Inventory | None:
+    """What ``--hosts FILE`` / ``-H SPEC`` name; None when neither is given."""
+    if hosts_file is not None and host_spec is not None:
+        raise UsageError(
+            "--hosts and -H both name hosts", "pass either --hosts FILE or -H gpu01:4,gpu02:4"
+        )
+    if host_spec is not None:
+        if fmt not in (None, "horovod", "nodelist"):
+            raise UsageError(
+                f"-H takes host:slots lists, not --hosts-format {fmt}",
+                "drop --hosts-format, or put the hosts in a file and pass --hosts FILE",
+            )
+        return parse_nodelist(host_spec, "-H") if fmt == "nodelist" else parse_host_spec(host_spec)
+    if hosts_file is not None:
+        return load_inventory(hosts_file, fmt, discovery_timeout=discovery_timeout)
+    return None
+
+
+def detect_format(source: str, text: str) -> str:
+    """The format ``text`` is written in, from the file extension, else from its content."""
+    by_ext = _EXTENSIONS.get(Path(source).suffix.lower())
+    if by_ext is not None:
+        return by_ext
+    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    rules: tuple[tuple[str, Callable[[str], bool]], ...] = (
+        ("yaml", lambda line: _YAML_RE.match(line) is not None),
+        ("toml", lambda line: _TOML_RE.match(line) is not None),
+        # 'host slots=N'; the Open MPI parser explains any other extra words
+        ("openmpi", lambda line: len(line.split()) > 1),
+        ("nodelist", is_host_list),
+        ("horovod" if len(lines) == 1 else "nodelist", lambda line: "," in line),
+        ("mpich", lambda line: _MPICH_LINE_RE.match(line) is not None),
+    )
+    for fmt, matches in rules:
+        if any(matches(line) for line in lines):
+            return fmt
+    return "pbs" if len(set(lines)) < len(lines) else "openmpi"
+
+
+def _is_script(path: Path) -> bool:
+    if not os.access(path, os.X_OK):
+        return False
+    with path.open("rb") as handle:
+        magic = handle.read(4)
+    if magic.startswith(b"#!") or magic == b"\x7fELF":
+        return True
+    log.warning("%s is executable but has no '#!' line: reading it as a host file", path)
+    return False
+
+
+def _read_text(path: Path, source: str) -> str:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise InventoryError(
+                f"host file is {size} bytes, more than {MAX_FILE_BYTES}",
+                "pass a host file, not a data file",
+                source=source,
+            )
+        data = path.read_bytes()
+    except OSError as err:
+        raise InventoryError(
+            f"cannot read host file: {err.strerror or err}", "check the path and its permissions",
+            source=source,
+        ) from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise InventoryError(
+            "host file is not UTF-8 text (is it a binary file?)",
+            "save the file as UTF-8 text",
+            source=source, line=line, column=column,
+        ) from None

@@ -1,0 +1,156 @@
+"""Launcher backends: one class per way of starting ranks. Each turns an Allocation into a Command.
+
+Pure: no process is started here. A Command is an argv tuple plus the environment *delta* to set
+on top of the launcher's own environment. Variables reach the ranks by name (``-x NAME``), never
+as ``NAME=VALUE`` in argv, so secrets stay out of ``ps`` output and logs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ringtrain.errors import UsageError
+from ringtrain.hostfile import Allocation, render_horovod_hosts
+from ringtrain.request import Backend
+
+# Variables forwarded to every rank when the launcher has them. Prefixes forward whole families.
+FORWARD_NAMES = (
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "TF_CPP_MIN_LOG_LEVEL",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+)
+FORWARD_PREFIXES = (
+    "HOROVOD_",
+    "NCCL_",
+    "RINGTRAIN_",
+    "TF_CPP_",
+    "TF_ENABLE_",
+    "TF_FORCE_",
+    "TF_GPU_",
+    "TF_XLA_",
+)
+
+_SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@:-]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchContext:
+    """Everything a backend needs besides the allocation. Plain data, gathered by make_plan."""
+
+    python: str
+    script: str
+    script_args: tuple[str, ...]
+    hostfile: Path
+    env_delta: tuple[tuple[str, str], ...]
+    forward: tuple[str, ...]
+    is_root: bool
+    ssh_config: Path | None = None
+    tcp_include: str | None = None
+    network_interface: str | None = None
+    gloo: bool = False
+
+
+class LauncherBackend(Protocol):
+    def build(self, alloc: Allocation, ctx: LaunchContext) -> Command: ...
+
+
+def forwarded_names(
+    environ: Mapping[str, str], delta: Mapping[str, str], extra: Sequence[str]
+) -> tuple[str, ...]:
+    """Names to pass with ``-x``: the fixed list and prefixes when set, plus ``--env`` names."""
+    names = dict.fromkeys(n for n in FORWARD_NAMES if n in environ or n in delta)
+    for name in sorted(set(environ) | set(delta)):
+        if name.startswith(FORWARD_PREFIXES):
+            names[name] = None
+    for name in extra:
+        names[name] = None
+    return tuple(names)
+
+
+def rank_argv(ctx: LaunchContext, *, mpi: bool) -> tuple[str, ...]:
+    """The per-rank command, through ``ringtrain.launch.rankexec``: line-buffered output (so
+    Open MPI's per-line rank tags stay intact) and, under MPI, mpi4py's runner, which turns an
+    uncaught exception in one rank into MPI_Abort of the whole job instead of a hang."""
+    wrapper = ("-m", "ringtrain.launch.rankexec", *(("--mpi",) if mpi else ()))
+    return (ctx.python, *wrapper, ctx.script, *ctx.script_args)
+
+
+def _check_path(path: Path, what: str) -> str:
+    text = str(path)
+    if not _SAFE_PATH_RE.match(text):
+        raise UsageError(
+            f"{what} path {text!r} contains spaces or shell characters; mpirun splits it",
+            f"move {what} to a path of letters, digits and ./_-",
+        )
+    return text
+
+
+class OpenMpiBackend:
+    """Open MPI ``mpirun`` with the settings horovodrun uses, but only named variables forwarded."""
+
+    def build(self, alloc: Allocation, ctx: LaunchContext) -> Command:
+        argv: list[str] = ["mpirun"]
+        if ctx.is_root:
+            argv.append("--allow-run-as-root")
+        argv += ["--hostfile", str(ctx.hostfile), "-np", str(alloc.np)]
+        argv += ["-bind-to", "none", "-map-by", "slot", "--tag-output"]
+        argv += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+        if not alloc.is_local_only and ctx.ssh_config is not None:
+            agent = f"ssh -F {_check_path(ctx.ssh_config, 'ssh config')}"
+            argv += ["-mca", "plm_rsh_agent", agent]
+        if ctx.tcp_include:
+            argv += ["-mca", "btl_tcp_if_include", ctx.tcp_include]
+            argv += ["-mca", "oob_tcp_if_include", ctx.tcp_include]
+        for name in ctx.forward:
+            argv += ["-x", name]
+        argv += rank_argv(ctx, mpi=True)
+        return Command(argv=tuple(argv), env=ctx.env_delta)
+
+
+class HorovodrunBackend:
+    """``horovodrun``: MPI (default) or Gloo. horovodrun forwards the environment itself."""
+
+    def build(self, alloc: Allocation, ctx: LaunchContext) -> Command:
+        # horovodrun lives next to the Python it belongs to (a virtualenv need not be on PATH).
+        horovodrun = str(Path(ctx.python).parent / "horovodrun")
+        argv = [horovodrun, "-np", str(alloc.np), "-H", render_horovod_hosts(alloc.hosts)]
+        argv.append("--gloo" if ctx.gloo else "--mpi")
+        if ctx.ssh_config is not None and not alloc.is_local_only:
+            raise UsageError(
+                "horovodrun cannot take an ssh config file (it always uses ~/.ssh/config)",
+                "use --backend mpirun (the default) with --ssh-config, or merge the config "
+                "into ~/.ssh/config",
+            )
+        if ctx.network_interface and not alloc.is_local_only:
+            argv += ["--network-interface", ctx.network_interface]
+        argv += rank_argv(ctx, mpi=not ctx.gloo)
+        return Command(argv=tuple(argv), env=ctx.env_delta)
+
+
+def backend_for(backend: Backend) -> LauncherBackend:
+    if backend is Backend.MPIRUN:
+        return OpenMpiBackend()
+    return HorovodrunBackend()

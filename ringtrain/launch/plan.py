@@ -1,0 +1,166 @@
+"""make_plan: LaunchRequest + Allocation -> LaunchPlan, the exact thing that will run. Pure.
+
+``ringtrain launch --dry-run`` prints ``LaunchPlan.describe()``; ``ringtrain launch`` hands the
+very same object to ``run.start``. Everything that differs between machines (environment, uid,
+the Python interpreter, the clock) is passed in, so the same inputs give the same plan.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ringtrain.errors import UsageError
+from ringtrain.hostfile import Allocation, render_openmpi_hostfile
+from ringtrain.launch.backends import Command, LaunchContext, backend_for, forwarded_names
+from ringtrain.request import Backend, LaunchRequest
+
+_SECRET_RE = re.compile(
+    r"(SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|_KEY$|_KEY_ID$|^AUTH)", re.IGNORECASE
+)
+REDACTED = "<redacted>"
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_RE.search(name))
+
+
+def redact_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((k, REDACTED if is_secret_name(k) else v) for k, v in env)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    run_id: str
+    run_dir: Path
+    hostfile_path: Path
+    hostfile_text: str
+    command: Command
+    forwarded: tuple[str, ...]
+    working_dir: Path
+    allocation: Allocation
+    backend: Backend
+
+    @property
+    def display_argv(self) -> str:
+        return shlex.join(self.command.argv)
+
+    def describe(self) -> str:
+        """Human-readable plan: hostfile, rank placement, env delta (secrets redacted), argv."""
+        out = [f"run id:      {self.run_id}", f"run dir:     {self.run_dir}"]
+        out.append(f"working dir: {self.working_dir}")
+        out.append(f"backend:     {self.backend.value}   ranks: {self.allocation.np}")
+        out.append(f"hostfile ({self.hostfile_path}):")
+        out += [f"    {line}" for line in self.hostfile_text.splitlines()]
+        out.append("ranks:")
+        for host in self.allocation.hosts:
+            ranks = self.allocation.ranks_on(host.name)
+            out.append(f"    {host.name}: ranks {_ranges(ranks)}")
+        out.append("environment set by ringtrain (secrets redacted):")
+        out += [
+            f"    {k}={v if v == REDACTED else shlex.quote(v)}"
+            for k, v in redact_env(self.command.env)
+        ]
+        out.append("environment forwarded to ranks by name: " + " ".join(self.forwarded))
+        out.append("command:")
+        out.append(f"    {self.display_argv}")
+        return "\n".join(out)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "backend": self.backend.value,
+            "np": self.allocation.np,
+            "hosts": [{"name": h.name, "slots": h.slots} for h in self.allocation.hosts],
+            "hostfile": self.hostfile_text,
+            "argv": list(self.command.argv),
+            "env": dict(redact_env(self.command.env)),
+            "forwarded": list(self.forwarded),
+            "working_dir": str(self.working_dir),
+        }
+
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+
+def _ranges(ranks: tuple[int, ...]) -> str:
+    if not ranks:
+        return "-"
+    return f"{ranks[0]}" if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    """The machine-dependent facts make_plan needs, gathered once at the edge."""
+
+    run_id: str
+    environ: Mapping[str, str]
+    is_root: bool
+    python: str
+    tcp_include: str | None = None
+
+
+def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> LaunchPlan:
+    run_dir = (request.runs_dir / inputs.run_id).absolute()
+    script = _script_path(request)
+    delta = _env_delta(request, inputs, run_dir)
+    extra = [e.name for e in request.env]
+    forward = forwarded_names(inputs.environ, delta, extra)
+    missing = [e.name for e in request.env if e.value is None and e.name not in inputs.environ]
+    if missing:
+        raise UsageError(
+            f"--env {missing[0]}: the variable is not set in this shell, so there is nothing "
+            "to forward",
+            f"set it first (export {missing[0]}=...) or pass --env {missing[0]}=VALUE",
+        )
+    ctx = LaunchContext(
+        python=request.python or inputs.python,
+        script=script,
+        script_args=request.script_args,
+        hostfile=run_dir / "hostfile",
+        env_delta=tuple(sorted(delta.items())),
+        forward=forward,
+        is_root=inputs.is_root,
+        ssh_config=request.ssh_config.absolute() if request.ssh_config else None,
+        tcp_include=request.network_interface or inputs.tcp_include,
+        network_interface=request.network_interface,
+        gloo=request.gloo,
+    )
+    command = backend_for(request.backend).build(alloc, ctx)
+    return LaunchPlan(
+        run_id=inputs.run_id,
+        run_dir=run_dir,
+        hostfile_path=ctx.hostfile,
+        hostfile_text=render_openmpi_hostfile(alloc.hosts),
+        command=command,
+        forwarded=forward,
+        working_dir=request.working_dir.absolute(),
+        allocation=alloc,
+        backend=request.backend,
+    )
+
+
+def _script_path(request: LaunchRequest) -> str:
+    path = Path(request.script)
+    if not path.is_absolute():
+        path = (request.working_dir / path).absolute()
+    return str(path)
+
+
+def _env_delta(request: LaunchRequest, inputs: PlanInputs, run_dir: Path) -> dict[str, str]:
+    delta = {
+        "RINGTRAIN_RUN_DIR": str(run_dir),
+        "RINGTRAIN_RUN_ID": inputs.run_id,
+    }
+    if "TF_CPP_MIN_LOG_LEVEL" not in inputs.environ:
+        delta["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    for spec in request.env:
+        if spec.value is not None:
+            delta[spec.name] = spec.value
+    return delta

@@ -1,0 +1,257 @@
+"""Run a LaunchPlan: the only module that starts job processes.
+
+The launcher (mpirun or horovodrun) runs in a new session, so the job is its own process group:
+the terminal's Ctrl-C reaches ringtrain only, and ringtrain stops the job by group (SIGTERM,
+then SIGKILL after a grace period). Output is read line by line; Open MPI's ``--tag-output``
+prefix (``[1,3]<stdout>:``) and Gloo's (``[3]<stdout>:``) name the rank, so each line is
+appended to ``runs/<id>/rank.<N>.log`` and handed to the caller with its rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ringtrain.errors import LaunchError
+from ringtrain.launch.plan import LaunchPlan
+
+log = logging.getLogger(__name__)
+
+_TAG_RE = re.compile(r"^\[(?:\d+,)?(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>:(?P<text>.*)$")
+_MPI_FAIL_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]")
+_MPI_EXIT_RE = re.compile(r"Exit code:\s*(?P<code>\d+)")
+_ABORT_RE = re.compile(r"MPI_ABORT was invoked on rank (?P<rank>\d+)")
+_SIGNAL_RE = re.compile(r"rank (?P<rank>\d+) with PID \d+ on node (?P<host>\S+) exited on signal")
+TAIL_LINES = 20
+
+LineSink = Callable[["OutputLine"], None]
+
+
+class JobState(enum.Enum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLine:
+    rank: int | None
+    stream: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    state: JobState
+    exit_code: int
+    run_dir: Path
+    duration_s: float
+    failed_rank: int | None = None
+    failed_host: str | None = None
+    signal_name: str | None = None
+    log_tail: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "exit_code": self.exit_code,
+            "run_dir": str(self.run_dir),
+            "duration_s": round(self.duration_s, 3),
+            "failed_rank": self.failed_rank,
+            "failed_host": self.failed_host,
+            "signal": self.signal_name,
+            "log_tail": list(self.log_tail),
+        }
+
+
+@dataclass
+class _Logs:
+    run_dir: Path
+    files: dict[int | None, IO[str]] = field(default_factory=dict)
+    tails: dict[int | None, list[str]] = field(default_factory=dict)
+    launcher_lines: list[str] = field(default_factory=list)
+
+    def write(self, line: OutputLine) -> None:
+        fh = self.files.get(line.rank)
+        if fh is None:
+            name = "launcher.log" if line.rank is None else f"rank.{line.rank}.log"
+            fh = self.files[line.rank] = open(self.run_dir / name, "a", encoding="utf-8")  # noqa: SIM115
+        fh.write(line.text + "\n")
+        tail = self.tails.setdefault(line.rank, [])
+        tail.append(line.text)
+        del tail[:-TAIL_LINES]
+        if line.rank is None:
+            self.launcher_lines.append(line.text)
+
+    def close(self) -> None:
+        for fh in self.files.values():
+            fh.close()
+
+
+def parse_line(raw: str) -> OutputLine:
+    m = _TAG_RE.match(raw)
+    if m is None:
+        return OutputLine(rank=None, stream="launcher", text=raw)
+    return OutputLine(rank=int(m.group("rank")), stream=m.group("stream"), text=m.group("text"))
+
+
+class Job:
+    """A started plan. ``wait()`` returns the JobResult; ``stop()`` ends the whole group."""
+
+    def __init__(self, plan: LaunchPlan, proc: subprocess.Popen[str], sink: LineSink) -> None:
+        self.plan = plan
+        self.proc = proc
+        self.started = time.monotonic()
+        self.interrupted = False
+        self.stop_signal: int = signal.SIGTERM
+        self._logs = _Logs(plan.run_dir)
+        self._sink = sink
+        self._reader = threading.Thread(target=self._pump, name="job-output", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = parse_line(raw.rstrip("\n"))
+            self._logs.write(line)
+            self._sink(line)
+
+    def request_stop(self, grace_s: float = 5.0, signum: int = signal.SIGTERM) -> None:
+        """SIGTERM the job's process group now, SIGKILL it ``grace_s`` later if still there.
+
+        Safe to call from a signal handler: it only sends signals and starts a timer thread.
+        A second call escalates to SIGKILL at once.
+        """
+        if self.interrupted:
+            _signal_group(self.proc.pid, signal.SIGKILL)
+            return
+        self.interrupted = True
+        self.stop_signal = signum
+        _signal_group(self.proc.pid, signal.SIGTERM)
+        timer = threading.Timer(grace_s, self._kill_if_running)
+        timer.daemon = True
+        timer.start()
+
+    def _kill_if_running(self) -> None:
+        if self.proc.poll() is None:
+            log.warning("job still running after SIGTERM; sending SIGKILL")
+            _signal_group(self.proc.pid, signal.SIGKILL)
+
+    def wait(self) -> JobResult:
+        rc = self.proc.wait()
+        _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers that left the launcher behind
+        self._reader.join(timeout=10)
+        self._logs.close()
+        result = self._result(rc, time.monotonic() - self.started)
+        (self.plan.run_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
+        return result
+
+    def _result(self, rc: int, duration: float) -> JobResult:
+        exit_code = 128 - rc if rc < 0 else rc
+        signame = _signal_name(-rc) if rc < 0 else None
+        if self.interrupted:
+            # The conventional status of a program stopped by a signal: 130 for Ctrl-C.
+            return JobResult(
+                JobState.INTERRUPTED,
+                128 + self.stop_signal,
+                self.plan.run_dir,
+                duration,
+                signal_name=_signal_name(self.stop_signal),
+            )
+        state = JobState.SUCCEEDED if rc == 0 else JobState.FAILED
+        if state is JobState.SUCCEEDED:
+            return JobResult(state, 0, self.plan.run_dir, duration)
+        rank, host, code = find_failed_rank(self._logs.launcher_lines, self._logs.tails)
+        if rank is not None and host is None:
+            host = next((r.host for r in self.plan.allocation.ranks if r.rank == rank), None)
+        tail = tuple(self._logs.tails.get(rank, [])) if rank is not None else ()
+        if code is not None and code > 128 and signame is None:
+            signame = _signal_name(code - 128)
+        return JobResult(state, exit_code, self.plan.run_dir, duration, rank, host, signame, tail)
+
+
+def find_failed_rank(
+    launcher_lines: list[str], tails: Mapping[int | None, list[str]]
+) -> tuple[int | None, str | None, int | None]:
+    """First failing rank from Open MPI's own messages, else the first rank with a traceback."""
+    text = "\n".join(launcher_lines)
+    for regex in (_SIGNAL_RE, _ABORT_RE, _MPI_FAIL_RE):
+        m = regex.search(text)
+        if m is not None:
+            host = m.groupdict().get("host")
+            code_m = _MPI_EXIT_RE.search(text, m.end())
+            return int(m.group("rank")), host, int(code_m.group("code")) if code_m else None
+    for rank in sorted(r for r in tails if r is not None):
+        if any(line.startswith("Traceback") for line in tails[rank]):
+            return rank, None, None
+    return None, None, None
+
+
+def prepare(plan: LaunchPlan) -> None:
+    """Write the run directory: the hostfile the argv names, and plan.json. Starts nothing."""
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    plan.hostfile_path.write_text(plan.hostfile_text)
+    (plan.run_dir / "plan.json").write_text(plan.to_json_text())
+
+
+def start(plan: LaunchPlan, sink: LineSink, environ: Mapping[str, str] | None = None) -> Job:
+    """Write the run directory (see prepare) and start the plan's command."""
+    prepare(plan)
+    env = dict(os.environ if environ is None else environ)
+    env.update(plan.command.env)
+    try:
+        proc = subprocess.Popen(
+            plan.command.argv,
+            cwd=plan.working_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+    except FileNotFoundError as err:
+        raise LaunchError(
+            f"cannot start {plan.command.argv[0]!r}: not found",
+            "install Open MPI (apt-get install openmpi-bin) and the train extra "
+            "(pip install 'ringtrain[train]'), or run `make demo`, which sets both up",
+        ) from err
+    return Job(plan, proc, sink)
+
+
+def count_local_gpus(timeout_s: float = 10.0) -> int:
+    """GPUs ``nvidia-smi -L`` lists on this machine; 0 when there is no working nvidia-smi."""
+    try:
+        out = subprocess.run(
+            ("nvidia-smi", "-L"), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    if out.returncode != 0:
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"

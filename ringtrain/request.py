@@ -1,0 +1,73 @@
+"""LaunchRequest: what the user asked for. Built only by ``ringtrain.cli``, the one argv parser."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ringtrain.errors import UsageError
+
+
+class Backend(enum.Enum):
+    """How ranks are started. Values are the names used on the command line."""
+
+    MPIRUN = "mpirun"
+    HOROVODRUN = "horovodrun"
+
+
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSpec:
+    """``--env NAME`` (forward the launcher's value) or ``--env NAME=VALUE`` (set it)."""
+
+    name: str
+    value: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> EnvSpec:
+        name, sep, value = text.partition("=")
+        if not _ENV_NAME_RE.match(name):
+            raise UsageError(
+                f"--env {text!r}: {name!r} is not a valid environment variable name",
+                "use --env NAME to forward a variable or --env NAME=VALUE to set one",
+            )
+        return cls(name=name, value=value if sep else None)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """Everything ``ringtrain launch`` was asked, already validated for form (not feasibility)."""
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    hosts_file: str | None = None
+    host_spec: str | None = None
+    hosts_format: str | None = None
+    np: int | None = None
+    backend: Backend = Backend.MPIRUN
+    gloo: bool = False
+    env: tuple[EnvSpec, ...] = ()
+    runs_dir: Path = Path("runs")
+    working_dir: Path = Path(".")
+    ssh_config: Path | None = None
+    network_interface: str | None = None
+    dry_run: bool = False
+    python: str | None = None
+    probe: bool = True
+
+    def __post_init__(self) -> None:
+        if self.hosts_file and self.host_spec:
+            raise UsageError(
+                "--hosts and -H both given", "pass either an inventory with --hosts or -H h1:N,..."
+            )
+        if self.np is not None and self.np < 1:
+            raise UsageError(f"-np {self.np}: need at least one rank", "pass -np 1 or more")
+        if self.gloo and self.backend is not Backend.HOROVODRUN:
+            raise UsageError(
+                "--gloo needs the horovodrun backend (mpirun always uses MPI)",
+                "add --backend horovodrun, or drop --gloo",
+            )

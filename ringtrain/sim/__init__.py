@@ -1,0 +1,56 @@
+"""A simulated multi-host GPU cluster on one machine, for tests and demos (needs root).
+
+N hosts ``gpu01..gpuNN``, each a network namespace with its own hostname, sshd, host key,
+/etc/hosts and a fake ``nvidia-smi``, on a private subnet joined by a bridge in the root
+namespace. ``up`` writes an ssh config, known_hosts, a client key and an Open MPI hostfile into
+the state dir; ``ssh -F <ssh_config> gpu01`` and ``mpirun --mca plm_rsh_agent "ssh -F ..."`` reach
+the hosts. Traffic stays on loopback and the simulated subnet.
+
+::
+
+    from ringtrain.sim import SimConfig, up, down, set_gpus
+    c = up(SimConfig(name="rt", hosts=4))
+    set_gpus(c.config, "gpu03", "fail")
+    down(c.config)
+
+Modules: config (values), netns (network), sshd (keys, configs, processes), etc_hosts (name
+resolution in the root namespace), gpus (fake GPU state and versions), fake_nvidia_smi
+(the script), cluster (up/down), ops (status and fault injection).
+"""
+
+from ringtrain.sim.cluster import cluster, down, load, up
+from ringtrain.sim.config import SimCluster, SimConfig, SimHost
+from ringtrain.sim.ops import (
+    HostStatus,
+    SimStatus,
+    clear_versions,
+    host_processes,
+    rotate_host_key,
+    set_gpus,
+    set_link,
+    set_versions,
+    start_sshd,
+    status,
+    stop_sshd,
+)
+
+__all__ = [
+    "HostStatus",
+    "SimCluster",
+    "SimConfig",
+    "SimHost",
+    "SimStatus",
+    "clear_versions",
+    "cluster",
+    "down",
+    "host_processes",
+    "load",
+    "rotate_host_key",
+    "set_gpus",
+    "set_link",
+    "set_versions",
+    "start_sshd",
+    "status",
+    "stop_sshd",
+    "up",
+]

@@ -1,0 +1,153 @@
+"""`ringtrain launch` for real on local slots: mpirun and Horovod ranks, digits training."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "ringtrain" / "models" / "digits.py"
+RINGTRAIN = [sys.executable, "-m", "ringtrain"]
+
+pytestmark = [pytest.mark.slow, pytest.mark.mpi]
+
+
+def _launch(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RINGTRAIN, "launch", "--runs-dir", str(tmp_path / "runs"), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _results(stdout: str) -> dict[int, dict[str, object]]:
+    out = {}
+    for line in stdout.splitlines():
+        if "RESULT " in line:
+            data = json.loads(line.split("RESULT ", 1)[1])
+            out[int(data["rank"])] = data
+    return out
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    "backend_args",
+    [["--backend", "mpirun"], ["--backend", "horovodrun", "--gloo"]],
+    ids=["mpi", "gloo"],
+)
+def test_digits_two_ranks_agree_and_checkpoint(tmp_path: Path, backend_args: list[str]) -> None:
+    proc = _launch(tmp_path, *backend_args, "-H", "localhost:2", str(DIGITS), "--epochs", "3")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = _results(proc.stdout)
+    assert set(results) == {0, 1}, proc.stdout[-2000:]
+    assert results[0]["size"] == 2
+    # Same weights after training (broadcast + averaged gradients) -> same held-out loss.
+    assert results[0]["test_loss"] == pytest.approx(results[1]["test_loss"], rel=1e-6)
+    assert float(results[0]["test_accuracy"]) > 0.85  # type: ignore[arg-type]
+    run_dir = _run_dir(tmp_path)
+    ckpt = run_dir / "checkpoints"
+    assert (ckpt / "checkpoint").is_file() and (ckpt / "ckpt-3.index").is_file()
+    assert not (REPO / "checkpoints").exists()
+    for rank in (0, 1):
+        assert "RESULT" in (run_dir / f"rank.{rank}.log").read_text()
+    assert json.loads((run_dir / "result.json").read_text())["state"] == "succeeded"
+
+
+def test_dry_run_argv_runs_by_hand(tmp_path: Path) -> None:
+    proc = _launch(tmp_path, "--dry-run", "-H", "localhost:2", str(DIGITS), "--epochs", "1")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    argv = shlex.split(lines[lines.index("command:") + 1])
+    assert argv[0] == "mpirun" and (_run_dir(tmp_path) / "hostfile").is_file()
+    by_hand = subprocess.run(
+        argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert by_hand.returncode == 0, by_hand.stdout[-2000:] + by_hand.stderr[-2000:]
+    results = {}
+    for line in by_hand.stdout.splitlines():
+        if "RESULT " in line:
+            data = json.loads(line.split("RESULT ", 1)[1])
+            results[data["rank"]] = data
+    assert set(results) == {0, 1}
+    assert results[0]["test_loss"] == pytest.approx(results[1]["test_loss"], rel=1e-6)
+
+
+FAILING = """\
+import os, sys, time
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("HOROVOD_RANK", "0")))
+print("started", rank, flush=True)
+if rank == 1:
+    raise ValueError("rank one is broken")
+time.sleep(120)  # rank 0 would wait forever without the abort
+"""
+
+
+def test_exception_in_one_rank_aborts_job_and_is_reported(tmp_path: Path) -> None:
+    script = tmp_path / "fail.py"
+    script.write_text(FAILING)
+    started = time.monotonic()
+    proc = _launch(tmp_path, "-H", "localhost:2", str(script), timeout=60)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert elapsed < 30
+    assert "error: rank 1 on localhost failed (exit code 1)" in proc.stderr
+    assert "ValueError: rank one is broken" in proc.stderr
+    assert "Traceback" not in proc.stderr.split("error:")[0].replace("[1] Traceback", "")
+    result = json.loads((_run_dir(tmp_path) / "result.json").read_text())
+    assert result["failed_rank"] == 1 and result["state"] == "failed"
+
+
+def test_sigint_stops_the_whole_job(tmp_path: Path) -> None:
+    script = tmp_path / "sleepy.py"
+    script.write_text("import time\nprint('up', flush=True)\ntime.sleep(300)\n")
+    proc = subprocess.Popen(
+        [
+            *RINGTRAIN,
+            "launch",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "-H",
+            "localhost:2",
+            str(script),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        if sum("sleepy.py" in " ".join(k.cmdline()) for k in kids if k.is_running()) >= 2:
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("ranks did not start")
+    kids = psutil.Process(proc.pid).children(recursive=True)
+    sent = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == 130, err
+    assert "stopping the job" in err
+    _, alive = psutil.wait_procs(kids, timeout=5)
+    assert not alive, [p.cmdline() for p in alive]
+    result = json.loads((_run_dir(tmp_path) / "result.json").read_text())
+    assert result["state"] == "interrupted"

@@ -1,0 +1,77 @@
+"""`ringtrain launch` argument handling: user mistakes give error + fix lines, never tracebacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ringtrain.cli import cli
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text("print('hi')\n")
+    return path
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (["-H", "gpu01:2,gpu01:2"], 2, "listed twice"),
+        (["-H", "gpu01:zero"], 2, "'zero'"),
+        (["-H", "gpu;rm -rf /:2"], 2, "characters not allowed in host names"),
+        (["-H", "localhost:2", "-np", "3"], 2, "asked for 3 ranks"),
+        (["-H", "localhost:2", "--env", "9X=1"], 2, "not a valid environment variable name"),
+        (["--gloo", "-H", "localhost:2"], 2, "--gloo needs the horovodrun backend"),
+    ],
+)
+def test_user_mistakes_are_clear_errors(
+    script: Path, args: list[str], code: int, needle: str
+) -> None:
+    exit_code, output = _invoke("launch", "--dry-run", *args, str(script))
+    assert exit_code == code, output
+    assert needle in output
+    assert "fix:" in output
+    assert "Traceback" not in output
+
+
+def test_missing_script(tmp_path: Path) -> None:
+    exit_code, output = _invoke(
+        "launch", "--dry-run", "-H", "localhost:1", str(tmp_path / "nope.py")
+    )
+    assert exit_code == 2 and "not found" in output and "fix:" in output
+
+
+def test_dry_run_prints_plan_and_writes_hostfile(script: Path, tmp_path: Path) -> None:
+    exit_code, output = _invoke(
+        "launch",
+        "--dry-run",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "-H",
+        "localhost:2",
+        str(script),
+        "--lr",
+        "0.1",
+    )
+    assert exit_code == 0, output
+    assert "localhost slots=2" in output
+    assert output.rstrip().endswith(f"{script} --lr 0.1")
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert (run_dir / "hostfile").read_text() == "localhost slots=2\n"
+    assert (run_dir / "plan.json").is_file()
+
+
+def test_help_teaches() -> None:
+    exit_code, output = _invoke("launch", "--help")
+    assert exit_code == 0
+    assert "--dry-run" in output and "Examples:" in output and "ringtrain launch" in output

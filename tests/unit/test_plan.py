@@ -1,0 +1,115 @@
+"""make_plan and the backends: exact argv, env delta and redaction, against golden files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ringtrain.errors import UsageError
+from ringtrain.hostfile import allocate, parse_host_spec
+from ringtrain.launch.plan import REDACTED, PlanInputs, make_plan
+from ringtrain.request import Backend, EnvSpec, LaunchRequest
+from tests.golden import assert_golden
+
+ENVIRON = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/root",
+    "LD_LIBRARY_PATH": "/opt/lib",
+    "HOROVOD_FUSION_THRESHOLD": "67108864",
+    "NCCL_DEBUG": "INFO",
+    "TF_CLI_CONFIG_FILE": "/not/tensorflow",  # Terraform's, must not travel
+    "MY_TOKEN": "s3cr3t",
+    "UNRELATED": "x",
+}
+
+
+def _plan(spec: str = "localhost:2", *, root: bool = True, **kw: object):  # type: ignore[no-untyped-def]
+    request = LaunchRequest(
+        script="train.py",
+        script_args=("--epochs", "3"),
+        host_spec=spec,
+        working_dir=Path("/work/job"),
+        runs_dir=Path("/work/job/runs"),
+        **kw,  # type: ignore[arg-type]
+    )
+    alloc = allocate(parse_host_spec(spec), request.np)
+    inputs = PlanInputs(run_id="R1", environ=ENVIRON, is_root=root, python="/venv/bin/python")
+    return make_plan(request, alloc, inputs)
+
+
+def test_openmpi_local_plan_matches_golden() -> None:
+    plan = _plan(
+        env=(EnvSpec("MY_TOKEN"), EnvSpec("API_SECRET", "hunter2"), EnvSpec("MODE", "fast"))
+    )
+    assert_golden("plan/openmpi_local.txt", plan.describe() + "\n")
+
+
+def test_openmpi_argv_shape() -> None:
+    argv = _plan().command.argv
+    assert argv[:2] == ("mpirun", "--allow-run-as-root")
+    assert argv[argv.index("-np") + 1] == "2"
+    assert argv[argv.index("--hostfile") + 1] == "/work/job/runs/R1/hostfile"
+    tail = ("/venv/bin/python", "-m", "ringtrain.launch.rankexec", "--mpi", "/work/job/train.py")
+    assert argv[-7:-2] == tail
+    assert argv[-2:] == ("--epochs", "3")
+    forwarded = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
+    assert forwarded == {
+        "PATH",
+        "LD_LIBRARY_PATH",
+        "HOROVOD_FUSION_THRESHOLD",
+        "NCCL_DEBUG",
+        "TF_CPP_MIN_LOG_LEVEL",
+        "RINGTRAIN_RUN_DIR",
+        "RINGTRAIN_RUN_ID",
+    }
+
+
+def test_not_root_has_no_run_as_root_flag() -> None:
+    assert "--allow-run-as-root" not in _plan(root=False).command.argv
+
+
+def test_secret_values_never_in_argv_or_description() -> None:
+    plan = _plan(env=(EnvSpec("MY_TOKEN"), EnvSpec("API_SECRET", "hunter2")))
+    text = plan.describe() + plan.to_json_text() + " ".join(plan.command.argv)
+    assert "hunter2" not in text and "s3cr3t" not in text
+    assert f"API_SECRET={REDACTED}" in plan.describe()
+    assert ("API_SECRET", "hunter2") in plan.command.env  # the real value still reaches the job
+
+
+def test_horovodrun_gloo_plan_matches_golden() -> None:
+    plan = _plan("localhost:2", backend=Backend.HOROVODRUN, gloo=True)
+    assert plan.command.argv[0] == "/venv/bin/horovodrun"
+    assert "--mpi" not in plan.command.argv[plan.command.argv.index("-m") :]
+    assert_golden("plan/horovodrun_gloo.txt", plan.describe() + "\n")
+
+
+def test_multi_host_plan_uses_ssh_config_and_tcp_subnet() -> None:
+    plan = _plan(
+        "gpu01:4,gpu02:4", ssh_config=Path("/etc/rt/ssh_config"), network_interface="10.1.2.0/24"
+    )
+    argv = plan.command.argv
+    assert "ssh -F /etc/rt/ssh_config" in argv
+    assert argv[argv.index("btl_tcp_if_include") + 1] == "10.1.2.0/24"
+    assert plan.hostfile_text == "gpu01 slots=4\ngpu02 slots=4\n"
+
+
+def test_forwarding_an_unset_variable_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="NOT_SET_ANYWHERE"):
+        _plan(env=(EnvSpec("NOT_SET_ANYWHERE"),))
+
+
+def test_gloo_needs_horovodrun() -> None:
+    with pytest.raises(UsageError, match="--gloo"):
+        LaunchRequest(script="x.py", gloo=True)
+
+
+@pytest.mark.parametrize("text", ["1BAD", "A-B", "", "=x"])
+def test_bad_env_names_rejected(text: str) -> None:
+    with pytest.raises(UsageError):
+        EnvSpec.parse(text)
+
+
+def test_ssh_config_path_with_space_rejected() -> None:
+    with pytest.raises(UsageError, match="spaces"):
+        _plan("gpu01:1,gpu02:1", ssh_config=Path("/tmp/my config"))
