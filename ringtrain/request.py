@@ -58,6 +58,7 @@ class LaunchRequest:
     dry_run: bool = False
     python: str | None = None
     probe: bool = True
+    checkpoint_url: str | None = None
 
     def __post_init__(self) -> None:
         if self.hosts_file and self.host_spec:
@@ -66,8 +67,30 @@ class LaunchRequest:
             )
         if self.np is not None and self.np < 1:
             raise UsageError(f"-np {self.np}: need at least one rank", "pass -np 1 or more")
+        if self.checkpoint_url is not None:
+            _check_checkpoint_url(self.checkpoint_url)
         if self.gloo and self.backend is not Backend.HOROVODRUN:
             raise UsageError(
                 "--gloo needs the horovodrun backend (mpirun always uses MPI)",
                 "add --backend horovodrun, or drop --gloo",
             )
+
+
+_URL_RE = re.compile(r"^(?:(?P<scheme>[a-z][a-z0-9+.-]*)://)?(?P<rest>.*)$")
+
+
+def _check_checkpoint_url(url: str) -> None:
+    m = _URL_RE.match(url)
+    scheme = m.group("scheme") if m else None
+    if scheme not in (None, "file", "s3", "hdfs", "viewfs"):
+        raise UsageError(
+            f"--checkpoint {url!r}: unsupported scheme {scheme!r}",
+            "use a local path, file://, s3://bucket/prefix or hdfs://namenode/path",
+        )
+    authority = (m.group("rest") if m else url).split("/", 1)[0]
+    if scheme and "@" in authority:
+        raise UsageError(
+            "--checkpoint URL contains credentials, which would show in argv, logs and ps",
+            "remove user:secret@ from the URL and pass credentials through AWS_* variables "
+            "or ~/.aws/credentials",
+        )

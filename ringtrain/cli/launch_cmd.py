@@ -69,6 +69,13 @@ def _env_specs(
 @click.option("--network-interface", help="Interface or CIDR for MPI traffic (default: chosen).")
 @click.option("--python", help="Python on the hosts (default: this one, same path everywhere).")
 @click.option(
+    "--checkpoint",
+    "checkpoint_url",
+    metavar="URL",
+    help="Where rank 0 commits checkpoints and a restart resumes from: a path, file://, "
+    "s3://bucket/prefix or hdfs://... (credentials from AWS_* variables, never the URL).",
+)
+@click.option(
     "--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True
 )
 @click.option(
@@ -89,6 +96,7 @@ def command(
     ssh_config: Path | None,
     network_interface: str | None,
     python: str | None,
+    checkpoint_url: str | None,
     runs_dir: Path,
     dry_run: bool,
     script: str,
@@ -110,6 +118,7 @@ def command(
         ssh_config=ssh_config,
         network_interface=network_interface,
         python=python,
+        checkpoint_url=checkpoint_url,
         dry_run=dry_run,
     )
     if not Path(script).is_file():

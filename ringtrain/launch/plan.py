@@ -160,6 +160,8 @@ def _env_delta(request: LaunchRequest, inputs: PlanInputs, run_dir: Path) -> dic
     }
     if "TF_CPP_MIN_LOG_LEVEL" not in inputs.environ:
         delta["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    if request.checkpoint_url is not None:
+        delta["RINGTRAIN_CHECKPOINT_URL"] = request.checkpoint_url
     for spec in request.env:
         if spec.value is not None:
             delta[spec.name] = spec.value

@@ -113,3 +113,18 @@ def test_bad_env_names_rejected(text: str) -> None:
 def test_ssh_config_path_with_space_rejected() -> None:
     with pytest.raises(UsageError, match="spaces"):
         _plan("gpu01:1,gpu02:1", ssh_config=Path("/tmp/my config"))
+
+
+def test_checkpoint_url_travels_by_environment() -> None:
+    plan = _plan(checkpoint_url="s3://ckpt/digits")
+    assert ("RINGTRAIN_CHECKPOINT_URL", "s3://ckpt/digits") in plan.command.env
+    assert "RINGTRAIN_CHECKPOINT_URL" in plan.forwarded
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [("s3://AKIA:secret@bucket/x", "credentials"), ("ftp://host/x", "unsupported scheme")],
+)
+def test_bad_checkpoint_urls(url: str, needle: str) -> None:
+    with pytest.raises(UsageError, match=needle):
+        LaunchRequest(script="x.py", checkpoint_url=url)
