@@ -84,7 +84,7 @@ class _Settings:
 def build_inventory(root: Node, source: str, fmt: str) -> Inventory:
     """Validate the document tree and build the Inventory, hosts in document order."""
     top = Where(source)
-    _expect(root, "map", "the inventory", top)
+    _expect(root, "map", "the inventory", _at(source, root))
     _check_keys(root, _TOP_KEYS, "the top level", source)
     defaults = _Settings()
     for key, _, value in root.entries:
@@ -143,7 +143,7 @@ def _host_entry(node: Node, settings: _Settings, source: str) -> tuple[Host, ...
     if node.kind != "map":
         raise where.error(
             f"a host entry must be a name or a mapping, got {_describe(node)}",
-            "write '- gpu01', '- gpu[01-04]' or '- {name: gpu01, slots: 4}'",
+            "write '- gpu01', '- gpu[01-04]' or '- {name: gpu01, slots: 4}'; quote numeric names",
         )
     _check_keys(node, _HOST_KEYS, "a host entry", source)
     name_node = _get(node, "name")

@@ -31,6 +31,7 @@ _YAML_SCALAR_TAGS = {
     "tag:yaml.org,2002:null",
     "tag:yaml.org,2002:float",
 }
+_YAML_COLLECTION_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 _TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
 _YAML_HINT = "fix the YAML syntax at that position (indentation, quotes, ':' after keys)"
 
@@ -66,6 +67,8 @@ class _YamlTree:
         self._count += 1
         if depth > _MAX_DEPTH or self._count > _MAX_NODES:
             raise where.error("document nested too deeply or too large", "simplify the inventory")
+        if not isinstance(node, yaml.ScalarNode) and node.tag not in _YAML_COLLECTION_TAGS:
+            raise where.error(f"YAML tag {node.tag!r} is not supported", "remove the tag")
         if isinstance(node, yaml.MappingNode):
             entries = []
             for key, value in node.value:
@@ -83,7 +86,11 @@ class _YamlTree:
 
     def _scalar(self, node: yaml.Node, where: Where) -> object:
         if node.tag not in _YAML_SCALAR_TAGS:
-            raise where.error(f"YAML tag {node.tag!r} is not supported here", "remove the tag")
+            kind = node.tag.rsplit(":", 1)[-1]
+            raise where.error(
+                f"YAML reads {node.value!r} as type {kind!r}, which an inventory cannot use",
+                "quote the value to make it text, and remove any !!tag",
+            )
         try:
             return self._constructor.construct_object(node)
         except (ValueError, yaml.YAMLError) as err:
@@ -99,7 +106,9 @@ def parse_toml_inventory(text: str, source: str) -> Inventory:
         message = str(err)
         m = _TOML_POS_RE.search(message)
         at = where.at(int(m.group(1)), int(m.group(2))) if m else where
-        detail = _TOML_POS_RE.sub("", message).strip()
+        if "(at end of document)" in message:
+            at = where.at(text.count("\n") + 1, None)
+        detail = _TOML_POS_RE.sub("", message).replace("(at end of document)", "").strip()
         raise at.error(f"invalid TOML: {detail}", "fix the TOML syntax at that position") from None
     except RecursionError:
         raise where.error("TOML nested too deeply", "flatten the document") from None

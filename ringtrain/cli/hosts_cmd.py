@@ -1,0 +1,199 @@
+"""``ringtrain hosts``: show an inventory and where -np ranks would go. Runs nothing remote."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ringtrain.errors import AllocationError, UsageError
+from ringtrain.hostfile import (
+    FORMATS,
+    RENDER_FORMATS,
+    Allocation,
+    AllocationPolicy,
+    Host,
+    Inventory,
+    allocate,
+    allocation_to_dict,
+    inventory_to_dict,
+    render_horovod_hosts,
+    render_inventory,
+    render_json,
+    resolve_hosts,
+)
+
+_EPILOG = """\b
+Examples:
+  ringtrain hosts hosts/cluster.yaml -np 8
+  ringtrain hosts -H gpu[01-04]:4 -np 12 --exclude gpu03
+  ringtrain hosts hosts/cluster.yaml --ring-label rack --json
+  ringtrain hosts hosts/pbs.nodefile --render openmpi > hostfile
+"""
+
+
+def _slot_override(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[tuple[str, int], ...]:
+    out = []
+    for value in values:
+        pattern, eq, count = value.rpartition("=")
+        if not eq or not pattern or not count.isdigit():
+            raise click.BadParameter(f"{value!r} is not PATTERN=N, e.g. gpu03=2")
+        out.append((pattern, int(count)))
+    return tuple(out)
+
+
+@click.command("hosts", epilog=_EPILOG)
+@click.argument("source", required=False)
+@click.option("--hosts", "hosts_file", metavar="SOURCE", help="Same as the SOURCE argument.")
+@click.option("-H", "host_spec", metavar="h1:N,h2:N", help="Hosts inline, horovodrun style.")
+@click.option(
+    "--hosts-format", type=click.Choice(FORMATS), help="Force the format instead of detecting it."
+)
+@click.option("-np", "--np", "np", type=int, help="Number of ranks (default: every slot).")
+@click.option("--include", multiple=True, metavar="PATTERN", help="Use only matching hosts.")
+@click.option("--exclude", multiple=True, metavar="PATTERN", help="Leave matching hosts out.")
+@click.option(
+    "--slots", "slots", multiple=True, callback=_slot_override, metavar="PATTERN=N",
+    help="Override the slots of matching hosts.",
+)
+@click.option("--min-hosts", type=int, default=1, show_default=True, help="Fewest hosts to use.")
+@click.option("--ring-label", metavar="LABEL", help="Group the ring by this label (e.g. rack).")
+@click.option("--discovery-timeout", type=float, default=30.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print inventory and allocation as JSON.")
+@click.option(
+    "--render", type=click.Choice(RENDER_FORMATS), help="Print the allocated hosts in a format."
+)
+def command(
+    source: str | None,
+    hosts_file: str | None,
+    host_spec: str | None,
+    hosts_format: str | None,
+    np: int | None,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    slots: tuple[tuple[str, int], ...],
+    min_hosts: int,
+    ring_label: str | None,
+    discovery_timeout: float,
+    as_json: bool,
+    render: str | None,
+) -> None:
+    """Show the hosts of SOURCE (any inventory format) and the allocation for -np ranks.
+
+    Patterns are globs (gpu0*) or Slurm host lists (gpu[01-04,07]), comma-separated.
+    """
+    if source is not None and hosts_file is not None:
+        raise UsageError("SOURCE and --hosts both given", "pass the inventory once")
+    inventory = resolve_hosts(
+        source or hosts_file, host_spec, hosts_format, discovery_timeout=discovery_timeout
+    )
+    if inventory is None:
+        raise UsageError("no hosts given", "pass an inventory file, or -H gpu01:4,gpu02:4")
+    policy = AllocationPolicy(
+        include=include, exclude=exclude, slot_overrides=slots, min_hosts=min_hosts,
+        ring_label=ring_label,
+    )
+    if render:
+        alloc = allocate(inventory, np, policy=policy)
+        click.echo(render_inventory(_used(inventory, alloc), render), nl=False)
+        return
+    if as_json:
+        alloc = allocate(inventory, np, policy=policy)
+        data: dict[str, Any] = {
+            "inventory": inventory_to_dict(inventory),
+            "allocation": allocation_to_dict(alloc),
+        }
+        click.echo(render_json(data), nl=False)
+        return
+    _show(inventory, np, policy)
+
+
+def _show(inventory: Inventory, np: int | None, policy: AllocationPolicy) -> None:
+    """The inventory table, then the allocation (or, after the table, its AllocationError)."""
+    console = Console(highlight=False)
+    console.print(_inventory_table(inventory))
+    try:
+        alloc = allocate(inventory, np, policy=policy)
+    except AllocationError:
+        console.print()
+        raise
+    console.print(_allocation_table(alloc))
+    console.print(Text(f"horovodrun -np {alloc.np} -H {render_horovod_hosts(alloc.hosts)}"))
+
+
+def _used(inventory: Inventory, alloc: Allocation) -> Inventory:
+    """The allocated hosts (labels and SSH fields kept, slots as allocated) as an Inventory."""
+    names = {h.name for h in alloc.hosts}
+    groups = tuple(
+        (group, kept)
+        for group, members in inventory.groups
+        if (kept := tuple(n for n in members if n in names))
+    )
+    return Inventory(
+        hosts=alloc.hosts, source=inventory.source, format=inventory.format, groups=groups
+    )
+
+
+def _inventory_table(inventory: Inventory) -> Table:
+    title = (
+        f"{inventory.source} ({inventory.format}): "
+        f"{_count(len(inventory.hosts), 'host')}, {_count(inventory.total_slots, 'slot')}"
+    )
+    columns: dict[str, list[str]] = {
+        "host": [h.name for h in inventory.hosts],
+        "slots": [str(h.slots) for h in inventory.hosts],
+        "max": ["" if h.max_slots is None else str(h.max_slots) for h in inventory.hosts],
+        "group": [inventory.group_of(h.name) or "" for h in inventory.hosts],
+        "labels": [" ".join(f"{k}={v}" for k, v in h.labels) for h in inventory.hosts],
+        "ssh": [_ssh(h) for h in inventory.hosts],
+    }
+    return _table(title, {k: v for k, v in columns.items() if any(v)})
+
+
+def _table(title: str, columns: dict[str, list[str]]) -> Table:
+    table = Table(title=Text(title), title_justify="left", min_width=len(title))
+    for name in columns:
+        table.add_column(name, justify="right" if name in ("slots", "max") else "left")
+    for row in zip(*columns.values(), strict=True):
+        table.add_row(*(Text(cell) for cell in row))
+    return table
+
+
+def _ssh(host: Host) -> str:
+    if host.user is None and host.port is None and host.identity_file is None:
+        return ""
+    target = f"{host.user}@{host.name}" if host.user else host.name
+    port = f" -p {host.port}" if host.port is not None else ""
+    key = f" -i {host.identity_file}" if host.identity_file else ""
+    return target + port + key
+
+
+def _allocation_table(alloc: Allocation) -> Table:
+    title = f"allocation: {alloc.np} ranks on {_count(len(alloc.hosts), 'host')}, in ring order"
+    if alloc.ring_label is not None:
+        title += f", grouped by {alloc.ring_label} ({alloc.ring_crossings} boundary crossings)"
+    used = list(alloc.hosts)
+    columns: dict[str, list[str]] = {
+        "host": [h.name for h in used] + [name for name, _ in alloc.dropped],
+        "ranks": [_span(alloc.ranks_on(h.name)) for h in used] + ["-"] * len(alloc.dropped),
+        "local ranks": [_span(tuple(range(h.slots))) for h in used] + ["-"] * len(alloc.dropped),
+    }
+    if alloc.ring_label is not None:
+        columns[alloc.ring_label] = [h.label(alloc.ring_label) or "-" for h in used] + [
+            "" for _ in alloc.dropped
+        ]
+    columns["note"] = [""] * len(used) + [why for _, why in alloc.dropped]
+    return _table(title, columns)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _span(ranks: tuple[int, ...]) -> str:
+    return str(ranks[0]) if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"

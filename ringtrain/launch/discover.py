@@ -1,0 +1,92 @@
+"""Run a host discovery script: the one place that executes a user's inventory program.
+
+The script is run directly (argv list, never a shell), with no stdin, in its own process group
+and under a timeout; on timeout the whole group is killed. It must print ``host[:slots]`` lines
+(horovodrun's ``--host-discovery-script`` format) and exit 0; anything else is an
+InventoryError that names the script and shows the tail of its stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+
+from ringtrain.errors import InventoryError
+
+log = logging.getLogger(__name__)
+
+MAX_OUTPUT = 1 << 20
+_TAIL = 400
+
+
+def run_discovery_script(path: str, *, timeout: float = 30.0) -> str:
+    """Run the executable at ``path``; return its stdout (UTF-8 text)."""
+    argv = [os.path.abspath(path)]
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as err:
+        raise InventoryError(
+            f"cannot run discovery script: {err.strerror or err}",
+            "make it executable with a '#!' line (chmod +x), or pass --hosts-format for a "
+            "plain host file",
+            source=path,
+        ) from None
+    try:
+        out, err_bytes = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise InventoryError(
+            f"discovery script did not finish within {timeout:g} s",
+            "make the script faster or pass a larger --discovery-timeout",
+            source=path,
+        ) from None
+    log.debug("discovery script %s: rc=%s in %.2f s", path, proc.returncode,
+              time.monotonic() - started)
+    return _check_result(path, proc.returncode, out, err_bytes)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        log.warning("discovery script %d: pipes still open after SIGKILL", proc.pid)
+
+
+def _check_result(path: str, returncode: int, out: bytes, err: bytes) -> str:
+    tail = err.decode("utf-8", "replace").strip()[-_TAIL:]
+    if returncode != 0:
+        how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited {returncode}"
+        raise InventoryError(
+            f"discovery script {how}" + (f": {tail}" if tail else " (no stderr)"),
+            "run the script by hand to see why; it must print host:slots lines and exit 0",
+            source=path,
+        )
+    if len(out) > MAX_OUTPUT:
+        raise InventoryError(
+            f"discovery script printed {len(out)} bytes, more than {MAX_OUTPUT}",
+            "print one host:slots line per host",
+            source=path,
+        )
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError as decode_err:
+        line = out[: decode_err.start].count(b"\n") + 1
+        raise InventoryError(
+            "discovery script output is not UTF-8 text",
+            "print plain host:slots lines",
+            source=f"{path} (output)",
+            line=line,
+        ) from None
