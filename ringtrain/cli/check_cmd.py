@@ -1,0 +1,206 @@
+"""``ringtrain check``: probe every host (one SSH round trip each) and say whether a launch would
+go ahead. One table row per host; exit 0 when it would, 4 (ProbeError) when it would be refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ringtrain.errors import RingtrainError
+from ringtrain.hostfile import Host, Inventory, resolve_hosts
+from ringtrain.launch.preflight import (
+    HostStatus,
+    HostVerdict,
+    PreflightPolicy,
+    PreflightVerdict,
+    evaluate,
+)
+from ringtrain.launch.probe import GpuStatus, ProbeReport, ProbeResult, probe
+from ringtrain.launch.remote import LocalRemote, Remote, SshRemote
+
+_EPILOG = """\b
+Examples:
+  ringtrain check --hosts hosts/cluster.yaml
+  ringtrain check -H gpu01:4,gpu02:4 --ssh-config ~/.ssh/cluster_config -np 8
+  ringtrain check --hosts gpu.txt --on-bad-host exclude --min-hosts 3 --json
+  ringtrain check -H localhost:2 --cpu
+
+Exit code: 0 when a launch would go ahead (warnings allowed), 4 when it would be refused,
+2 for bad flags or host files.
+"""
+
+_NO_GPU = {GpuStatus.NOT_INSTALLED: "no nvidia-smi", GpuStatus.NO_GPUS: "no GPUs",
+           GpuStatus.FAILED: "nvidia-smi failed"}
+_MPI_SHORT = (("Open MPI", "ompi"), ("MPICH", "mpich"), ("Intel MPI", "impi"))
+_STYLE = {HostStatus.OK: "green", HostStatus.WARN: "yellow", HostStatus.EXCLUDED: "magenta",
+          HostStatus.FAILED: "bold red"}
+
+
+@click.command("check", epilog=_EPILOG)
+@click.option("--hosts", "hosts_file", metavar="SOURCE", help="Inventory file (any format).")
+@click.option("-H", "host_spec", metavar="h1:N,h2:N", help="Hosts inline, horovodrun style.")
+@click.option("--hosts-format", help="Force the inventory format instead of detecting it.")
+@click.option("-np", "--np", "np", type=click.IntRange(min=1), help="Ranks the launch would ask.")
+@click.option("--ssh-config", type=click.Path(path_type=Path), help="ssh_config (like ssh -F).")
+@click.option("--known-hosts", type=click.Path(path_type=Path),
+              help="known_hosts file (default: UserKnownHostsFile or ~/.ssh/known_hosts).")
+@click.option("--accept-new-host-keys", is_flag=True,
+              help="Trust hosts seen for the first time (OpenSSH accept-new); changed keys are "
+              "always refused.")
+@click.option("--on-bad-host", type=click.Choice(["fail", "exclude"]), default="fail",
+              show_default=True, help="Refuse the launch, or leave bad hosts out.")
+@click.option("--min-hosts", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Refuse when fewer usable hosts are left.")
+@click.option("--on-busy", type=click.Choice(["warn", "exclude"]), default="warn",
+              show_default=True, help="What a GPU already in use does to its host.")
+@click.option("--busy-memory-mib", type=click.IntRange(min=0), default=1024, show_default=True)
+@click.option("--busy-util", type=click.IntRange(0, 100), default=10, show_default=True,
+              help="GPU utilization (%) above which a GPU counts as busy.")
+@click.option("--cpu", is_flag=True, help="CPU-only job: GPUs and nvidia-smi do not matter.")
+@click.option("--allow-mixed-versions", is_flag=True,
+              help="Warn instead of refusing when software versions differ across hosts.")
+@click.option("--python", help="Python on the hosts (default: this one, same path everywhere).")
+@click.option("--network-interface", help="Interface names or CIDRs for MPI/NCCL traffic.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              help="Seconds per host for the whole probe.")
+@click.option("--connect-timeout", type=click.FloatRange(min=1), default=5.0, show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Hosts probed at once.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+def command(
+    hosts_file: str | None, host_spec: str | None, hosts_format: str | None, np: int | None,
+    ssh_config: Path | None, known_hosts: Path | None, accept_new_host_keys: bool,
+    on_bad_host: str, min_hosts: int, on_busy: str, busy_memory_mib: int, busy_util: int,
+    cpu: bool, allow_mixed_versions: bool, python: str | None, network_interface: str | None,
+    timeout: float, connect_timeout: float, concurrency: int, as_json: bool,
+) -> None:
+    """Probe every host over SSH: GPUs, software versions, network; report what a launch would do.
+
+    Every host is tried; the table shows all of them, then why a launch would be refused.
+    """
+    inventory = resolve_hosts(hosts_file, host_spec, hosts_format) or Inventory(
+        (Host("localhost", 1),), source="localhost", format="local")
+    policy = PreflightPolicy(
+        on_bad_host="exclude" if on_bad_host == "exclude" else "fail",
+        min_hosts=min_hosts, np=np, busy_memory_mib=busy_memory_mib, busy_util_pct=busy_util,
+        on_busy="exclude" if on_busy == "exclude" else "warn",
+        require_same_versions=not allow_mixed_versions, require_gpus=not cpu,
+        network_interface=network_interface)
+    remote: Remote
+    if inventory.is_local_only:
+        remote = LocalRemote()
+    else:
+        _quiet_paramiko()
+        remote = SshRemote(ssh_config, known_hosts, accept_new_host_keys=accept_new_host_keys,
+                           connect_timeout=connect_timeout, concurrency=concurrency)
+    report = probe(inventory, remote, python=python, timeout=timeout)
+    verdict = evaluate(inventory, report, policy)
+    if as_json:
+        click.echo(json.dumps(verdict_to_dict(inventory, report, verdict), indent=2))
+    else:
+        print_verdict(inventory, report, verdict, policy)
+    err: RingtrainError | None = verdict.error()
+    if err is not None:
+        raise err
+
+
+def _quiet_paramiko() -> None:
+    # paramiko logs tracebacks for failures we already report per host
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+
+
+def print_verdict(inventory: Inventory, report: ProbeReport, verdict: PreflightVerdict,
+                  policy: PreflightPolicy) -> None:
+    console = Console(soft_wrap=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)  # logs and pipes: do not fold every cell
+    table = Table(title=f"ringtrain check: {inventory.source} ({len(inventory.hosts)} hosts)",
+                  show_lines=False, header_style="bold")
+    for col in ("HOST", "STATUS", "GPUS", "MODEL", "MEMORY", "VERSIONS", "PROBLEMS"):
+        table.add_column(col, overflow="fold")
+    for hv in verdict.hosts:
+        table.add_row(*host_row(hv, report.result(hv.host), policy))
+    console.print(table)
+    for warning in verdict.warnings:
+        console.print(Text(f"warning: {warning}", style="yellow"))
+    net = verdict.network
+    if net is not None and net.include:
+        env = " ".join(f"{k}={v}" for k, v in net.env)
+        console.print(f"network: {','.join(net.include)} ({net.reason}); Open MPI "
+                      f"btl/oob_tcp_if_include={','.join(net.include)} {env}", highlight=False)
+    hosts, slots = len(verdict.usable_slots), sum(n for _, n in verdict.usable_slots)
+    if not verdict.refused:
+        console.print(Text(f"ok: a launch would use {hosts} host{'s' * (hosts != 1)}, "
+                           f"{slots} slot{'s' * (slots != 1)}", style="green"))
+
+
+def host_row(hv: HostVerdict, r: ProbeResult, policy: PreflightPolicy) -> tuple[Any, ...]:
+    status = Text(hv.status.value, style=_STYLE[hv.status])
+    if not r.reachable:
+        return (hv.host, status, "-", "-", "-", "-", _notes(hv))
+    gpus = r.gpu.healthy
+    seen = f"{len(gpus)}/{hv.slots_asked}" if policy.require_gpus else str(len(gpus))
+    models = ", ".join(dict.fromkeys(g.name for g in gpus)) or _NO_GPU.get(r.gpu.status, "-")
+    totals = [g.memory_total_mib for g in gpus if g.memory_total_mib is not None]
+    used = [g.memory_used_mib for g in gpus if g.memory_used_mib is not None]
+    memory = (f"{max(totals) / 1024:.0f} GiB, max used {max(used) / 1024:.1f}"
+              if totals and used else "-")
+    v = r.versions
+    mpi = v.mpi
+    for long, short in _MPI_SHORT:
+        mpi = mpi.replace(long, short) if mpi else mpi
+    parts = [("py", v.python), ("tf", v.tensorflow), ("hvd", v.horovod), ("", mpi),
+             ("drv", r.driver_version)]
+    versions = " ".join(f"{k} {val}".strip() for k, val in parts if val) or "-"
+    return (hv.host, status, seen, models, memory, versions, _notes(hv))
+
+
+def _notes(hv: HostVerdict) -> Text:
+    text = Text()
+    for p in hv.problems:
+        text.append(("\n" if text else "") + p, style="red")
+    for w in hv.warnings:
+        if w not in " ".join(hv.problems):
+            text.append(("\n" if text else "") + w, style="yellow")
+    return text
+
+
+def verdict_to_dict(inventory: Inventory, report: ProbeReport,
+                    verdict: PreflightVerdict) -> dict[str, Any]:
+    hosts = []
+    for hv in verdict.hosts:
+        r = report.result(hv.host)
+        hosts.append({
+            "host": hv.host, "status": hv.status.value, "slots_asked": hv.slots_asked,
+            "slots_usable": hv.slots_usable, "problems": list(hv.problems),
+            "warnings": list(hv.warnings), "reachable": r.reachable, "error": r.error,
+            "hostname": r.hostname, "gpu_status": r.gpu.status.value,
+            "gpu_message": r.gpu.message, "driver_version": r.driver_version,
+            "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid,
+                      "memory_total_mib": g.memory_total_mib,
+                      "memory_used_mib": g.memory_used_mib,
+                      "utilization_pct": g.utilization_pct, "problem": g.problem}
+                     for g in r.gpus],
+            "versions": dict(r.versions.items()) | {"error": r.versions.error},
+            "interfaces": [{"name": i.name, "cidr": i.cidr, "scope": i.scope}
+                           for i in r.interfaces],
+            "duration_s": round(r.duration_s, 3),
+        })
+    net = verdict.network
+    return {
+        "source": inventory.source, "refused": verdict.refused, "hosts": hosts,
+        "problems": list(verdict.problems), "warnings": list(verdict.warnings),
+        "usable_slots": dict(verdict.usable_slots),
+        "network": None if net is None else {
+            "include": list(net.include), "ifnames": list(net.ifnames),
+            "mca": dict(net.mca), "env": dict(net.env), "reason": net.reason},
+    }

@@ -1,0 +1,297 @@
+"""Pre-flight policies: a ProbeReport and a policy in, a verdict out. Pure.
+
+Every host gets a status (ok / warn / excluded / failed) with its problems phrased as fixes, and
+the slots it can still offer. Version checks list only the hosts that differ from the majority
+("gpu04: horovod 0.27.0 (others 0.28.1)"), never a dump of every host.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from ringtrain.errors import ProbeError
+from ringtrain.hostfile.model import Host, Inventory
+from ringtrain.launch.netif import NetworkChoice, choose_network
+from ringtrain.launch.probe_parse import GpuStatus, ProbeReport, ProbeResult
+
+_NEEDED_EVERYWHERE = ("tensorflow", "horovod")
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightPolicy:
+    on_bad_host: Literal["fail", "exclude"] = "fail"
+    min_hosts: int = 1
+    np: int | None = None
+    busy_memory_mib: int = 1024
+    busy_util_pct: int = 10
+    on_busy: Literal["warn", "exclude"] = "warn"
+    require_same_versions: bool = True
+    require_gpus: bool = True  # False (--cpu): GPU count and nvidia-smi do not matter
+    network_interface: str | None = None
+
+
+class HostStatus(enum.Enum):
+    OK = "ok"
+    WARN = "warn"
+    EXCLUDED = "excluded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class HostVerdict:
+    host: str
+    status: HostStatus
+    slots_asked: int
+    slots_usable: int
+    problems: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        return self.status in (HostStatus.OK, HostStatus.WARN)
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightVerdict:
+    hosts: tuple[HostVerdict, ...]
+    problems: tuple[str, ...] = ()  # job-level: too few hosts or slots left
+    warnings: tuple[str, ...] = ()  # job-level: mixed GPU models, driver versions, network
+    network: NetworkChoice | None = None
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.problems) or any(h.status is HostStatus.FAILED for h in self.hosts)
+
+    @property
+    def excluded(self) -> tuple[str, ...]:
+        return tuple(h.host for h in self.hosts if h.status is HostStatus.EXCLUDED)
+
+    @property
+    def usable_slots(self) -> tuple[tuple[str, int], ...]:
+        return tuple((h.host, h.slots_usable) for h in self.hosts if h.usable)
+
+    def host(self, name: str) -> HostVerdict:
+        for h in self.hosts:
+            if h.host == name:
+                return h
+        raise KeyError(name)
+
+    def apply(self, inventory: Inventory) -> Inventory:
+        """The inventory without excluded hosts, each with its usable slots (-> allocate)."""
+        usable = dict(self.usable_slots)
+        kept = tuple(h.with_slots(usable[h.name]) for h in inventory.hosts if h.name in usable)
+        return replace(inventory, hosts=kept)
+
+    def error(self) -> ProbeError | None:
+        if not self.refused:
+            return None
+        lines = [f"{h.host}: {p}" for h in self.hosts if h.status is HostStatus.FAILED
+                 for p in h.problems]
+        lines += list(self.problems)
+        bad = sum(h.status is HostStatus.FAILED for h in self.hosts)
+        head = (f"pre-flight refused the launch: {bad} of {len(self.hosts)} hosts have problems"
+                if bad else "pre-flight refused the launch")
+        hint = ("fix the hosts listed, or pass --on-bad-host exclude to run without them"
+                if bad else "add hosts or slots, or lower -np / --min-hosts")
+        return ProbeError(head + "\n  " + "\n  ".join(lines), hint)
+
+    def raise_if_refused(self) -> None:
+        err = self.error()
+        if err is not None:
+            raise err
+
+
+def evaluate(inventory: Inventory, report: ProbeReport,
+             policy: PreflightPolicy = PreflightPolicy()) -> PreflightVerdict:
+    """Apply ``policy`` to what the probe saw on each host of ``inventory``."""
+    results = {r.host: r for r in report.results}
+    problems: dict[str, list[str]] = {h.name: [] for h in inventory.hosts}
+    warnings: dict[str, list[str]] = {h.name: [] for h in inventory.hosts}
+    busy: set[str] = set()
+    for host in inventory.hosts:
+        result = results.get(host.name) or ProbeResult(host.name, False, "not probed")
+        problems[host.name] += _host_problems(host, result, policy)
+        busy_notes = _busy_gpus(host, result, policy)
+        if busy_notes:
+            busy.add(host.name)
+            warnings[host.name] += busy_notes
+    reachable = [results[h.name] for h in inventory.hosts
+                 if h.name in results and results[h.name].reachable]
+    _add(problems, _duplicate_hostnames(reachable))
+    version_problems, version_warnings, job_warnings = _version_diff(reachable)
+    _add(warnings, version_warnings)
+    _add(problems if policy.require_same_versions else warnings, version_problems)
+    verdicts = tuple(_host_verdict(h, problems[h.name], warnings[h.name], h.name in busy, policy)
+                     for h in inventory.hosts)
+    usable = [results[v.host] for v in verdicts if v.usable]
+    job_warnings += _gpu_warnings(usable, inventory) if policy.require_gpus else []
+    network = choose_network({r.host: r.interfaces for r in usable}, policy.network_interface,
+                             all_local=bool(usable) and all(
+                                 inventory.host(r.host).is_local for r in usable))
+    if network.warning:
+        job_warnings.append(network.warning)
+    return PreflightVerdict(verdicts, tuple(_job_problems(verdicts, policy)),
+                            tuple(job_warnings), network)
+
+
+def _host_problems(host: Host, r: ProbeResult, policy: PreflightPolicy) -> list[str]:
+    if not r.reachable:
+        return [f"unreachable: {r.error}"]
+    out = [r.error] if r.error else []
+    if r.versions.error:
+        out.append(r.versions.error)
+    if policy.require_gpus:
+        out += _gpu_problems(host, r)
+    return out
+
+
+def _gpu_problems(host: Host, r: ProbeResult) -> list[str]:
+    q = r.gpu
+    cpu_fix = "or pass --cpu for a CPU-only job"
+    if q.status is GpuStatus.NOT_INSTALLED:
+        return [f"nvidia-smi not found: install the NVIDIA driver on {host.name} {cpu_fix}"]
+    if q.status is GpuStatus.NO_GPUS:
+        return [f"expected {host.slots} GPUs, nvidia-smi saw none ({q.message}); {cpu_fix}"]
+    if q.status is GpuStatus.FAILED:
+        return [f"{q.message}; run nvidia-smi on {host.name} and fix the driver"]
+    if q.status is GpuStatus.NOT_PROBED:
+        return ["GPUs were not probed"]
+    out = []
+    healthy, sick = q.healthy, [g for g in q.gpus if not g.ok]
+    if len(healthy) < host.slots:
+        detail = "".join(f"; GPU {g.index}: {g.problem}" for g in sick)
+        out.append(f"expected {host.slots} GPUs, nvidia-smi saw {len(healthy)}"
+                   f"{' healthy' if sick else ''}{detail}")
+    return out
+
+
+def _busy_gpus(host: Host, r: ProbeResult, policy: PreflightPolicy) -> list[str]:
+    if not (r.reachable and policy.require_gpus):
+        return []
+    notes = []
+    for g in sorted(r.gpu.healthy, key=lambda g: g.index)[: host.slots]:
+        mem = g.memory_used_mib is not None and g.memory_used_mib > policy.busy_memory_mib
+        util = g.utilization_pct is not None and g.utilization_pct > policy.busy_util_pct
+        if mem or util:
+            notes.append(f"GPU {g.index} busy ({g.memory_used_mib} MiB used, "
+                         f"{g.utilization_pct}% utilization): another job may be running")
+    return notes
+
+
+def _duplicate_hostnames(results: Sequence[ProbeResult]) -> dict[str, list[str]]:
+    seen: dict[str, str] = {}
+    out: dict[str, list[str]] = {}
+    for r in results:
+        if not r.hostname:
+            continue
+        first = seen.setdefault(r.hostname, r.host)
+        if first != r.host:
+            out[r.host] = [f"reports the same hostname {r.hostname!r} as {first}: Open MPI would "
+                           "take them for one machine; give each host its own hostname"]
+    return out
+
+
+def _version_diff(
+    results: Sequence[ProbeResult],
+) -> tuple[dict[str, list[str]], dict[str, list[str]], list[str]]:
+    """Hosts whose versions differ from the majority -> (problems, warnings, job warnings)."""
+    problems: dict[str, list[str]] = {}
+    warnings: dict[str, list[str]] = {}
+    job: list[str] = []
+    comparable = [r for r in results if not r.versions.error]
+    if len(comparable) < 1:
+        return problems, warnings, job
+    packages = [name for name, _ in comparable[0].versions.items()]
+    for package in packages:
+        values = {r.host: dict(r.versions.items())[package] for r in comparable}
+        if package in _NEEDED_EVERYWHERE and not any(values.values()):
+            job.append(f"{package} is not installed on any host")
+            continue
+        key = _minor if package == "python" else _same
+        majority = _majority([key(v) for v in values.values()])
+        usual = _majority(list(values.values()))
+        for host, value in values.items():
+            shown = f"{package} {value or 'not installed'} (others {usual or 'not installed'})"
+            if key(value) != majority:
+                problems.setdefault(host, []).append(shown)
+            elif value != usual and len(values) > 1:
+                warnings.setdefault(host, []).append(shown)
+    return problems, warnings, job
+
+
+def _minor(v: str | None) -> str | None:
+    return ".".join(v.split(".")[:2]) if v else None
+
+
+def _same(v: str | None) -> str | None:
+    return v
+
+
+def _majority(values: Sequence[str | None]) -> str | None:
+    """Most common value; ties go to the one seen first (inventory order)."""
+    counts = Counter(values)
+    best = max(counts.values())
+    return next(v for v in values if counts[v] == best)
+
+
+def _gpu_warnings(usable: Sequence[ProbeResult], inventory: Inventory) -> list[str]:
+    out = []
+    models: dict[str, list[str]] = {}
+    drivers: dict[str, list[str]] = {}
+    for r in usable:
+        gpus = sorted(r.gpu.healthy, key=lambda g: g.index)[: inventory.host(r.host).slots]
+        for name in dict.fromkeys(g.name for g in gpus):
+            models.setdefault(name, []).append(r.host)
+        if r.driver_version:
+            drivers.setdefault(r.driver_version, []).append(r.host)
+    if len(models) > 1:
+        out.append("mixed GPU models: " + "; ".join(f"{m} on {', '.join(h)}"
+                                                   for m, h in models.items())
+                   + " (the ring runs at the pace of the slowest GPU)")
+    if len(drivers) > 1:
+        out.append("NVIDIA driver versions differ: " + "; ".join(
+            f"{d} on {', '.join(h)}" for d, h in drivers.items()))
+    return out
+
+
+def _host_verdict(host: Host, problems: list[str], warnings: list[str], busy: bool,
+                  policy: PreflightPolicy) -> HostVerdict:
+    if problems:
+        status = HostStatus.FAILED if policy.on_bad_host == "fail" else HostStatus.EXCLUDED
+        fix = ("fix the host or pass --on-bad-host exclude" if status is HostStatus.FAILED
+               else "excluded (--on-bad-host exclude)")
+        problems = [*problems[:-1], f"{problems[-1]}; {fix}"]
+    elif busy and policy.on_busy == "exclude":
+        status = HostStatus.EXCLUDED
+        problems = [f"{warnings[0]}; excluded (--on-busy exclude)"]
+    else:
+        status = HostStatus.WARN if warnings else HostStatus.OK
+    usable = host.slots if status in (HostStatus.OK, HostStatus.WARN) else 0
+    return HostVerdict(host.name, status, host.slots, usable, tuple(problems), tuple(warnings))
+
+
+def _job_problems(verdicts: Sequence[HostVerdict], policy: PreflightPolicy) -> list[str]:
+    """What exclusions leave too little of. Failed hosts count as present: the user is told to
+    fix them, and "no host left" on top of their own problems would only be noise."""
+    usable = [v for v in verdicts if v.status is not HostStatus.EXCLUDED]
+    excluded = [v.host for v in verdicts if v.status is HostStatus.EXCLUDED]
+    left = f" after excluding {', '.join(excluded)}" if excluded else ""
+    slots = sum(v.slots_asked if v.status is HostStatus.FAILED else v.slots_usable
+                for v in usable)
+    out = []
+    if not usable:
+        out.append(f"no usable host is left{left}")
+    elif len(usable) < policy.min_hosts:
+        out.append(f"only {len(usable)} usable hosts{left}, --min-hosts {policy.min_hosts}")
+    if usable and policy.np is not None and policy.np > slots:
+        out.append(f"-np {policy.np} needs {policy.np} slots, only {slots} are usable{left}")
+    return out
+
+
+def _add(into: dict[str, list[str]], more: dict[str, list[str]]) -> None:
+    for host, items in more.items():
+        into.setdefault(host, []).extend(items)

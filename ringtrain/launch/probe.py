@@ -1,0 +1,154 @@
+"""The pre-flight probe: one SSH round trip per host collects GPUs, versions and interfaces.
+
+The remote side is a fixed POSIX sh script (``PROBE_SCRIPT``); the only values passed to it are
+the validated Python path and the fixed Python snippet, as positional arguments (``$1``, ``$2``),
+never pasted into the script. Its output is a series of delimited sections::
+
+    @@ringtrain:probe 1@@
+    @@ringtrain:begin host@@
+    gpu01
+    @@ringtrain:end 0@@
+    @@ringtrain:begin gpu@@          nvidia-smi --query-gpu=... --format=csv,noheader,nounits
+    0, NVIDIA A100-SXM4-80GB, GPU-..., 81920, 4, 0, 535.129.03
+    @@ringtrain:end 0@@              exit code of the section's command (127: not installed)
+    @@ringtrain:begin python@@       "name version" lines; "-" when not installed
+    @@ringtrain:begin mpi@@          mpirun --version
+    @@ringtrain:begin net@@          ip -o addr show
+    @@ringtrain:done@@
+
+Parsing is in ``probe_parse`` (pure, golden-file tested).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+
+from ringtrain.errors import UsageError
+from ringtrain.hostfile.model import Inventory
+from ringtrain.launch.probe_parse import (
+    Gpu,
+    GpuQuery,
+    GpuStatus,
+    Interface,
+    ProbeReport,
+    ProbeResult,
+    Versions,
+    parse_probe_output,
+)
+from ringtrain.launch.remote import CmdResult, Remote
+
+__all__ = [
+    "NVIDIA_SMI_QUERY",
+    "PROBE_SCRIPT",
+    "Gpu",
+    "GpuQuery",
+    "GpuStatus",
+    "Interface",
+    "ProbeReport",
+    "ProbeResult",
+    "Versions",
+    "probe",
+    "probe_argv",
+]
+
+log = logging.getLogger(__name__)
+
+NVIDIA_SMI_QUERY = (
+    "--query-gpu=index,name,uuid,memory.total,memory.used,utilization.gpu,driver_version"
+)
+NVIDIA_SMI_TIMEOUT_S = 15
+
+# Versions from package metadata: importing tensorflow would take seconds per host.
+VERSIONS_PY = """\
+import sys
+try:
+    from importlib import metadata
+except ImportError:
+    metadata = None
+print("python %d.%d.%d" % sys.version_info[:3])
+for name in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "horovod", "mpi4py"):
+    try:
+        print(name, metadata.version(name))
+    except Exception:
+        print(name, "-")
+"""
+
+PROBE_SCRIPT = f"""\
+PY=$1
+PYCODE=$2
+export LC_ALL=C
+PATH=$PATH:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+T=
+if command -v timeout >/dev/null 2>&1; then T="timeout {NVIDIA_SMI_TIMEOUT_S}"; fi
+section() {{
+  printf '@@ringtrain:begin %s@@\\n' "$1"
+  shift
+  if command -v "$1" >/dev/null 2>&1; then
+    out=$($T "$@" 2>&1 </dev/null)
+    rc=$?
+  else
+    out="$1: command not found"
+    rc=127
+  fi
+  if [ -n "$out" ]; then printf '%s\\n' "$out"; fi
+  printf '@@ringtrain:end %s@@\\n' "$rc"
+}}
+echo '@@ringtrain:probe 1@@'
+section host uname -n
+section gpu nvidia-smi {NVIDIA_SMI_QUERY} --format=csv,noheader,nounits
+section python "$PY" -c "$PYCODE"
+section mpi mpirun --version
+section net ip -o addr show
+echo '@@ringtrain:done@@'
+"""
+
+_PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+@-]+$")
+
+
+def probe_argv(python: str) -> tuple[str, ...]:
+    """The argv run on every host (over SSH it is shlex-joined for the remote shell)."""
+    if not _PYTHON_RE.match(python) or python.startswith("-"):
+        raise UsageError(
+            f"python path {python!r} has characters that are not allowed",
+            "pass --python as a plain path such as /opt/venv/bin/python",
+        )
+    return ("sh", "-c", PROBE_SCRIPT, "ringtrain-probe", python, VERSIONS_PY)
+
+
+def probe(
+    inventory: Inventory,
+    remote: Remote,
+    *,
+    python: str | None = None,
+    timeout: float = 30.0,
+) -> ProbeReport:
+    """Probe every host at once; the report holds one ProbeResult per host, in inventory order.
+
+    ``python`` is the interpreter run on each host (default: this launcher's own, assuming a
+    shared filesystem or identical install paths).
+    """
+    py = python or sys.executable
+    argv = probe_argv(py)
+    answers = remote.run(inventory.hosts, argv, timeout)
+    results = tuple(result_from_cmd(h.name, answers.get(h.name), py) for h in inventory.hosts)
+    for r in results:
+        if r.error:
+            log.info("probe %s: %s", r.host, r.error)
+    return ProbeReport(results)
+
+
+def result_from_cmd(host: str, cmd: CmdResult | None, python: str = "python") -> ProbeResult:
+    """One host's command result -> ProbeResult (unreachable hosts keep their SSH error)."""
+    if cmd is None:
+        return ProbeResult(host, False, "no answer from the remote runner")
+    if cmd.error is not None:
+        return ProbeResult(host, False, cmd.error, duration_s=cmd.duration_s)
+    result = parse_probe_output(host, cmd.stdout, python, cmd.duration_s)
+    if cmd.exit_code != 0 and result.error is not None:
+        tail = (cmd.stderr.strip().splitlines() or ["no error output"])[-1]
+        return ProbeResult(host, True, f"probe script failed (exit {cmd.exit_code}): {tail}",
+                           duration_s=cmd.duration_s)
+    return result
+

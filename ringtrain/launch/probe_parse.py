@@ -1,0 +1,325 @@
+"""Pure parsers for the probe script's output, and the values they build.
+
+Input is text exactly as the tools print it (nvidia-smi CSV, ``mpirun --version``,
+``ip -o addr show``); golden files of real outputs live in tests/unit/golden/probe/.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import re
+from dataclasses import dataclass, field, replace
+
+BEGIN = "@@ringtrain:begin "
+END = "@@ringtrain:end "
+HEADER = "@@ringtrain:probe 1@@"
+DONE = "@@ringtrain:done@@"
+SECTIONS = ("host", "gpu", "python", "mpi", "net")
+
+_UNSUPPORTED = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", ""}
+_NVSMI_EXIT = {
+    2: "invalid argument",
+    3: "operation not available on this GPU",
+    4: "no permission",
+    6: "query unsuccessful",
+    9: "NVIDIA driver is not loaded",
+    12: "NVML shared library not found",
+    14: "infoROM is corrupted",
+    15: "a GPU has fallen off the bus",
+    18: "NVIDIA driver/library version mismatch",
+    124: "timed out (a hung driver?)",
+}
+_IP_RE = re.compile(
+    r"^\d+:\s+(?P<name>[^\s@]+)(?:@\S+)?\s+(?P<fam>inet6?)\s+(?P<addr>[0-9A-Fa-f.:]+)"
+    r"(?:/(?P<plen>\d+))?(?:\s+peer\s+\S+?/(?P<peerlen>\d+))?(?P<rest>.*)$"
+)
+
+
+class GpuStatus(enum.Enum):
+    OK = "ok"
+    NO_GPUS = "no-gpus"  # nvidia-smi works but sees no device
+    NOT_INSTALLED = "not-installed"  # no nvidia-smi on PATH (exit 127)
+    FAILED = "failed"  # nvidia-smi ran and failed (driver not loaded, mismatch, lost GPU)
+    NOT_PROBED = "not-probed"
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    index: int
+    name: str
+    uuid: str
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+    utilization_pct: int | None
+    problem: str | None = None  # a field nvidia-smi reported as an error, e.g. [Unknown Error]
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuQuery:
+    status: GpuStatus
+    gpus: tuple[Gpu, ...] = ()
+    driver_version: str | None = None
+    message: str | None = None  # what nvidia-smi said when it failed, one line
+
+    @property
+    def healthy(self) -> tuple[Gpu, ...]:
+        return tuple(g for g in self.gpus if g.ok)
+
+
+@dataclass(frozen=True, slots=True)
+class Versions:
+    python: str | None = None
+    tensorflow: str | None = None
+    tensorflow_dist: str | None = None  # tensorflow, tensorflow-cpu or tensorflow-gpu
+    horovod: str | None = None
+    mpi4py: str | None = None
+    mpi: str | None = None  # "Open MPI 4.1.4", "MPICH 4.0.2", "Intel MPI 2021.6"
+    error: str | None = None
+
+    def items(self) -> tuple[tuple[str, str | None], ...]:
+        """The versions that must agree across hosts, by package name."""
+        return (("python", self.python), ("tensorflow", self.tensorflow),
+                ("horovod", self.horovod), ("mpi4py", self.mpi4py), ("mpi", self.mpi))
+
+
+@dataclass(frozen=True, slots=True)
+class Interface:
+    name: str
+    address: str
+    prefixlen: int
+    scope: str = "global"
+
+    @property
+    def ip(self) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+        return ipaddress.ip_interface(f"{self.address}/{self.prefixlen}")
+
+    @property
+    def version(self) -> int:
+        return self.ip.version
+
+    @property
+    def cidr(self) -> str:
+        return f"{self.address}/{self.prefixlen}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """Everything one host answered. ``reachable`` False: ``error`` says why (SSH-level)."""
+
+    host: str
+    reachable: bool
+    error: str | None = None
+    hostname: str | None = None
+    gpu: GpuQuery = field(default_factory=lambda: GpuQuery(GpuStatus.NOT_PROBED))
+    versions: Versions = field(default_factory=Versions)
+    interfaces: tuple[Interface, ...] = ()
+    duration_s: float = 0.0
+
+    @property
+    def gpus(self) -> tuple[Gpu, ...]:
+        return self.gpu.gpus
+
+    @property
+    def driver_version(self) -> str | None:
+        return self.gpu.driver_version
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeReport:
+    results: tuple[ProbeResult, ...]
+
+    def result(self, host: str) -> ProbeResult:
+        for r in self.results:
+            if r.host == host:
+                return r
+        raise KeyError(host)
+
+    @property
+    def unreachable(self) -> tuple[ProbeResult, ...]:
+        return tuple(r for r in self.results if not r.reachable)
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    name: str
+    body: str
+    exit_code: int | None  # None: the section never ended (output cut off)
+
+
+def split_sections(text: str) -> dict[str, Section]:
+    """Cut the probe output into its sections; text before the header (a chatty bashrc) is
+    ignored."""
+    sections: dict[str, Section] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(BEGIN) and line.endswith("@@"):
+            name, lines = line[len(BEGIN):-2], []
+        elif line.startswith(END) and line.endswith("@@") and name is not None:
+            code = line[len(END):-2]
+            sections[name] = Section(name, "\n".join(lines), int(code) if code.isdigit() else None)
+            name = None
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        sections[name] = Section(name, "\n".join(lines), None)
+    return sections
+
+
+def parse_nvidia_smi(text: str, exit_code: int | None) -> GpuQuery:
+    """``nvidia-smi --query-gpu=index,name,uuid,memory.total,memory.used,utilization.gpu,
+    driver_version --format=csv,noheader,nounits`` output (stdout and stderr together)."""
+    if exit_code == 127:
+        return GpuQuery(GpuStatus.NOT_INSTALLED, message="nvidia-smi not found on PATH")
+    gpus: list[Gpu] = []
+    other: list[str] = []
+    driver: str | None = None
+    for line in (ln.strip() for ln in text.splitlines()):
+        gpu, drv = _parse_gpu_row(line) if line else (None, None)
+        if gpu is not None:
+            gpus.append(gpu)
+            driver = driver or drv
+        elif line:
+            other.append(line)
+    said = "; ".join(other)
+    if exit_code not in (0, None) or (exit_code is None and not gpus):
+        meaning = _NVSMI_EXIT.get(exit_code or 0, "")
+        what = f"nvidia-smi failed (exit {exit_code}{': ' + meaning if meaning else ''})"
+        if "No devices were found" in said and not gpus:
+            return GpuQuery(GpuStatus.NO_GPUS, message="nvidia-smi: No devices were found")
+        return GpuQuery(GpuStatus.FAILED, tuple(gpus), driver,
+                        f"{what}: {said}" if said else what)
+    if not gpus:
+        return GpuQuery(GpuStatus.NO_GPUS, message=said or "nvidia-smi listed no GPUs")
+    return GpuQuery(GpuStatus.OK, tuple(gpus), driver, said or None)
+
+
+def _parse_gpu_row(line: str) -> tuple[Gpu | None, str | None]:
+    raw = line.split(",")
+    fields = [f.strip() for f in raw]
+    if len(fields) < 7 or not fields[0].isdigit():
+        return None, None
+    name = ",".join(raw[1:-5]).strip()
+    uuid, total, used, util, driver = fields[-5:]
+    problems: list[str] = []
+    values = []
+    for label, text in (("memory.total", total), ("memory.used", used),
+                        ("utilization.gpu", util)):
+        value, problem = _number(label, text)
+        values.append(value)
+        if problem:
+            problems.append(problem)
+    for label, text in (("name", name), ("uuid", uuid)):
+        if text.startswith("[") and text not in _UNSUPPORTED:
+            problems.append(f"{label} {text}")
+    gpu = Gpu(int(fields[0]), name, uuid, values[0], values[1], values[2],
+              "; ".join(problems) or None)
+    return gpu, (None if driver in _UNSUPPORTED or driver.startswith("[") else driver)
+
+
+def _number(label: str, raw: str) -> tuple[int | None, str | None]:
+    if raw in _UNSUPPORTED:
+        return None, None
+    if raw.startswith("["):
+        return None, f"{label} {raw}"
+    try:
+        return int(float(raw)), None
+    except ValueError:
+        return None, f"{label} unreadable ({raw!r})"
+
+
+def parse_python_versions(text: str, exit_code: int | None, python: str = "python") -> Versions:
+    """Lines ``name version`` (``-`` when not installed) printed by the probe's Python."""
+    if exit_code == 127:
+        return Versions(error=f"python not found at {python} on this host: pass --python")
+    if exit_code != 0:
+        tail = text.strip().splitlines()[-1:] or ["no output"]
+        return Versions(error=f"{python} failed (exit {exit_code}): {tail[0]}")
+    found: dict[str, str | None] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            found[parts[0]] = None if parts[1] == "-" else parts[1]
+    tf_dist = next((d for d in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu")
+                    if found.get(d)), None)
+    return Versions(
+        python=found.get("python"),
+        tensorflow=found.get(tf_dist) if tf_dist else None,
+        tensorflow_dist=tf_dist,
+        horovod=found.get("horovod"),
+        mpi4py=found.get("mpi4py"),
+    )
+
+
+def parse_mpirun_version(text: str, exit_code: int | None) -> str | None:
+    """``mpirun --version`` -> "Open MPI 4.1.4" (or MPICH / Intel MPI); None when absent."""
+    if exit_code == 127:
+        return None
+    patterns = (
+        (r"mpirun \(Open MPI\) (\S+)", "Open MPI"),
+        (r"Intel\(R\) MPI Library.*?Version (\S+)", "Intel MPI"),
+        (r"HYDRA build details:.*?Version:\s+(\S+)", "MPICH"),
+    )
+    for pattern, label in patterns:
+        m = re.search(pattern, text, re.DOTALL)
+        if m:
+            return f"{label} {m.group(1)}"
+    first = text.strip().splitlines()[:1]
+    return f"unknown ({first[0][:60]})" if first else None
+
+
+def parse_ip_addr(text: str) -> tuple[Interface, ...]:
+    """``ip -o addr show`` lines -> interfaces with addresses (IPv4 and IPv6)."""
+    found: list[Interface] = []
+    for line in text.splitlines():
+        m = _IP_RE.match(line.strip())
+        if not m:
+            continue
+        plen = m.group("plen") or m.group("peerlen")
+        default = 32 if m.group("fam") == "inet" else 128
+        scope = re.search(r"\bscope (\S+)", m.group("rest"))
+        try:
+            iface = Interface(m.group("name"), m.group("addr"), int(plen or default),
+                              scope.group(1) if scope else "global")
+            iface.ip  # noqa: B018 - validates address and prefix
+        except ValueError:
+            continue
+        found.append(iface)
+    return tuple(found)
+
+
+def parse_probe_output(host: str, text: str, python: str = "python",
+                       duration_s: float = 0.0) -> ProbeResult:
+    """The whole probe script's stdout -> ProbeResult for a host that answered."""
+    sections = split_sections(text)
+    missing = [s for s in SECTIONS if s not in sections or sections[s].exit_code is None]
+    if not any(s in sections for s in SECTIONS):
+        return ProbeResult(host, True, "probe printed nothing readable: is /bin/sh a POSIX "
+                           "shell and does the login print to stdout?", duration_s=duration_s)
+    error = (f"probe output incomplete (cut off before the end of: {', '.join(missing)}); "
+             "the host may be overloaded or a command hung") if missing else None
+
+    def body(name: str) -> tuple[str, int | None]:
+        s = sections.get(name)
+        return (s.body, s.exit_code) if s else ("", None)
+
+    versions = parse_python_versions(*body("python"), python=python)
+    mpi_text, mpi_rc = body("mpi")
+    host_text, _ = body("host")
+    return ProbeResult(
+        host=host,
+        reachable=True,
+        error=error,
+        hostname=next(iter(host_text.strip().splitlines()), None),
+        gpu=parse_nvidia_smi(*body("gpu")) if "gpu" in sections else GpuQuery(
+            GpuStatus.NOT_PROBED),
+        versions=replace(versions, mpi=parse_mpirun_version(mpi_text, mpi_rc)),
+        interfaces=parse_ip_addr(body("net")[0]),
+        duration_s=duration_s,
+    )
+

@@ -1,0 +1,167 @@
+"""SshRemote against a real, throwaway sshd on 127.0.0.1 (own host key, config, pid file)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ringtrain.hostfile.model import Host, Inventory
+from ringtrain.launch.probe import probe
+from ringtrain.launch.remote import SshRemote
+
+SSHD = "/usr/sbin/sshd"
+pytestmark = [
+    pytest.mark.ssh,
+    pytest.mark.skipif(not (os.geteuid() == 0 and Path(SSHD).exists()
+                            and shutil.which("ssh-keygen")), reason="needs root, sshd, ssh-keygen"),
+]
+
+
+@dataclass
+class Sshd:
+    dir: Path
+    port: int
+    closed_port: int
+    config: Path
+    known_hosts: Path
+    host_pub: str  # "ssh-ed25519 AAAA..."
+
+    def remote(self, **kw: object) -> SshRemote:
+        return SshRemote(self.config, **kw)  # type: ignore[arg-type]
+
+    def trust(self, pub: str | None = None) -> None:
+        names = f"[h-ok]:{self.port},[127.0.0.1]:{self.port}"
+        self.known_hosts.write_text(f"{names} {pub or self.host_pub}\n")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return " ".join(path.with_suffix(".pub").read_text().split()[:2])
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    d = tmp_path_factory.mktemp("sshd")
+    host_pub = _keygen(d / "host_key")
+    client_pub = _keygen(d / "client_key")
+    (d / "authorized_keys").write_text(client_pub + "\n")
+    port, closed = _free_port(), _free_port()
+    (d / "sshd_config").write_text(f"""Port {port}
+ListenAddress 127.0.0.1
+HostKey {d}/host_key
+PidFile {d}/sshd.pid
+AuthorizedKeysFile {d}/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+StrictModes no
+UsePAM no
+UseDNS no
+""")
+    hosts = "".join(f"""Host {alias}
+    HostName 127.0.0.1
+    Port {p}
+    User root
+    IdentityFile {d}/client_key
+    IdentitiesOnly yes
+    UserKnownHostsFile {d}/known_hosts
+    StrictHostKeyChecking yes
+""" for alias, p in (("h-ok", port), ("h-closed", closed)))
+    (d / "ssh_config").write_text(hosts)
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
+                            stdout=subprocess.DEVNULL, stderr=(d / "sshd.log").open("w"))
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"sshd did not start: {(d / 'sshd.log').read_text()}")
+                time.sleep(0.05)
+        yield Sshd(d, port, closed, d / "ssh_config", d / "known_hosts", host_pub)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_known_key_runs_and_quotes_argv(sshd: Sshd) -> None:
+    sshd.trust()
+    r = sshd.remote().run([Host("h-ok", 1)], ["printf", "%s|", "a b", "it's", "$HOME"], 20)["h-ok"]
+    assert r.error is None, r.error
+    assert (r.exit_code, r.stdout) == (0, "a b|it's|$HOME|")
+
+
+def test_exit_code_stderr_and_timeout(sshd: Sshd) -> None:
+    sshd.trust()
+    remote = sshd.remote()
+    r = remote.run([Host("h-ok", 1)], ["sh", "-c", "echo oops >&2; exit 7"], 20)["h-ok"]
+    assert (r.exit_code, r.stderr, r.error) == (7, "oops\n", None)
+    r = remote.run([Host("h-ok", 1)], ["sleep", "30"], 2)["h-ok"]
+    assert r.error == "timed out after 2 s" and r.duration_s < 10
+
+
+def test_unknown_key_refused(sshd: Sshd) -> None:
+    sshd.known_hosts.write_text("")
+    r = sshd.remote().run([Host("h-ok", 1)], ["true"], 20)["h-ok"]
+    assert r.error is not None and r.error.startswith("unknown host key for h-ok (ssh-ed25519 ")
+    assert "--accept-new-host-keys" in r.error and r.exit_code is None
+    assert sshd.known_hosts.read_text() == ""
+
+
+def test_unknown_key_accepted_with_accept_new(sshd: Sshd) -> None:
+    sshd.known_hosts.write_text("")
+    r = sshd.remote(accept_new_host_keys=True).run([Host("h-ok", 1)], ["true"], 20)["h-ok"]
+    assert r.ok, r.error
+    assert sshd.known_hosts.read_text() == (
+        f"[h-ok]:{sshd.port},[127.0.0.1]:{sshd.port} {sshd.host_pub}\n")
+    again = sshd.remote().run([Host("h-ok", 1)], ["true"], 20)["h-ok"]  # now strictly known
+    assert again.ok, again.error
+
+
+@pytest.mark.parametrize("accept_new", [False, True])
+def test_changed_key_refused_even_with_accept_new(sshd: Sshd, accept_new: bool) -> None:
+    other = _keygen(sshd.dir / f"other_{accept_new}")
+    sshd.trust(other)
+    before = sshd.known_hosts.read_text()
+    r = sshd.remote(accept_new_host_keys=accept_new).run([Host("h-ok", 1)], ["true"], 20)["h-ok"]
+    assert r.error is not None
+    assert r.error.startswith("host key for h-ok CHANGED (possible MITM): fix known_hosts")
+    assert sshd.known_hosts.read_text() == before
+
+
+def test_closed_port_reported_while_other_host_succeeds(sshd: Sshd) -> None:
+    sshd.trust()
+    out = sshd.remote().run([Host("h-closed", 1), Host("h-ok", 1)], ["echo", "hi"], 20)
+    assert list(out) == ["h-closed", "h-ok"]
+    assert out["h-closed"].error == (
+        f"connection refused by 127.0.0.1:{sshd.closed_port} (is sshd running?)")
+    assert out["h-ok"].ok and out["h-ok"].stdout == "hi\n"
+
+
+def test_probe_over_ssh(sshd: Sshd) -> None:
+    import sys
+
+    sshd.trust()
+    report = probe(Inventory((Host("h-ok", 1), Host("h-closed", 1))), sshd.remote(),
+                   python=sys.executable, timeout=30)
+    ok = report.result("h-ok")
+    assert ok.reachable and ok.error is None, ok.error
+    assert ok.versions.mpi == "Open MPI 4.1.4" and ok.hostname == os.uname().nodename
+    assert not report.result("h-closed").reachable

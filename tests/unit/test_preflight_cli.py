@@ -1,0 +1,70 @@
+"""`ringtrain check` rendering and exit codes, with FakeRemote in place of SshRemote."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from ringtrain.cli import check_cmd, cli
+from ringtrain.launch.probe import probe_argv
+from tests.fakes import FakeRemote, gpu_rows, ip_lines, probe_stdout
+
+ARGV = probe_argv(sys.executable)
+
+
+def fake(**gpus: int) -> FakeRemote:
+    remote = FakeRemote()
+    for i, (host, n) in enumerate(gpus.items(), start=1):
+        remote.on(host, ARGV, stdout=probe_stdout(
+            host, gpu=(gpu_rows(n), 0), net=ip_lines(("eth0", f"10.0.0.{i}/24"))))
+    return remote
+
+
+@pytest.fixture
+def use_remote(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def install(remote: FakeRemote) -> FakeRemote:
+        monkeypatch.setattr(check_cmd, "SshRemote", lambda *a, **kw: remote)
+        return remote
+    return install
+
+
+def test_table_and_exit_code_when_refused(use_remote: Any) -> None:
+    use_remote(fake(gpu01=4, gpu02=2))
+    result = CliRunner().invoke(cli, ["check", "-H", "gpu01:4,gpu02:4"])
+    assert result.exit_code == 4
+    lines = result.stdout.splitlines()
+    assert any("gpu01" in ln and " ok " in ln and "4/4" in ln for ln in lines)
+    assert any("gpu02" in ln and "failed" in ln and "2/4" in ln for ln in lines)
+    assert "error: pre-flight refused the launch: 1 of 2 hosts have problems" in result.stderr
+    assert "fix: fix the hosts listed, or pass --on-bad-host exclude" in result.stderr
+
+
+def test_json_and_exclude(use_remote: Any) -> None:
+    use_remote(fake(gpu01=4, gpu02=2))
+    result = CliRunner().invoke(cli, ["check", "-H", "gpu01:4,gpu02:4", "--json",
+                                      "--on-bad-host", "exclude"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["refused"] is False and data["usable_slots"] == {"gpu01": 4}
+    assert [h["status"] for h in data["hosts"]] == ["ok", "excluded"]
+    assert data["hosts"][0]["gpus"][0]["memory_total_mib"] == 81920
+    assert data["network"]["mca"]["btl_tcp_if_include"] == "10.0.0.0/24"
+
+
+def test_min_hosts_refuses_after_exclusion(use_remote: Any) -> None:
+    use_remote(fake(gpu01=4, gpu02=2))
+    result = CliRunner().invoke(cli, ["check", "-H", "gpu01:4,gpu02:4", "--on-bad-host",
+                                      "exclude", "--min-hosts", "2"])
+    assert result.exit_code == 4
+    assert "only 1 usable hosts after excluding gpu02, --min-hosts 2" in result.stderr
+
+
+def test_ok_summary(use_remote: Any) -> None:
+    use_remote(fake(gpu01=4, gpu02=4))
+    result = CliRunner().invoke(cli, ["check", "-H", "gpu01:4,gpu02:4", "-np", "8"])
+    assert result.exit_code == 0, result.stderr
+    assert "ok: a launch would use 2 hosts, 8 slots" in result.stdout

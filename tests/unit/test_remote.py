@@ -1,0 +1,218 @@
+"""remote.py without a network: known_hosts matching, ssh_config resolution, host key decisions,
+error wording and the fan-out's bound. (Real sshd: tests/integration/test_remote_sshd.py.)"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import socket
+import threading
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from ringtrain.errors import RemoteError
+from ringtrain.hostfile.model import Host
+from ringtrain.launch.remote import (
+    CmdResult,
+    SshRemote,
+    SshTarget,
+    _disabled_host_key_types,
+    _HostKeyPolicy,
+    _KeyRefused,
+    describe_error,
+    fan_out,
+    resolve_target,
+)
+from ringtrain.launch.remote_keys import KnownHosts, fingerprint, parse_known_hosts
+
+KEY_A = paramiko.ECDSAKey.generate()
+KEY_B = paramiko.ECDSAKey.generate()
+
+
+def line(names: str, key: paramiko.PKey = KEY_A) -> str:
+    return f"{names} {key.get_name()} {key.get_base64()}\n"
+
+
+def hashed(name: str) -> str:
+    salt = b"0123456789abcdefghij"
+    mac = hmac.new(salt, name.encode(), hashlib.sha1).digest()
+    return f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(mac).decode()}"
+
+
+def target(**kw: object) -> SshTarget:
+    base: dict[str, object] = dict(alias="gpu01", hostname="10.0.0.1", port=22, user=None,
+                                   identity_files=(), identities_only=False,
+                                   known_hosts_files=(), strict="yes", connect_timeout=5.0)
+    base.update(kw)
+    return SshTarget(**base)  # type: ignore[arg-type]
+
+
+def test_parse_and_match_known_hosts() -> None:
+    text = ("# comment\n\n" + line("gpu01,10.0.0.1") + line("[gpu02]:2222") + line(hashed("gpu03"))
+            + line("*.rack1,!bad.rack1") + "@revoked * " + f"{KEY_B.get_name()} "
+            f"{KEY_B.get_base64()}\n" + "broken-line\n")
+    entries = parse_known_hosts(text)
+    assert len(entries) == 5
+    assert entries[0].matches("gpu01") and entries[0].matches("10.0.0.1")
+    assert entries[1].matches("[gpu02]:2222") and not entries[1].matches("gpu02")
+    assert entries[2].matches("gpu03") and not entries[2].matches("gpu04")
+    assert entries[3].matches("n1.rack1") and not entries[3].matches("bad.rack1")
+    assert entries[4].marker == "@revoked"
+
+
+def test_known_hosts_store_and_accept_new_append(tmp_path: Path) -> None:
+    kh = tmp_path / "ssh" / "known_hosts"
+    store = KnownHosts((kh,), kh)
+    assert store.keys_for(("gpu01",)) == ()
+    store.add(("gpu01", "10.0.0.1"), KEY_A.get_name(), KEY_A.get_base64())
+    assert kh.read_text() == line("gpu01,10.0.0.1")
+    assert kh.stat().st_mode & 0o777 == 0o600
+    assert len(KnownHosts((kh,), kh).keys_for(("10.0.0.1",))) == 1
+
+
+def test_key_names_follow_openssh() -> None:
+    assert target().key_names == ("gpu01", "10.0.0.1")
+    assert target(port=2222).key_names == ("[gpu01]:2222", "[10.0.0.1]:2222")
+    assert target(host_key_alias="node").key_names == ("node",)
+    assert target(hostname="gpu01").key_names == ("gpu01",)
+
+
+def _policy(tmp_path: Path, known: str, strict: str = "yes") -> tuple[_HostKeyPolicy, Path]:
+    kh = tmp_path / "known_hosts"
+    kh.write_text(known)
+    return _HostKeyPolicy(KnownHosts((kh,), kh), target(strict=strict)), kh
+
+
+def test_policy_known_key_passes(tmp_path: Path) -> None:
+    policy, _ = _policy(tmp_path, line("10.0.0.1"))  # known by IP only: still fine
+    policy.missing_host_key(paramiko.SSHClient(), "10.0.0.1", KEY_A)
+
+
+def test_policy_unknown_key_refused_unless_accept_new(tmp_path: Path) -> None:
+    policy, kh = _policy(tmp_path, line("other"))
+    with pytest.raises(_KeyRefused, match=r"^unknown host key for gpu01 .*--accept-new-host-keys"):
+        policy.missing_host_key(paramiko.SSHClient(), "10.0.0.1", KEY_A)
+    policy, kh = _policy(tmp_path, line("other"), strict="accept-new")
+    policy.missing_host_key(paramiko.SSHClient(), "10.0.0.1", KEY_A)
+    assert kh.read_text().endswith(line("gpu01,10.0.0.1"))
+
+
+@pytest.mark.parametrize("strict", ["yes", "accept-new"])
+def test_policy_changed_key_always_refused(tmp_path: Path, strict: str) -> None:
+    policy, kh = _policy(tmp_path, line("gpu01", KEY_B), strict=strict)
+    before = kh.read_text()
+    with pytest.raises(_KeyRefused, match=r"^host key for gpu01 CHANGED \(possible MITM\): fix "
+                                          r"known_hosts"):
+        policy.missing_host_key(paramiko.SSHClient(), "10.0.0.1", KEY_A)
+    assert kh.read_text() == before
+
+
+def test_policy_revoked_key_refused(tmp_path: Path) -> None:
+    policy, _ = _policy(tmp_path, line("gpu01") + "@revoked " + line("*"), strict="accept-new")
+    with pytest.raises(_KeyRefused, match="@revoked"):
+        policy.missing_host_key(paramiko.SSHClient(), "10.0.0.1", KEY_A)
+
+
+def test_disabled_host_key_types_prefers_known_types() -> None:
+    ecdsa = parse_known_hosts(line("h"))
+    disabled = _disabled_host_key_types(ecdsa)
+    assert "ecdsa-sha2-nistp256" not in disabled and "ssh-ed25519" in disabled
+    rsa = parse_known_hosts("h ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQ==\n")
+    assert not {"rsa-sha2-512", "rsa-sha2-256"} & set(_disabled_host_key_types(rsa))
+    assert _disabled_host_key_types(()) == []
+
+
+CONFIG = """
+Host gpu*
+    HostName 10.0.0.%h
+    User trainer
+    Port 2222
+    IdentityFile ~/.ssh/id_cluster
+    IdentitiesOnly yes
+    UserKnownHostsFile /tmp/kh1 /tmp/kh2
+    StrictHostKeyChecking yes
+    ConnectTimeout 3
+Host gpu01
+    HostName 10.0.0.1
+Host loose
+    StrictHostKeyChecking accept-new
+Host jumpy
+    ProxyJump bastion
+"""
+
+
+def test_resolve_target_from_ssh_config() -> None:
+    cfg = paramiko.SSHConfig.from_text(CONFIG)
+    t = resolve_target(Host("gpu01", 4), cfg)
+    # first match wins, as in OpenSSH: "Host gpu*" sets HostName before "Host gpu01" is read
+    assert (t.hostname, t.port, t.user, t.identities_only, t.connect_timeout) == (
+        "10.0.0.gpu01", 2222, "trainer", True, 3.0)
+    assert t.identity_files[0].endswith("/.ssh/id_cluster") and "~" not in t.identity_files[0]
+    assert t.known_hosts_files == (Path("/tmp/kh1"), Path("/tmp/kh2"),
+                                   Path("/etc/ssh/ssh_known_hosts"))
+    assert t.strict == "yes"
+    inv = resolve_target(Host("gpu02", 4, user="alice", port=22, identity_file="/k"), cfg,
+                         known_hosts=Path("/x/kh"), accept_new=True)
+    assert (inv.user, inv.port, inv.identity_files, inv.known_hosts_files, inv.strict) == (
+        "alice", 22, ("/k",), (Path("/x/kh"),), "accept-new")
+    assert resolve_target(Host("loose", 1), cfg).strict == "accept-new"
+    plain = resolve_target(Host("other", 1), cfg)
+    assert (plain.hostname, plain.port, plain.user) == ("other", 22, None)
+    assert plain.known_hosts_files[-1] == Path("/etc/ssh/ssh_known_hosts")
+
+
+def test_missing_ssh_config_is_a_remote_error(tmp_path: Path) -> None:
+    with pytest.raises(RemoteError, match="does not exist"):
+        SshRemote(tmp_path / "nope")
+
+
+def test_proxyjump_reported_per_host(tmp_path: Path) -> None:
+    cfg = tmp_path / "cfg"
+    cfg.write_text(CONFIG)
+    r = SshRemote(cfg).run([Host("jumpy", 1)], ["true"], 5)["jumpy"]
+    assert r.error is not None and r.error.startswith("ProxyJump is not supported")
+
+
+def test_error_wording() -> None:
+    t = target()
+    assert describe_error(ConnectionRefusedError(), t, 9) == (
+        "connection refused by 10.0.0.1:22 (is sshd running?)")
+    assert describe_error(TimeoutError(), t, 9) == (
+        "timed out after 5 s connecting to 10.0.0.1:22")
+    assert describe_error(TimeoutError("command deadline"), t, 9) == "timed out after 9 s"
+    assert describe_error(paramiko.AuthenticationException(), t, 9).startswith(
+        "authentication failed for the current user@gpu01")
+    assert describe_error(socket.gaierror(-2, "Name or service not known"), t, 9) == (
+        "cannot resolve host name 10.0.0.1: Name or service not known")
+
+
+def test_fingerprint_format() -> None:
+    assert fingerprint(KEY_A.get_base64()) == KEY_A.fingerprint
+
+
+def test_fan_out_bounds_concurrency_keeps_order_and_isolates_failures() -> None:
+    lock = threading.Lock()
+    running, peak = 0, 0
+
+    def work(h: Host) -> CmdResult:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.02)
+        with lock:
+            running -= 1
+        if h.name == "h3":
+            raise RuntimeError("boom")
+        return CmdResult(h.name, 0, h.name, "", None, 0.0)
+
+    hosts = [Host(f"h{i}", 1) for i in range(10)]
+    results = fan_out(hosts, work, concurrency=3)
+    assert peak == 3
+    assert list(results) == [h.name for h in hosts]
+    assert results["h3"].error == "unexpected error: RuntimeError: boom"
+    assert all(results[f"h{i}"].ok for i in range(10) if i != 3)
