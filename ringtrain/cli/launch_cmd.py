@@ -12,10 +12,15 @@ from types import FrameType
 
 import click
 
+from ringtrain.cli.live import LiveView
 from ringtrain.errors import JobFailed, UsageError
 from ringtrain.hostfile import Host, Inventory, allocate, resolve_hosts
 from ringtrain.launch import run
-from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
+from ringtrain.launch.plan import PlanInputs, make_plan
+from ringtrain.launch.remote import SshRemote
+from ringtrain.launch.result import JobResult, JobState
+from ringtrain.launch.session import Hooks, RestartPolicy, Session, SessionEnv
+from ringtrain.launch.supervise import SupervisionPolicy
 from ringtrain.request import Backend, EnvSpec, LaunchRequest
 
 _EPILOG = """\b
@@ -79,6 +84,40 @@ def _env_specs(
     "--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True
 )
 @click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Restart a failed job this many times, from its newest checkpoint.",
+)
+@click.option(
+    "--min-np",
+    type=click.IntRange(min=1),
+    help="After excluding failed hosts, restart with fewer ranks, down to this.",
+)
+@click.option(
+    "--start-timeout",
+    type=click.FloatRange(min=1),
+    default=120,
+    show_default=True,
+    help="Seconds for every rank to start and finish hvd.init().",
+)
+@click.option(
+    "--stall-timeout",
+    type=click.FloatRange(min=1),
+    default=600,
+    show_default=True,
+    help="Seconds without training progress (reported by ringtrain's Keras callback) "
+    "before the job counts as hung.",
+)
+@click.option(
+    "--heartbeat-timeout",
+    type=click.FloatRange(min=2),
+    default=10,
+    show_default=True,
+    help="Seconds of silence after which a host counts as lost.",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Write the run dir (hostfile, plan.json), print the plan (env, argv); start nothing.",
@@ -98,6 +137,11 @@ def command(
     python: str | None,
     checkpoint_url: str | None,
     runs_dir: Path,
+    max_restarts: int,
+    min_np: int | None,
+    start_timeout: float,
+    stall_timeout: float,
+    heartbeat_timeout: float,
     dry_run: bool,
     script: str,
     script_args: tuple[str, ...],
@@ -126,19 +170,34 @@ def command(
             f"script {script!r} not found", "give the path of a Python training script"
         )
     inventory = _inventory(request)
-    alloc = allocate(inventory, request.np)
-    inputs = PlanInputs(
+    senv = SessionEnv(
         run_id=_new_run_id(),
         environ=dict(os.environ),
         is_root=os.geteuid() == 0,
         python=sys.executable,
     )
-    plan = make_plan(request, alloc, inputs)
     if request.dry_run:
+        alloc = allocate(inventory, request.np)
+        inputs = PlanInputs(
+            run_id=senv.run_id, environ=senv.environ, is_root=senv.is_root, python=senv.python
+        )
+        plan = make_plan(request, alloc, inputs)
         run.prepare(plan)  # the hostfile the argv names exists, so the argv runs as printed
         click.echo(plan.describe())
+        click.echo(
+            "ringtrain: a real launch adds RINGTRAIN_CONTROL_ADDR and RINGTRAIN_CONTROL_TOKEN "
+            "for supervision; the command above also runs as is, unsupervised",
+            err=True,
+        )
         return
-    _run(plan)
+    supervision = SupervisionPolicy(
+        start_timeout=start_timeout,
+        stall_timeout=stall_timeout,
+        heartbeat_timeout=heartbeat_timeout,
+    )
+    restart = RestartPolicy(max_restarts=max_restarts, min_np=min_np)
+    remote = SshRemote(ssh_config=request.ssh_config)
+    _run(Session(request, inventory, remote, senv, supervision, restart, Hooks()))
 
 
 def _inventory(request: LaunchRequest) -> Inventory:
@@ -158,44 +217,49 @@ def _new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def _run(plan: LaunchPlan) -> None:
-    click.echo(
-        f"ringtrain: run {plan.run_id}: {plan.allocation.np} ranks on "
-        f"{len(plan.allocation.hosts)} host(s); logs in {plan.run_dir}",
-        err=True,
-    )
-    click.echo(f"ringtrain: {plan.display_argv}", err=True)
-    job = run.start(plan, _print_line)
+def _run(session: Session) -> None:
+    view = LiveView()
+    session.hooks.sink = view.line
+    session.hooks.on_tick = view.tick
+    session.hooks.notify = view.note
+    session.run_dir.mkdir(parents=True, exist_ok=True)
+    view.events = session.run_dir / "events.log"
+    view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        click.echo(f"\nringtrain: {signal.Signals(signum).name}: stopping the job", err=True)
-        job.request_stop(signum=signum)
+        view.note(f"{signal.Signals(signum).name}: stopping the job on every host")
+        session.stop(signum)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    view.start()
     try:
-        result = job.wait()
+        result = session.run()
     finally:
+        view.stop()
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    if result.state is run.JobState.SUCCEEDED:
-        click.echo(
-            f"ringtrain: job succeeded in {result.duration_s:.1f} s; logs in {result.run_dir}",
-            err=True,
-        )
+    _report_teardown(view, result)
+    if result.state is JobState.SUCCEEDED:
+        view.note(f"job succeeded in {result.duration_s:.1f} s; logs in {session.run_dir}")
         return
     raise JobFailed(_failure_message(result), _failure_hint(result), exit_code=result.exit_code)
 
 
-def _print_line(line: run.OutputLine) -> None:
-    if line.rank is None:
-        click.echo(line.text)
-    else:
-        click.echo(f"[{line.rank}] {line.text}", err=line.stream == "stderr")
+def _report_teardown(view: LiveView, result: JobResult) -> None:
+    dirty = [t for t in result.teardown if not t.clean]
+    killed = sum(t.killed for t in result.teardown)
+    if not dirty:
+        if killed:
+            view.note(f"teardown: ended {killed} leftover process(es); every host verified clean")
+        return
+    for t in dirty:
+        left = "; ".join(t.left[:5]) or "-"
+        view.note(f"teardown: {t.host}: {t.error or 'processes still running: ' + left}")
 
 
-def _failure_message(result: run.JobResult) -> str:
-    if result.state is run.JobState.INTERRUPTED:
-        return f"job interrupted after {result.duration_s:.1f} s and stopped"
+def _failure_message(result: JobResult) -> str:
+    if result.state is JobState.INTERRUPTED:
+        return f"job interrupted after {result.duration_s:.1f} s and stopped on every host"
     who = "the job"
     if result.failed_rank is not None:
         who = f"rank {result.failed_rank}" + (
@@ -203,13 +267,18 @@ def _failure_message(result: run.JobResult) -> str:
         )
     how = f"signal {result.signal_name}" if result.signal_name else f"exit code {result.exit_code}"
     lines = [f"{who} failed ({how}) after {result.duration_s:.1f} s"]
+    if result.fault:
+        lines = [f"{result.fault} (attempt {result.attempt})"]
     if result.log_tail:
         lines.append(f"last lines of rank {result.failed_rank}'s log:")
         lines += [f"    {t}" for t in result.log_tail[-10:]]
     return "\n".join(lines)
 
 
-def _failure_hint(result: run.JobResult) -> str:
+def _failure_hint(result: JobResult) -> str:
+    logs = result.run_dir / f"attempt-{result.attempt}"
+    if result.fault_kind == "host-lost":
+        return f"check {', '.join(result.fault_hosts)} (ringtrain check), or pass --max-restarts"
     if result.failed_rank is not None:
-        return f"see {result.run_dir}/rank.{result.failed_rank}.log for the full log"
-    return f"see the logs in {result.run_dir}"
+        return f"see {logs}/rank.{result.failed_rank}.log for the full log"
+    return f"see the logs in {logs}"

@@ -45,6 +45,12 @@ class LaunchPlan:
     working_dir: Path
     allocation: Allocation
     backend: Backend
+    attempt: int = 1
+
+    @property
+    def attempt_dir(self) -> Path:
+        """Where this attempt's hostfile, plan.json and per-rank logs go."""
+        return self.run_dir / f"attempt-{self.attempt}"
 
     @property
     def display_argv(self) -> str:
@@ -52,7 +58,8 @@ class LaunchPlan:
 
     def describe(self) -> str:
         """Human-readable plan: hostfile, rank placement, env delta (secrets redacted), argv."""
-        out = [f"run id:      {self.run_id}", f"run dir:     {self.run_dir}"]
+        out = [f"run id:      {self.run_id}   attempt {self.attempt}"]
+        out.append(f"run dir:     {self.run_dir}")
         out.append(f"working dir: {self.working_dir}")
         out.append(f"backend:     {self.backend.value}   ranks: {self.allocation.np}")
         out.append(f"hostfile ({self.hostfile_path}):")
@@ -74,6 +81,7 @@ class LaunchPlan:
     def to_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
+            "attempt": self.attempt,
             "run_dir": str(self.run_dir),
             "backend": self.backend.value,
             "np": self.allocation.np,
@@ -104,6 +112,10 @@ class PlanInputs:
     is_root: bool
     python: str
     tcp_include: str | None = None
+    attempt: int = 1
+    control_addr: str | None = None
+    control_token: str | None = None
+    launcher_timeout: float | None = None
 
 
 def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> LaunchPlan:
@@ -123,7 +135,7 @@ def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> 
         python=request.python or inputs.python,
         script=script,
         script_args=request.script_args,
-        hostfile=run_dir / "hostfile",
+        hostfile=run_dir / f"attempt-{inputs.attempt}" / "hostfile",
         env_delta=tuple(sorted(delta.items())),
         forward=forward,
         is_root=inputs.is_root,
@@ -143,6 +155,7 @@ def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> 
         working_dir=request.working_dir.absolute(),
         allocation=alloc,
         backend=request.backend,
+        attempt=inputs.attempt,
     )
 
 
@@ -157,7 +170,13 @@ def _env_delta(request: LaunchRequest, inputs: PlanInputs, run_dir: Path) -> dic
     delta = {
         "RINGTRAIN_RUN_DIR": str(run_dir),
         "RINGTRAIN_RUN_ID": inputs.run_id,
+        "RINGTRAIN_ATTEMPT": str(inputs.attempt),
     }
+    if inputs.control_addr and inputs.control_token:
+        delta["RINGTRAIN_CONTROL_ADDR"] = inputs.control_addr
+        delta["RINGTRAIN_CONTROL_TOKEN"] = inputs.control_token
+        if inputs.launcher_timeout is not None:
+            delta["RINGTRAIN_LAUNCHER_TIMEOUT"] = f"{inputs.launcher_timeout:g}"
     if "TF_CPP_MIN_LOG_LEVEL" not in inputs.environ:
         delta["TF_CPP_MIN_LOG_LEVEL"] = "1"
     if request.checkpoint_url is not None:

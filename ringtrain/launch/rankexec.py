@@ -23,6 +23,9 @@ def main(argv: list[str]) -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(line_buffering=True, write_through=False)
+    from ringtrain.launch import rankagent  # noqa: PLC0415 - standard library only
+
+    rankagent.start_from_env()  # check in with a supervising launcher, if there is one
     use_mpi = bool(argv) and argv[0] == "--mpi"
     args = argv[1:] if use_mpi else argv
     if not args:

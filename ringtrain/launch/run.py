@@ -10,8 +10,6 @@ appended to ``runs/<id>/rank.<N>.log`` and handed to the caller with its rank.
 from __future__ import annotations
 
 import contextlib
-import enum
-import json
 import logging
 import os
 import re
@@ -22,10 +20,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from ringtrain.errors import LaunchError
 from ringtrain.launch.plan import LaunchPlan
+from ringtrain.launch.result import JobResult, JobState
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +32,12 @@ _TAG_RE = re.compile(r"^\[(?:\d+,)?(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>:(?
 _MPI_FAIL_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]")
 _MPI_EXIT_RE = re.compile(r"Exit code:\s*(?P<code>\d+)")
 _ABORT_RE = re.compile(r"MPI_ABORT was invoked on rank (?P<rank>\d+)")
-_SIGNAL_RE = re.compile(r"rank (?P<rank>\d+) with PID \d+ on node (?P<host>\S+) exited on signal")
+_SIGNAL_RE = re.compile(
+    r"rank (?P<rank>\d+) with PID \d+ on node (?P<host>\S+) exited on signal (?P<signum>\d+)"
+)
 TAIL_LINES = 20
 
 LineSink = Callable[["OutputLine"], None]
-
-
-class JobState(enum.Enum):
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,30 +45,6 @@ class OutputLine:
     rank: int | None
     stream: str
     text: str
-
-
-@dataclass(frozen=True, slots=True)
-class JobResult:
-    state: JobState
-    exit_code: int
-    run_dir: Path
-    duration_s: float
-    failed_rank: int | None = None
-    failed_host: str | None = None
-    signal_name: str | None = None
-    log_tail: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "state": self.state.value,
-            "exit_code": self.exit_code,
-            "run_dir": str(self.run_dir),
-            "duration_s": round(self.duration_s, 3),
-            "failed_rank": self.failed_rank,
-            "failed_host": self.failed_host,
-            "signal": self.signal_name,
-            "log_tail": list(self.log_tail),
-        }
 
 
 @dataclass
@@ -115,8 +86,9 @@ class Job:
         self.proc = proc
         self.started = time.monotonic()
         self.interrupted = False
+        self.stopping = False
         self.stop_signal: int = signal.SIGTERM
-        self._logs = _Logs(plan.run_dir)
+        self._logs = _Logs(plan.attempt_dir)
         self._sink = sink
         self._reader = threading.Thread(target=self._pump, name="job-output", daemon=True)
         self._reader.start()
@@ -128,16 +100,19 @@ class Job:
             self._logs.write(line)
             self._sink(line)
 
-    def request_stop(self, grace_s: float = 5.0, signum: int = signal.SIGTERM) -> None:
+    def request_stop(
+        self, grace_s: float = 5.0, signum: int = signal.SIGTERM, *, by_user: bool = True
+    ) -> None:
         """SIGTERM the job's process group now, SIGKILL it ``grace_s`` later if still there.
 
         Safe to call from a signal handler: it only sends signals and starts a timer thread.
         A second call escalates to SIGKILL at once.
         """
-        if self.interrupted:
+        if self.stopping:
             _signal_group(self.proc.pid, signal.SIGKILL)
             return
-        self.interrupted = True
+        self.stopping = True
+        self.interrupted = by_user
         self.stop_signal = signum
         _signal_group(self.proc.pid, signal.SIGTERM)
         timer = threading.Timer(grace_s, self._kill_if_running)
@@ -154,9 +129,7 @@ class Job:
         _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers that left the launcher behind
         self._reader.join(timeout=10)
         self._logs.close()
-        result = self._result(rc, time.monotonic() - self.started)
-        (self.plan.run_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
-        return result
+        return self._result(rc, time.monotonic() - self.started)
 
     def _result(self, rc: int, duration: float) -> JobResult:
         exit_code = 128 - rc if rc < 0 else rc
@@ -174,8 +147,8 @@ class Job:
         if state is JobState.SUCCEEDED:
             return JobResult(state, 0, self.plan.run_dir, duration)
         rank, host, code = find_failed_rank(self._logs.launcher_lines, self._logs.tails)
-        if rank is not None and host is None:
-            host = next((r.host for r in self.plan.allocation.ranks if r.rank == rank), None)
+        if rank is not None:  # the inventory's name for the host, which the user knows
+            host = next((r.host for r in self.plan.allocation.ranks if r.rank == rank), host)
         tail = tuple(self._logs.tails.get(rank, [])) if rank is not None else ()
         if code is not None and code > 128 and signame is None:
             signame = _signal_name(code - 128)
@@ -191,6 +164,8 @@ def find_failed_rank(
         m = regex.search(text)
         if m is not None:
             host = m.groupdict().get("host")
+            if m.groupdict().get("signum"):
+                return int(m.group("rank")), host, 128 + int(m.group("signum"))
             code_m = _MPI_EXIT_RE.search(text, m.end())
             return int(m.group("rank")), host, int(code_m.group("code")) if code_m else None
     for rank in sorted(r for r in tails if r is not None):
@@ -201,9 +176,9 @@ def find_failed_rank(
 
 def prepare(plan: LaunchPlan) -> None:
     """Write the run directory: the hostfile the argv names, and plan.json. Starts nothing."""
-    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    plan.attempt_dir.mkdir(parents=True, exist_ok=True)
     plan.hostfile_path.write_text(plan.hostfile_text)
-    (plan.run_dir / "plan.json").write_text(plan.to_json_text())
+    (plan.attempt_dir / "plan.json").write_text(plan.to_json_text())
 
 
 def start(plan: LaunchPlan, sink: LineSink, environ: Mapping[str, str] | None = None) -> Job:

@@ -65,7 +65,7 @@ def test_digits_two_ranks_agree_and_checkpoint(tmp_path: Path, backend_args: lis
     assert (ckpt / "checkpoint").is_file() and (ckpt / "ckpt-3.index").is_file()
     assert not (REPO / "checkpoints").exists()
     for rank in (0, 1):
-        assert "RESULT" in (run_dir / f"rank.{rank}.log").read_text()
+        assert "RESULT" in (run_dir / "attempt-1" / f"rank.{rank}.log").read_text()
     assert json.loads((run_dir / "result.json").read_text())["state"] == "succeeded"
 
 
@@ -74,7 +74,7 @@ def test_dry_run_argv_runs_by_hand(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     argv = shlex.split(lines[lines.index("command:") + 1])
-    assert argv[0] == "mpirun" and (_run_dir(tmp_path) / "hostfile").is_file()
+    assert argv[0] == "mpirun" and (_run_dir(tmp_path) / "attempt-1" / "hostfile").is_file()
     by_hand = subprocess.run(
         argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
     )

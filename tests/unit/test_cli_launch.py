@@ -65,10 +65,10 @@ def test_dry_run_prints_plan_and_writes_hostfile(script: Path, tmp_path: Path) -
     )
     assert exit_code == 0, output
     assert "localhost slots=2" in output
-    assert output.rstrip().endswith(f"{script} --lr 0.1")
+    assert any(line.endswith(f"{script} --lr 0.1") for line in output.splitlines())
     (run_dir,) = (tmp_path / "runs").iterdir()
-    assert (run_dir / "hostfile").read_text() == "localhost slots=2\n"
-    assert (run_dir / "plan.json").is_file()
+    assert (run_dir / "attempt-1" / "hostfile").read_text() == "localhost slots=2\n"
+    assert (run_dir / "attempt-1" / "plan.json").is_file()
 
 
 def test_help_teaches() -> None:

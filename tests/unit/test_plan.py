@@ -49,7 +49,7 @@ def test_openmpi_argv_shape() -> None:
     argv = _plan().command.argv
     assert argv[:2] == ("mpirun", "--allow-run-as-root")
     assert argv[argv.index("-np") + 1] == "2"
-    assert argv[argv.index("--hostfile") + 1] == "/work/job/runs/R1/hostfile"
+    assert argv[argv.index("--hostfile") + 1] == "/work/job/runs/R1/attempt-1/hostfile"
     tail = ("/venv/bin/python", "-m", "ringtrain.launch.rankexec", "--mpi", "/work/job/train.py")
     assert argv[-7:-2] == tail
     assert argv[-2:] == ("--epochs", "3")
@@ -62,6 +62,7 @@ def test_openmpi_argv_shape() -> None:
         "TF_CPP_MIN_LOG_LEVEL",
         "RINGTRAIN_RUN_DIR",
         "RINGTRAIN_RUN_ID",
+        "RINGTRAIN_ATTEMPT",
     }
 
 

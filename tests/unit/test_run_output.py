@@ -48,7 +48,7 @@ def test_failed_rank_from_exit_message() -> None:
 
 
 def test_failed_rank_from_signal_message() -> None:
-    assert find_failed_rank(MPI_SIGNAL_MESSAGE, {}) == (3, "gpu02", None)
+    assert find_failed_rank(MPI_SIGNAL_MESSAGE, {}) == (3, "gpu02", 137)
 
 
 def test_failed_rank_from_traceback_when_launcher_is_silent() -> None:

@@ -1,0 +1,199 @@
+"""The launcher side of the control protocol (see events.py): a small TCP server.
+
+It accepts one connection per rank, checks the token, keeps each rank's latest state, and sends
+a heartbeat to every rank each second. ``snapshot()`` returns an immutable view that the pure
+supervision checks in supervise.py read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ringtrain.launch.events import HEARTBEAT_S, RankEvent, decode, encode, to_event
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RankState:
+    rank: int
+    host: str
+    pid: int
+    start: int | None = None
+    ppid: int | None = None
+    parent: str = ""
+    parent_start: int | None = None
+    connected: bool = True
+    init_begun: bool = False
+    initialized: bool = False
+    last_heard: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    epoch: int | None = None
+    epochs: int | None = None
+    step: int | None = None
+    steps: int | None = None
+    loss: float | None = None
+    samples_per_s: float | None = None
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    ranks: tuple[RankState, ...]
+    progress: Progress | None
+    now: float
+
+
+@dataclass
+class _Conn:
+    sock: socket.socket
+    rank: int | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ControlServer:
+    def __init__(
+        self,
+        bind: str = "127.0.0.1",
+        on_event: Callable[[RankEvent], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.token = secrets.token_hex(16)
+        self._clock = clock
+        self._on_event = on_event
+        self._ranks: dict[int, RankState] = {}
+        self._progress: Progress | None = None
+        self._conns: list[_Conn] = []
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+        self._server = socket.socket(family, socket.SOCK_STREAM)
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind((bind, 0))
+        self._server.listen(256)
+        self.address = (
+            f"[{bind}]:{self.port}" if family == socket.AF_INET6 else f"{bind}:{self.port}"
+        )
+        for target in (self._accept, self._beat):
+            threading.Thread(target=target, name=f"control-{target.__name__}", daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self._server.getsockname()[1])
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return Snapshot(
+                tuple(sorted(self._ranks.values(), key=lambda r: r.rank)),
+                self._progress,
+                self._clock(),
+            )
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._server.close()
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                sock, _ = self._server.accept()
+            except OSError:
+                return
+            conn = _Conn(sock)
+            with self._lock:
+                self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: _Conn) -> None:
+        with contextlib.suppress(OSError), conn.sock.makefile("rb") as stream:
+            for line in stream:
+                msg = decode(line)
+                if msg is None:
+                    continue
+                if conn.rank is None and not self._hello(conn, msg):
+                    break
+                self._handle(conn, msg)
+        with self._lock:
+            if conn in self._conns:
+                self._conns.remove(conn)
+            if conn.rank is not None and conn.rank in self._ranks:
+                self._ranks[conn.rank] = replace(self._ranks[conn.rank], connected=False)
+        with contextlib.suppress(OSError):
+            conn.sock.close()
+
+    def _hello(self, conn: _Conn, msg: dict[str, Any]) -> bool:
+        if msg.get("t") != "hello" or not secrets.compare_digest(str(msg.get("token")), self.token):
+            log.warning("control: dropped a connection without the job's token")
+            return False
+        rank = msg.get("rank")
+        conn.rank = rank if isinstance(rank, int) else -1
+        state = RankState(
+            rank=conn.rank,
+            host=str(msg.get("host", "?")),
+            pid=int(msg.get("pid", 0)),
+            start=msg.get("start"),
+            ppid=msg.get("ppid"),
+            parent=str(msg.get("parent", "")),
+            parent_start=msg.get("parent_start"),
+            last_heard=self._clock(),
+        )
+        with self._lock:
+            self._ranks[conn.rank] = state
+        return True
+
+    def _handle(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        assert conn.rank is not None
+        now = self._clock()
+        kind = msg["t"]
+        with self._lock:
+            state = self._ranks.get(conn.rank)
+            if state is not None:
+                state = replace(
+                    state,
+                    last_heard=now,
+                    init_begun=state.init_begun or kind in ("init_begin", "init"),
+                    initialized=state.initialized or kind == "init",
+                )
+                self._ranks[conn.rank] = state
+            if kind == "progress":
+                self._progress = Progress(
+                    epoch=msg.get("epoch"),
+                    epochs=msg.get("epochs"),
+                    step=msg.get("step"),
+                    steps=msg.get("steps"),
+                    loss=msg.get("loss"),
+                    samples_per_s=msg.get("samples_per_s"),
+                    at=now,
+                )
+        if self._on_event is not None and kind != "hb":
+            self._on_event(to_event(msg, conn.rank))
+
+    def _beat(self) -> None:
+        while not self._closed.wait(HEARTBEAT_S):
+            self.broadcast("hb")
+
+    def broadcast(self, kind: str) -> None:
+        with self._lock:
+            conns = [c for c in self._conns if c.rank is not None]
+        data = encode(kind)
+        for conn in conns:
+            # Never block on a rank whose host stopped reading (a cut link): drop the beat.
+            with conn.lock, contextlib.suppress(OSError):
+                conn.sock.send(data, socket.MSG_DONTWAIT)

@@ -1,0 +1,58 @@
+"""The rank <-> launcher control protocol: newline-delimited JSON messages. Pure.
+
+Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port) and first send ``hello`` carrying
+``RINGTRAIN_CONTROL_TOKEN``; a connection without the token is dropped. Messages, rank -> launcher:
+
+* ``hello``    rank, host, pid, ppid, parent (the parent's command name, e.g. ``orted``)
+* ``init``     Horovod finished ``hvd.init()``: rank, size, local_rank
+* ``hb``       heartbeat, every ``HEARTBEAT_S``
+* ``progress`` epoch, step, loss, samples_per_s (rank 0, from the training callback)
+
+and launcher -> rank: ``hb`` every ``HEARTBEAT_S``. A rank that hears nothing from the launcher for
+its ``RINGTRAIN_LAUNCHER_TIMEOUT`` ends itself and its Open MPI daemon (a dead-man switch), so a
+partitioned host cannot keep the job's processes alive after the launcher gave up on it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+HEARTBEAT_S = 1.0
+MAX_LINE = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RankEvent:
+    kind: str
+    rank: int
+    fields: tuple[tuple[str, Any], ...] = ()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        for k, v in self.fields:
+            if k == key:
+                return v
+        return default
+
+
+def encode(kind: str, **fields: Any) -> bytes:
+    return (json.dumps({"t": kind, **fields}, separators=(",", ":")) + "\n").encode()
+
+
+def decode(line: bytes) -> dict[str, Any] | None:
+    """One message, or None when the line is not a JSON object with a string ``t``."""
+    if len(line) > MAX_LINE:
+        return None
+    try:
+        data = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("t"), str):
+        return None
+    return data
+
+
+def to_event(data: dict[str, Any], rank: int) -> RankEvent:
+    fields = tuple(sorted((k, v) for k, v in data.items() if k not in ("t", "token")))
+    return RankEvent(kind=str(data["t"]), rank=rank, fields=fields)

@@ -1,0 +1,237 @@
+"""The rank side of supervision: check in, heartbeat, report Horovod init, and a dead-man switch.
+
+Started by ``rankexec`` in every rank before the training script when the launcher set
+``RINGTRAIN_CONTROL_ADDR``. Threads only, standard library only: it must cost nothing to import.
+
+* ``hello`` tells the launcher this rank's host, PID and parent (the Open MPI daemon ``orted`` on
+  remote hosts) with their start times, so teardown can end exactly these processes by PID.
+* An import hook wraps ``HorovodBasics.init`` (shared by every Horovod framework binding), so
+  ``init`` is reported for any script, not just ringtrain's: the launcher tells which ranks have not
+  arrived when start-up hangs.
+* Dead-man switch: if the launcher is silent for ``RINGTRAIN_LAUNCHER_TIMEOUT`` seconds (killed,
+  or this host cut off), the rank kills its own children, its ``orted`` parent and itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.machinery
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from ringtrain.launch.events import HEARTBEAT_S, decode, encode
+
+_DAEMON_NAMES = ("orted", "prted")
+
+
+def rank_from_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> int:
+    for name in ("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        value = environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return -1
+
+
+def _proc_start(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        stat = open(f"/proc/{pid}/stat", encoding="ascii").read()  # noqa: SIM115
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _proc_comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+class RankAgent:
+    def __init__(self, addr: str, token: str, rank: int, launcher_timeout: float) -> None:
+        host, _, port = addr.rpartition(":")
+        self.addr = (host.strip("[]"), int(port))
+        self.token = token
+        self.rank = rank
+        self.launcher_timeout = launcher_timeout
+        self.last_heard = time.monotonic()
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> bool:
+        deadline = time.monotonic() + 10
+        while self._sock is None:
+            try:
+                self._sock = socket.create_connection(self.addr, timeout=3)
+            except OSError as err:
+                if time.monotonic() > deadline:
+                    _warn(f"cannot reach the launcher at {self.addr}: {err}; unsupervised")
+                    return False
+                time.sleep(0.5)
+        self._sock.settimeout(None)
+        ppid = os.getppid()
+        self.send(
+            "hello",
+            token=self.token,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            start=_proc_start(os.getpid()),
+            ppid=ppid,
+            parent=_proc_comm(ppid),
+            parent_start=_proc_start(ppid),
+        )
+        for target in (self._read, self._beat, self._watch):
+            threading.Thread(
+                target=target, name=f"ringtrain-{target.__name__}", daemon=True
+            ).start()
+        return True
+
+    def send(self, kind: str, **fields: Any) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        with self._lock, contextlib.suppress(OSError):
+            sock.sendall(encode(kind, rank=self.rank, **fields))
+
+    def _read(self) -> None:
+        assert self._sock is not None
+        with contextlib.suppress(OSError), self._sock.makefile("rb") as stream:
+            for line in stream:
+                msg = decode(line)
+                if msg is not None:
+                    self.last_heard = time.monotonic()
+                    if msg["t"] == "stop":
+                        self._die("the launcher asked this rank to stop")
+
+    def _beat(self) -> None:
+        while True:
+            self.send("hb")
+            time.sleep(HEARTBEAT_S)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.5)
+            silent = time.monotonic() - self.last_heard
+            if silent > self.launcher_timeout:
+                self._die(f"no word from the launcher for {silent:.0f} s")
+
+    def _die(self, why: str) -> None:
+        ppid = os.getppid()
+        daemon = _proc_comm(ppid) in _DAEMON_NAMES
+        _warn(
+            f"{why}; ending rank {self.rank} (pid {os.getpid()})"
+            + (f" and its Open MPI daemon (pid {ppid})" if daemon else "")
+        )
+        _kill_children(os.getpid())
+        if daemon:
+            with contextlib.suppress(OSError):
+                os.kill(ppid, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _kill_children(pid: int) -> None:
+    for child in _children(pid):
+        _kill_children(child)
+        with contextlib.suppress(OSError):
+            os.kill(child, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as fh:
+                found += [int(p) for p in fh.read().split()]
+    return found
+
+
+def _warn(text: str) -> None:
+    with contextlib.suppress(OSError):
+        sys.stderr.write(f"ringtrain rank agent: {text}\n")
+        sys.stderr.flush()
+
+
+class HorovodInitHook(importlib.abc.MetaPathFinder):
+    """Wraps ``horovod.common.basics.HorovodBasics.init`` when that module is first imported:
+    ``on_begin()`` before it runs (it blocks until every rank calls it), ``on_init(hvd)`` after."""
+
+    TARGET = "horovod.common.basics"
+
+    def __init__(self, on_init: Callable[[Any], None], on_begin: Callable[[], None]) -> None:
+        self.on_init = on_init
+        self.on_begin = on_begin
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.TARGET:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        loader = spec.loader if spec is not None else None
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+        on_init, on_begin = self.on_init, self.on_begin
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            _wrap_init(module, on_init, on_begin)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _wrap_init(
+    module: ModuleType, on_init: Callable[[Any], None], on_begin: Callable[[], None]
+) -> None:
+    basics = getattr(module, "HorovodBasics", None)
+    if basics is None:
+        return
+    original = basics.init
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(Exception):
+            on_begin()
+        result = original(self, *args, **kwargs)
+        with contextlib.suppress(Exception):
+            on_init(self)
+        return result
+
+    basics.init = init
+
+
+_AGENT: RankAgent | None = None
+
+
+def agent() -> RankAgent | None:
+    return _AGENT
+
+
+def start_from_env() -> RankAgent | None:
+    """Start the agent when the launcher asked for supervision; None otherwise."""
+    global _AGENT  # noqa: PLW0603 - one agent per rank process
+    addr = os.environ.get("RINGTRAIN_CONTROL_ADDR")
+    token = os.environ.get("RINGTRAIN_CONTROL_TOKEN", "")
+    if not addr or _AGENT is not None:
+        return _AGENT
+    timeout = float(os.environ.get("RINGTRAIN_LAUNCHER_TIMEOUT", "15"))
+    candidate = RankAgent(addr, token, rank_from_env(), timeout)
+    if not candidate.start():
+        return None
+    _AGENT = candidate
+
+    def report_init(hvd: Any) -> None:
+        candidate.send("init", size=hvd.size(), local_rank=hvd.local_rank(), hvd_rank=hvd.rank())
+
+    sys.meta_path.insert(0, HorovodInitHook(report_init, lambda: candidate.send("init_begin")))
+    return candidate

@@ -1,0 +1,118 @@
+"""Find and end one job's processes on this host: ``python -m ringtrain.launch.reaper RUN_ID``.
+
+A process belongs to the job when either
+  * its environment holds ``RINGTRAIN_RUN_ID=<RUN_ID>`` (every rank gets it, and so does anything a
+    rank starts), or
+  * it is a PID the ranks reported (their Open MPI daemon) *and* its start time still matches,
+    so a recycled PID is never touched.
+Only processes in this host's UTS namespace count (on the simulated cluster all hosts share one
+kernel; on real hosts this is every process). Never matches by name; never ``pkill -f``.
+
+With ``--kill`` it sends SIGKILL to what it found, waits, and looks again. It prints one JSON
+object: ``{"host", "found": [[pid, cmd], ...], "left": [[pid, cmd], ...]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import time
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def _start_time(pid: int) -> int | None:
+    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
+    if ")" not in stat:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _uts(pid: int | str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/uts")
+    except OSError:
+        return ""
+
+
+def _cmd(pid: int) -> str:
+    return _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def find(run_id: str, pids: dict[int, int]) -> list[tuple[int, str]]:
+    """Processes of job ``run_id`` on this host; ``pids`` maps reported PID -> start time."""
+    marker = f"RINGTRAIN_RUN_ID={run_id}".encode()
+    me, my_uts = os.getpid(), _uts("self")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        if _uts(pid) != my_uts:
+            continue
+        listed = pid in pids and _start_time(pid) == pids[pid]
+        if listed or marker in _read(f"/proc/{pid}/environ").split(b"\0"):
+            found.append((pid, _cmd(pid)))
+    return found
+
+
+def reap(run_id: str, pids: dict[int, int], kill: bool, wait_s: float = 3.0) -> dict[str, object]:
+    found = find(run_id, pids)
+    left = found
+    if kill and found:
+        for pid, _ in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = [(p, c) for p, c in find(run_id, pids) if not _is_zombie(p)]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    return {"host": socket.gethostname(), "found": found, "left": left}
+
+
+def _is_zombie(pid: int) -> bool:
+    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
+    return ")" in stat and stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def parse_pid_specs(specs: list[str]) -> dict[int, int]:
+    out = {}
+    for spec in specs:
+        pid, _, start = spec.partition(":")
+        if pid.isdigit() and start.isdigit():
+            out[int(pid)] = int(start)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_id")
+    p.add_argument("--pid", action="append", default=[], metavar="PID:START")
+    p.add_argument("--kill", action="store_true")
+    args = p.parse_args(argv)
+    if not RUN_ID_RE.match(args.run_id):
+        sys.stderr.write(f"reaper: invalid run id {args.run_id!r}\n")
+        return 2
+    result = reap(args.run_id, parse_pid_specs(args.pid), args.kill)
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

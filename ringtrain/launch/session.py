@@ -1,0 +1,266 @@
+"""A launch session: attempts of one job, each supervised and torn down, restarted on request.
+
+For every attempt: resolve the usable hosts (the preflight hook re-probes them; hosts that failed
+an earlier attempt sit out a cooldown), allocate, start a control server, plan, run, supervise,
+tear down on every host and verify, then ``decide()`` (pure) whether to go again. A restarted
+job resumes from its newest committed checkpoint: the training script finds it through
+``RINGTRAIN_CHECKPOINT_URL`` or ``$RINGTRAIN_RUN_DIR/checkpoints``, which stay the same across
+attempts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ringtrain.errors import AllocationError
+from ringtrain.hostfile import Allocation, Inventory, allocate
+from ringtrain.launch import run
+from ringtrain.launch.control import ControlServer, Snapshot
+from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
+from ringtrain.launch.remote import Remote
+from ringtrain.launch.result import JobResult, JobState
+from ringtrain.launch.supervise import (
+    Fault,
+    FaultKind,
+    SupervisionPolicy,
+    reap_hosts,
+    wait_or_fault,
+)
+from ringtrain.request import LaunchRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    max_restarts: int = 0
+    min_np: int | None = None
+    cooldown_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    restart: bool
+    reason: str
+    exclude: tuple[str, ...] = ()
+
+
+def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
+    """Whether to restart after ``result``, and which hosts to leave out. Pure."""
+    if result.state is JobState.SUCCEEDED:
+        return Decision(False, "succeeded")
+    if result.state is JobState.INTERRUPTED:
+        return Decision(False, "stopped by the user")
+    exclude: tuple[str, ...] = ()
+    if result.fault_kind in (FaultKind.HOST_LOST.value, FaultKind.START_TIMEOUT.value):
+        exclude = result.fault_hosts
+    elif result.signal_name is not None and result.failed_host is not None:
+        exclude = (result.failed_host,)  # killed (OOM killer, hardware): suspect the host
+    if attempt > policy.max_restarts:
+        spent = f"restart budget spent ({policy.max_restarts} of {policy.max_restarts})"
+        return Decision(
+            False, spent if policy.max_restarts else "no restarts asked (--max-restarts)"
+        )
+    why = f"restarting: attempt {attempt + 1} of {policy.max_restarts + 1}"
+    if exclude:
+        why += f", without {', '.join(exclude)} for a cooldown"
+    return Decision(True, why, exclude)
+
+
+@dataclass
+class Hooks:
+    """How the session talks to the outside: all optional."""
+
+    sink: run.LineSink = lambda line: None
+    on_tick: Callable[[Snapshot, Allocation], None] | None = None
+    notify: Callable[[str], None] = lambda text: None
+    preflight: Callable[[Inventory], Inventory] = lambda inv: inv
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnv:
+    run_id: str
+    environ: dict[str, str]
+    is_root: bool
+    python: str
+    control_bind: str = "127.0.0.1"
+    tcp_include: str | None = None
+
+
+class Session:
+    def __init__(
+        self,
+        request: LaunchRequest,
+        inventory: Inventory,
+        remote: Remote,
+        env: SessionEnv,
+        supervision: SupervisionPolicy,
+        restart: RestartPolicy,
+        hooks: Hooks,
+    ) -> None:
+        self.request, self.inventory, self.remote, self.env = request, inventory, remote, env
+        self.supervision, self.restart, self.hooks = supervision, restart, hooks
+        self.results: list[JobResult] = []
+        self._cooldown: dict[str, float] = {}
+        self._job: run.Job | None = None
+        self._control: ControlServer | None = None
+        self._stopped: int | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return (self.request.runs_dir / self.env.run_id).absolute()
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Stop the whole job now (from a signal handler): no restart follows."""
+        self._stopped = signum
+        if self._control is not None:
+            self._control.broadcast("stop")
+        if self._job is not None:
+            self._job.request_stop(self.supervision.teardown_grace, signum=signum)
+
+    def run(self) -> JobResult:
+        attempt = 1
+        while True:
+            result = self._attempt(attempt)
+            self.results.append(result)
+            self._write_summary()
+            decision = decide(result, attempt, self.restart)
+            if not decision.restart or self._stopped is not None:
+                return result
+            now = time.monotonic()
+            for host in decision.exclude:
+                self._cooldown[host] = now + self.restart.cooldown_s
+            self.hooks.notify(decision.reason)
+            attempt += 1
+
+    def _allocation(self) -> Allocation:
+        now = time.monotonic()
+        resting = {h for h, until in self._cooldown.items() if until > now}
+        hosts = tuple(h for h in self.inventory.hosts if h.name not in resting)
+        if not hosts:
+            raise AllocationError(
+                "every host is excluded after failures", "fix the hosts and relaunch"
+            )
+        inventory = self.hooks.preflight(replace(self.inventory, hosts=hosts))
+        want = self.request.np
+        if self.results and want is not None and inventory.total_slots < want:
+            floor = self.restart.min_np or want
+            if inventory.total_slots < floor:
+                raise AllocationError(
+                    f"only {inventory.total_slots} slots left after excluding "
+                    f"{', '.join(sorted(resting))}; --min-np is {floor}",
+                    "fix or replace the excluded hosts, or lower --min-np",
+                )
+            want = inventory.total_slots
+        return allocate(inventory, want)
+
+    def _attempt(self, attempt: int) -> JobResult:
+        alloc = self._allocation()
+        control = ControlServer(bind=self.env.control_bind)
+        plan = make_plan(self.request, alloc, self._inputs(attempt, control))
+        self._control = control
+        try:
+            return self._supervise(plan, control, attempt)
+        finally:
+            control.close()
+            self._control = None
+
+    def _inputs(self, attempt: int, control: ControlServer) -> PlanInputs:
+        return PlanInputs(
+            run_id=self.env.run_id,
+            environ=self.env.environ,
+            is_root=self.env.is_root,
+            python=self.env.python,
+            tcp_include=self.env.tcp_include,
+            attempt=attempt,
+            control_addr=control.address,
+            control_token=control.token,
+            launcher_timeout=self.supervision.launcher_timeout,
+        )
+
+    def _supervise(self, plan: LaunchPlan, control: ControlServer, attempt: int) -> JobResult:
+        self.hooks.notify(
+            f"attempt {attempt}: {plan.allocation.np} ranks on {len(plan.allocation.hosts)} "
+            f"host(s); logs in {plan.attempt_dir}"
+        )
+        job = self._job = run.start(plan, self.hooks.sink)
+        if self._stopped is not None:
+            job.request_stop(self.supervision.teardown_grace, signum=self._stopped)
+        tick = self.hooks.on_tick
+        fault = wait_or_fault(
+            job.proc.poll,
+            control,
+            plan.allocation,
+            self.supervision,
+            job.started,
+            None if tick is None else (lambda snap: tick(snap, plan.allocation)),
+        )
+        detected_at = time.time()
+        if fault is not None:
+            self.hooks.notify(f"{fault.message}; tearing the job down")
+            control.broadcast("stop")
+            job.request_stop(self.supervision.teardown_grace, by_user=False)
+        result = job.wait()
+        self._job = None
+        teardown = reap_hosts(
+            self.remote, plan.allocation, plan_python(plan), plan.run_id, control.snapshot()
+        )
+        return _merge(result, fault, teardown, attempt, detected_at, time.time())
+
+    def _write_summary(self) -> None:
+        last = self.results[-1]
+        summary: dict[str, Any] = {
+            **last.to_json(),
+            "run_id": self.env.run_id,
+            "attempts": [r.to_json() for r in self.results],
+            "np": self.request.np,
+        }
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.run_dir / "result.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2))
+        os.replace(tmp, self.run_dir / "result.json")
+
+
+def plan_python(plan: LaunchPlan) -> str:
+    """The Python the ranks run (the reaper runs with the same one on every host)."""
+    argv = plan.command.argv
+    return argv[argv.index("-m") - 1]
+
+
+def _merge(
+    result: JobResult,
+    fault: Fault | None,
+    teardown: tuple[Any, ...],
+    attempt: int,
+    detected_at: float,
+    torn_down_at: float,
+) -> JobResult:
+    merged = replace(
+        result,
+        teardown=teardown,
+        attempt=attempt,
+        torn_down_at=torn_down_at,
+        teardown_s=torn_down_at - detected_at,
+    )
+    if fault is None:
+        return merged
+    failed_host = fault.hosts[0] if fault.hosts else result.failed_host
+    return replace(
+        merged,
+        state=JobState.FAILED,
+        exit_code=result.exit_code or 1,
+        fault=fault.message,
+        fault_kind=fault.kind.value,
+        fault_hosts=fault.hosts,
+        failed_host=failed_host,
+        failed_rank=fault.ranks[0] if fault.ranks else result.failed_rank,
+        detected_at=detected_at,
+    )

@@ -1,0 +1,234 @@
+"""Supervise a running job: detect failures and hangs in bounded time, tear down everything.
+
+The pure part, ``check()``, reads a control-server Snapshot and says whether the job has a fault:
+
+* start-up hang: after ``start_timeout`` not every rank has checked in, or some ranks finished
+  ``hvd.init()`` while others did not: names the missing ranks and their hosts;
+* host lost: every rank on a host has been silent for ``heartbeat_timeout`` (link down, host dead);
+* stall: progress was reported once and then not for ``stall_timeout``.
+
+A rank that exits non-zero or by signal needs no check: mpirun (with ranks under mpi4py's runner)
+ends the job and exits with that status within seconds.
+
+The side-effect part, ``teardown()``: tell every rank to stop over the control channel, SIGTERM
+then SIGKILL the launcher's process group, then run the reaper on every host (SSH for remote ones)
+to kill by PID whatever of this job is left and confirm nothing is.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ringtrain.hostfile import Allocation
+from ringtrain.launch.control import ControlServer, Snapshot
+from ringtrain.launch.remote import CmdResult, Remote
+from ringtrain.launch.result import HostTeardown
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisionPolicy:
+    start_timeout: float = 120.0
+    heartbeat_timeout: float = 10.0
+    stall_timeout: float | None = 600.0
+    teardown_grace: float = 3.0
+    poll_s: float = 0.2
+
+    @property
+    def launcher_timeout(self) -> float:
+        """How long a rank waits for the launcher before ending itself (longer than ours)."""
+        return self.heartbeat_timeout + 5.0
+
+
+class FaultKind(enum.Enum):
+    START_TIMEOUT = "start-timeout"
+    HOST_LOST = "host-lost"
+    STALL = "stall"
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: FaultKind
+    message: str
+    hosts: tuple[str, ...] = ()
+    ranks: tuple[int, ...] = ()
+    at: float = 0.0
+
+
+def check(
+    snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy, started: float
+) -> Fault | None:
+    """The first fault the snapshot shows, or None. Pure."""
+    return (
+        _lost_host(snap, alloc, policy)
+        or _start_hang(snap, alloc, policy, started)
+        or _stall(snap, policy)
+    )
+
+
+def host_of(alloc: Allocation, rank: int) -> str:
+    """The inventory name of the host a rank was placed on (ranks report their own hostname,
+    which need not match the inventory: ``localhost`` vs the machine's name)."""
+    for a in alloc.ranks:
+        if a.rank == rank:
+            return a.host
+    return "?"
+
+
+def _lost_host(snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy) -> Fault | None:
+    by_host: dict[str, list[float]] = {}
+    for r in snap.ranks:
+        if r.connected:
+            by_host.setdefault(host_of(alloc, r.rank), []).append(snap.now - r.last_heard)
+    for host, silences in sorted(by_host.items()):
+        if min(silences) > policy.heartbeat_timeout:
+            ranks = tuple(
+                r.rank for r in snap.ranks if host_of(alloc, r.rank) == host and r.connected
+            )
+            return Fault(
+                FaultKind.HOST_LOST,
+                f"host {host} silent for {min(silences):.0f} s (ranks {_fmt(ranks)}): "
+                "link down or host dead",
+                (host,),
+                ranks,
+                snap.now,
+            )
+    return None
+
+
+def _start_hang(
+    snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy, started: float
+) -> Fault | None:
+    if snap.now - started <= policy.start_timeout:
+        return None
+    seen = {r.rank for r in snap.ranks}
+    missing = tuple(r.rank for r in alloc.ranks if r.rank not in seen)
+    what = "have not started (no check-in)"
+    if not missing and any(r.init_begun for r in snap.ranks):
+        # Horovod is in use. Ranks that never entered hvd.init() are the culprits; the others
+        # are blocked inside it waiting for them.
+        missing = tuple(r.rank for r in snap.ranks if not r.init_begun)
+        what = "have not reached hvd.init()"
+        if not missing:
+            missing = tuple(r.rank for r in snap.ranks if not r.initialized)
+            what = "are stuck inside hvd.init()"
+    if not missing:
+        return None
+    hosts = tuple(sorted({a.host for a in alloc.ranks if a.rank in missing}))
+    arrived = {
+        h.name: sum(1 for r in snap.ranks if host_of(alloc, r.rank) == h.name) for h in alloc.hosts
+    }
+    per_host = ", ".join(f"{h.name} {arrived[h.name]}/{h.slots}" for h in alloc.hosts)
+    return Fault(
+        FaultKind.START_TIMEOUT,
+        f"after {policy.start_timeout:.0f} s, ranks {_fmt(missing)} on {', '.join(hosts)} {what} "
+        f"(arrived per host: {per_host})",
+        hosts,
+        missing,
+        snap.now,
+    )
+
+
+def _stall(snap: Snapshot, policy: SupervisionPolicy) -> Fault | None:
+    if policy.stall_timeout is None or snap.progress is None:
+        return None
+    idle = snap.now - snap.progress.at
+    if idle <= policy.stall_timeout:
+        return None
+    return Fault(
+        FaultKind.STALL,
+        f"no training progress for {idle:.0f} s (last: epoch {snap.progress.epoch}, "
+        f"step {snap.progress.step})",
+        at=snap.now,
+    )
+
+
+def _fmt(ranks: tuple[int, ...]) -> str:
+    return ",".join(str(r) for r in ranks[:16]) + ("..." if len(ranks) > 16 else "")
+
+
+def reaper_argv(python: str, run_id: str, pids: Mapping[int, int]) -> tuple[str, ...]:
+    specs = [f"--pid={pid}:{start}" for pid, start in sorted(pids.items())]
+    return (python, "-m", "ringtrain.launch.reaper", run_id, "--kill", *specs)
+
+
+def job_pids(snap: Snapshot, alloc: Allocation) -> dict[str, dict[int, int]]:
+    """host -> {pid: start time} of every rank and rank parent (Open MPI daemon) that checked in."""
+    out: dict[str, dict[int, int]] = {}
+    for r in snap.ranks:
+        pids = out.setdefault(host_of(alloc, r.rank), {})
+        if r.start is not None:
+            pids[r.pid] = r.start
+        if r.parent in ("orted", "prted") and r.ppid and r.parent_start is not None:
+            pids[r.ppid] = r.parent_start
+    return out
+
+
+def reap_hosts(
+    remote: Remote,
+    alloc: Allocation,
+    python: str,
+    run_id: str,
+    snap: Snapshot,
+    timeout: float = 15.0,
+) -> tuple[HostTeardown, ...]:
+    """Run the reaper on every host at once; one HostTeardown per host."""
+    hosts = alloc.hosts
+    pids = job_pids(snap, alloc)
+    results: dict[str, CmdResult] = {}
+    # Each host gets its own PID list, so one remote.run per host, all at once.
+    with ThreadPoolExecutor(max_workers=min(64, max(1, len(hosts)))) as pool:
+        futures = [
+            pool.submit(remote.run, [h], reaper_argv(python, run_id, pids.get(h.name, {})), timeout)
+            for h in hosts
+        ]
+        for future in futures:
+            results.update(future.result())
+    return tuple(_host_teardown(h.name, results.get(h.name)) for h in hosts)
+
+
+def _host_teardown(host: str, res: CmdResult | None) -> HostTeardown:
+    if res is None or res.error is not None or res.exit_code != 0:
+        why = "no answer" if res is None else (res.error or res.stderr.strip()[-300:] or "failed")
+        return HostTeardown(host, 0, (), f"could not verify: {why}")
+    try:
+        data = json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return HostTeardown(
+            host, 0, (), f"could not verify: unreadable reaper output {res.stdout!r:.200}"
+        )
+    left = tuple(f"{pid} {cmd[:80]}" for pid, cmd in data.get("left", []))
+    return HostTeardown(host, len(data.get("found", [])), left)
+
+
+def wait_or_fault(
+    poll: Callable[[], int | None],
+    control: ControlServer,
+    alloc: Allocation,
+    policy: SupervisionPolicy,
+    started: float,
+    on_tick: Callable[[Snapshot], None] | None = None,
+) -> Fault | None:
+    """Block until the job ends by itself (None) or a fault shows (the Fault)."""
+    while poll() is None:
+        snap = control.snapshot()
+        if on_tick is not None:
+            on_tick(snap)
+        fault = check(snap, alloc, policy, started)
+        if fault is not None:
+            log.warning("fault detected: %s", fault.message)
+            return fault
+        time.sleep(policy.poll_s)
+    return None
+
+
+def default_python() -> str:
+    return sys.executable

@@ -1,0 +1,35 @@
+"""What a training script tells the launcher: ``ringtrain.report.progress(...)``.
+
+Safe to call from any script: without a supervising launcher it does nothing. ringtrain's
+launcher shows the latest progress live and uses it to detect a stalled job (no progress within
+``--stall-timeout``). ``ringtrain.models.callbacks.ProgressCallback`` calls it from Keras.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ringtrain.launch import rankagent
+
+
+def progress(
+    *,
+    epoch: int | None = None,
+    step: int | None = None,
+    loss: float | None = None,
+    samples_per_s: float | None = None,
+    epochs: int | None = None,
+    steps: int | None = None,
+) -> None:
+    agent = rankagent.agent()
+    if agent is None:
+        return
+    fields = {
+        "epoch": epoch,
+        "step": step,
+        "epochs": epochs,
+        "steps": steps,
+        "loss": None if loss is None or not math.isfinite(loss) else float(loss),
+        "samples_per_s": None if samples_per_s is None else round(float(samples_per_s), 2),
+    }
+    agent.send("progress", **{k: v for k, v in fields.items() if v is not None})

@@ -1,0 +1,187 @@
+"""Supervision with real mpirun ranks on local slots: detection, teardown, restart, dead-man switch.
+
+Each test checks the exit code, how fast the fault was handled, and that no process of the job is
+left: the reaper (the same code ringtrain uses) must find nothing with the run's id afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ringtrain.launch import reaper
+
+pytestmark = [pytest.mark.slow, pytest.mark.mpi]
+RINGTRAIN = [sys.executable, "-m", "ringtrain"]
+
+PRELUDE = """\
+import os, sys, time
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("HOROVOD_RANK", "0")))
+attempt = int(os.environ.get("RINGTRAIN_ATTEMPT", "1"))
+def hvd_init():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import horovod.tensorflow as hvd
+    hvd.init()
+    return hvd
+"""
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "job.py"
+    path.write_text(PRELUDE + body)
+    return path
+
+
+def _launch(tmp_path: Path, script: Path, *args: str, timeout: float = 120):
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            *RINGTRAIN,
+            "launch",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "-H",
+            "localhost:2",
+            *args,
+            str(script),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return proc, time.monotonic() - started
+
+
+def _result(tmp_path: Path) -> dict:
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def _assert_nothing_left(result: dict) -> None:
+    assert reaper.find(result["run_id"], {}) == []
+    for host in result["teardown"]:
+        assert host["left"] == [] and host["error"] is None, host
+
+
+def test_kill_9_of_a_rank_ends_job_fast_and_clean(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        """
+hvd = hvd_init()
+if rank == 1:
+    time.sleep(2)
+    os.kill(os.getpid(), 9)
+while True:
+    import tensorflow as tf; hvd.allreduce(tf.constant([1.0])); time.sleep(0.05)
+""",
+    )
+    proc, _ = _launch(tmp_path, script)
+    result = _result(tmp_path)
+    assert proc.returncode == 137, proc.stderr[-2000:]
+    assert result["failed_rank"] == 1 and result["signal"] == "SIGKILL"
+    assert "rank 1 on localhost failed (signal SIGKILL)" in proc.stderr
+    assert result["teardown_s"] < 5
+    _assert_nothing_left(result)
+
+
+def test_rank_hanging_before_init_is_named(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        """
+if rank == 1:
+    time.sleep(600)
+hvd_init()
+time.sleep(600)
+""",
+    )
+    proc, elapsed = _launch(tmp_path, script, "--start-timeout", "12")
+    result = _result(tmp_path)
+    assert proc.returncode != 0
+    assert result["fault_kind"] == "start-timeout" and result["failed_rank"] == 1
+    assert "ranks 1 on localhost have not reached hvd.init()" in proc.stderr
+    assert elapsed < 40
+    _assert_nothing_left(result)
+
+
+def test_stall_after_progress_is_detected(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        """
+hvd_init()
+from ringtrain import report
+report.progress(epoch=1, step=5, loss=0.5)
+time.sleep(600)
+""",
+    )
+    proc, elapsed = _launch(tmp_path, script, "--stall-timeout", "4")
+    result = _result(tmp_path)
+    assert result["fault_kind"] == "stall", proc.stderr[-2000:]
+    assert "no training progress for" in proc.stderr and elapsed < 40
+    _assert_nothing_left(result)
+
+
+def test_restart_after_failure_succeeds_on_second_attempt(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        """
+hvd_init()
+if attempt == 1 and rank == 1:
+    raise RuntimeError("transient failure")
+print("finished attempt", attempt, flush=True)
+""",
+    )
+    proc, _ = _launch(tmp_path, script, "--max-restarts", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = _result(tmp_path)
+    assert [a["state"] for a in result["attempts"]] == ["failed", "succeeded"]
+    assert "restarting: attempt 2 of 3" in proc.stderr
+    _assert_nothing_left(result)
+
+
+def test_launcher_killed_ranks_end_themselves(tmp_path: Path) -> None:
+    """kill -9 of ringtrain itself: nobody is left to tear down, the ranks' dead-man switch is."""
+    script = _script(tmp_path, "hvd_init()\ntime.sleep(600)\n")
+    proc = subprocess.Popen(
+        [
+            *RINGTRAIN,
+            "launch",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "-H",
+            "localhost:2",
+            "--heartbeat-timeout",
+            "3",
+            str(script),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    ranks: list[psutil.Process] = []
+    while time.monotonic() < deadline and len(ranks) < 2:
+        ranks = [
+            p
+            for p in psutil.Process(proc.pid).children(recursive=True)
+            if p.name().startswith("python") and "job.py" in " ".join(p.cmdline())
+        ]
+        time.sleep(0.3)
+    assert len(ranks) == 2
+    time.sleep(4)  # past hvd.init
+    survivors = psutil.Process(proc.pid).children(recursive=True)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = time.monotonic()
+    _, alive = psutil.wait_procs(survivors, timeout=30)
+    assert not alive, [p.cmdline() for p in alive]
+    assert time.monotonic() - killed_at < 20  # launcher timeout is heartbeat timeout + 5 s

@@ -1,0 +1,138 @@
+"""Pure supervision decisions: fault checks on snapshots, restart decisions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ringtrain.hostfile import allocate, parse_host_spec
+from ringtrain.launch.control import Progress, RankState, Snapshot
+from ringtrain.launch.result import JobResult, JobState
+from ringtrain.launch.session import RestartPolicy, decide
+from ringtrain.launch.supervise import FaultKind, SupervisionPolicy, check, job_pids
+
+ALLOC = allocate(parse_host_spec("gpu01:2,gpu02:2"))
+POLICY = SupervisionPolicy(start_timeout=30, heartbeat_timeout=10, stall_timeout=60)
+
+
+def _rank(
+    rank: int,
+    heard: float,
+    *,
+    init: bool = True,
+    begun: bool | None = None,
+    connected: bool = True,
+) -> RankState:
+    return RankState(
+        rank=rank,
+        host=f"node{rank // 2}",
+        pid=100 + rank,
+        start=5000 + rank,
+        ppid=90,
+        parent="orted",
+        parent_start=4000,
+        connected=connected,
+        init_begun=init if begun is None else begun,
+        initialized=init,
+        last_heard=heard,
+    )
+
+
+def test_healthy_job_has_no_fault() -> None:
+    snap = Snapshot(tuple(_rank(r, 99) for r in range(4)), Progress(epoch=1, at=95), now=100)
+    assert check(snap, ALLOC, POLICY, started=0) is None
+
+
+def test_host_lost_when_all_its_ranks_are_silent() -> None:
+    ranks = (_rank(0, 99), _rank(1, 99), _rank(2, 85), _rank(3, 88))
+    fault = check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0)
+    assert fault is not None and fault.kind is FaultKind.HOST_LOST
+    assert fault.hosts == ("gpu02",) and fault.ranks == (2, 3)
+    assert "gpu02 silent for 12 s" in fault.message
+
+
+def test_one_quiet_rank_is_not_a_lost_host() -> None:
+    ranks = (_rank(0, 99), _rank(1, 99), _rank(2, 80), _rank(3, 99))
+    assert check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0) is None
+
+
+def test_exited_ranks_do_not_count_as_silent() -> None:
+    ranks = (
+        _rank(0, 99),
+        _rank(1, 99),
+        _rank(2, 10, connected=False),
+        _rank(3, 10, connected=False),
+    )
+    assert check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0) is None
+
+
+def test_start_timeout_names_missing_ranks_and_hosts() -> None:
+    ranks = (_rank(0, 99, init=False), _rank(1, 99, init=False), _rank(2, 99, init=False))
+    assert check(Snapshot(ranks, None, now=20), ALLOC, POLICY, started=0) is None
+    fault = check(Snapshot(ranks, None, now=31), ALLOC, POLICY, started=0)
+    assert fault is not None and fault.kind is FaultKind.START_TIMEOUT
+    assert fault.ranks == (3,) and fault.hosts == ("gpu02",)
+    assert "no check-in" in fault.message and "gpu01 2/2, gpu02 1/2" in fault.message
+
+
+def test_start_timeout_names_ranks_that_never_reached_hvd_init() -> None:
+    # ranks 0, 2, 3 entered hvd.init() and block there waiting for rank 1
+    ranks = (
+        _rank(0, 99, init=False, begun=True),
+        _rank(1, 99, init=False),
+        _rank(2, 99, init=False, begun=True),
+        _rank(3, 99, init=False, begun=True),
+    )
+    fault = check(Snapshot(ranks, None, now=31), ALLOC, POLICY, started=0)
+    assert fault is not None and fault.ranks == (1,) and fault.hosts == ("gpu01",)
+    assert "have not reached hvd.init()" in fault.message
+
+
+def test_start_timeout_when_every_rank_is_stuck_inside_hvd_init() -> None:
+    ranks = tuple(_rank(r, 99, init=False, begun=True) for r in range(4))
+    fault = check(Snapshot(ranks, None, now=31), ALLOC, POLICY, started=0)
+    assert fault is not None and fault.ranks == (0, 1, 2, 3)
+    assert "stuck inside hvd.init()" in fault.message
+
+
+def test_script_without_horovod_is_not_a_start_hang() -> None:
+    ranks = tuple(_rank(r, 99, init=False) for r in range(4))
+    assert check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0) is None
+
+
+def test_stall_after_progress_stops() -> None:
+    ranks = tuple(_rank(r, 199) for r in range(4))
+    assert check(Snapshot(ranks, None, now=200), ALLOC, POLICY, started=0) is None
+    fault = check(Snapshot(ranks, Progress(epoch=3, step=7, at=130), now=200), ALLOC, POLICY, 0)
+    assert fault is not None and fault.kind is FaultKind.STALL and "epoch 3" in fault.message
+
+
+def test_job_pids_include_daemons_with_start_times() -> None:
+    snap = Snapshot((_rank(0, 1), _rank(2, 1)), None, now=2)
+    assert job_pids(snap, ALLOC) == {"gpu01": {100: 5000, 90: 4000}, "gpu02": {102: 5002, 90: 4000}}
+
+
+def _result(**kw: object) -> JobResult:
+    base = {"state": JobState.FAILED, "exit_code": 1, "run_dir": Path("/r"), "duration_s": 1.0}
+    return JobResult(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_decide_success_and_interrupt_never_restart() -> None:
+    policy = RestartPolicy(max_restarts=3)
+    assert not decide(_result(state=JobState.SUCCEEDED, exit_code=0), 1, policy).restart
+    assert not decide(_result(state=JobState.INTERRUPTED, exit_code=130), 1, policy).restart
+
+
+def test_decide_budget() -> None:
+    assert decide(_result(), 1, RestartPolicy(max_restarts=1)).restart
+    final = decide(_result(), 2, RestartPolicy(max_restarts=1))
+    assert not final.restart and "budget spent (1 of 1)" in final.reason
+    assert "no restarts asked" in decide(_result(), 1, RestartPolicy()).reason
+
+
+def test_decide_excludes_lost_and_killed_hosts_but_not_script_errors() -> None:
+    policy = RestartPolicy(max_restarts=2)
+    lost = _result(fault_kind="host-lost", fault_hosts=("gpu02",))
+    assert decide(lost, 1, policy).exclude == ("gpu02",)
+    killed = _result(exit_code=137, signal_name="SIGKILL", failed_host="gpu01", failed_rank=0)
+    assert decide(killed, 1, policy).exclude == ("gpu01",)
+    assert decide(_result(failed_host="gpu01", failed_rank=1), 1, policy).exclude == ()
