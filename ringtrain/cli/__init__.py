@@ -18,7 +18,12 @@ from ringtrain import __version__
 from ringtrain.errors import RingtrainError
 
 # module name under ringtrain.cli -> command name
-_COMMANDS: tuple[str, ...] = ("launch_cmd",)
+_COMMANDS: tuple[str, ...] = (
+    "launch_cmd",
+    "hosts_cmd",
+    "check_cmd",
+    "sim_cmd",
+)
 
 
 class _Group(click.Group):

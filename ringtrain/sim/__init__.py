@@ -13,9 +13,14 @@ the hosts. Traffic stays on loopback and the simulated subnet.
     set_gpus(c.config, "gpu03", "fail")
     down(c.config)
 
-Modules: config (values), netns (network), sshd (keys, configs, processes), etc_hosts (name
-resolution in the root namespace), gpus (fake GPU state and versions), fake_nvidia_smi
-(the script), cluster (up/down), ops (status and fault injection).
+Modules: config (values), netns (network), sshd (keys, configs, processes), holder (a host's
+first process: hostname, mounts, sshd, reaping), etc_hosts (name resolution in the root
+namespace), gpus (fake GPU state and versions), fake_nvidia_smi (the script), proc (commands,
+PIDs, namespaces), cluster (up/down), ops (status and fault injection).
+
+Measured on a loaded 2-core machine: ``up`` of 4 hosts 0.15-0.5 s, ``up`` again (no-op)
+0.01 s, ``down`` 0.2 s, one ``ssh -F ... gpu01 true`` 0.2-0.3 s. Each host costs a Python
+holder (about 12 MB RSS) and an sshd (about 9 MB).
 """
 
 from ringtrain.sim.cluster import cluster, down, load, up

@@ -1,0 +1,133 @@
+"""``ringtrain sim``: a simulated GPU cluster on this machine (network namespaces, needs root)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ringtrain import sim
+from ringtrain.sim.config import DEFAULT_MODEL, DEFAULT_NAME
+from ringtrain.sim.gpus import parse_count
+
+_EPILOG = """\b
+Examples:
+  sudo ringtrain sim up                      4 hosts gpu01..gpu04, 4 x H100 each
+  sudo ringtrain sim up --hosts 8 --gpus 8
+  ringtrain sim status
+  sudo ringtrain sim set-gpus gpu03 2        gpu03 now reports 2 GPUs
+  sudo ringtrain sim set-gpus gpu03 fail     nvidia-smi on gpu03 fails (driver message, exit 9)
+  sudo ringtrain sim link gpu02 down         gpu02 drops off the network
+  sudo ringtrain sim down
+"""
+
+_name = click.option("--name", default=DEFAULT_NAME, show_default=True,
+                     help="Cluster name; namespaces and links are prefixed with it.")
+_state_dir = click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+                          help="Where keys and configs go (default: ./.sim/NAME, or where the "
+                               "running cluster NAME keeps them).")
+
+
+def _cfg(name: str, state_dir: Path | None) -> sim.SimConfig:
+    return sim.SimConfig(name=name, state_dir=state_dir)
+
+
+@click.group("sim", epilog=_EPILOG)
+def command() -> None:
+    """Simulated multi-host GPU cluster: hosts in network namespaces with sshd and a fake
+    nvidia-smi, on a private subnet. Traffic stays on this machine."""
+
+
+@command.command("up", epilog=_EPILOG)
+@click.option("--hosts", default=4, show_default=True, help="Number of hosts (gpu01..gpuNN).")
+@click.option("--gpus", default=4, show_default=True, help="GPUs per host.")
+@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="GPU model name.")
+@click.option("--subnet", help="Private IPv4 subnet (default: a free 10.213.X.0/24).")
+@click.option("--no-etc-hosts", is_flag=True,
+              help="Do not add the host names to /etc/hosts (ssh -F and mpirun with "
+                   "plm_rsh_agent 'ssh -F' work without them).")
+@_name
+@_state_dir
+def up_cmd(hosts: int, gpus: int, model: str, subnet: str | None, no_etc_hosts: bool, name: str,
+           state_dir: Path | None) -> None:
+    """Build the cluster (idempotent: a healthy one is left alone, a damaged one repaired)."""
+    cfg = sim.SimConfig(name=name, hosts=hosts, subnet=subnet, state_dir=state_dir,
+                        gpus_per_host=gpus, gpu_model=model, hosts_in_etc_hosts=not no_etc_hosts)
+    c = sim.up(cfg)
+    click.echo(f"sim {c.name}: {len(c.hosts)} hosts on {c.subnet} "
+               f"({', '.join(f'{h.name}={h.address}' for h in c.hosts)})")
+    click.echo(f"  hostfile    {c.hostfile}")
+    click.echo(f"  ssh config  {c.ssh_config}")
+    click.echo(f"  known_hosts {c.known_hosts}")
+    click.echo(f"  try:  ssh -F {c.ssh_config} {c.names[0]} nvidia-smi -L")
+    click.echo(f"  next: ringtrain check --hosts {c.hostfile} --ssh-config {c.ssh_config}")
+
+
+@command.command("down")
+@click.option("--purge", is_flag=True, help="Also delete the state dir's files (keys included).")
+@_name
+@_state_dir
+def down_cmd(purge: bool, name: str, state_dir: Path | None) -> None:
+    """Remove every namespace, link, process and /etc/hosts line of the cluster."""
+    sim.down(_cfg(name, state_dir), purge=purge)
+    click.echo(f"sim {name}: down")
+
+
+@command.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_name
+@_state_dir
+def status_cmd(as_json: bool, name: str, state_dir: Path | None) -> None:
+    """Show each host: address, link, sshd, GPUs, fake versions."""
+    st = sim.status(_cfg(name, state_dir))
+    if as_json:
+        data = asdict(st)
+        data["state_dir"] = str(st.state_dir)
+        click.echo(json.dumps(data, indent=2))
+        return
+    if not st.up:
+        extra = f" (leftovers: {', '.join(st.leftovers)}; run `ringtrain sim down`)" \
+            if st.leftovers else ""
+        click.echo(f"sim {name}: down{extra}")
+        return
+    table = Table(title=f"sim {name} on {st.subnet} ({st.state_dir})")
+    for col in ("host", "address", "link", "sshd", "GPUs", "model", "driver", "fake versions"):
+        table.add_column(col)
+    for h in st.hosts:
+        table.add_row(
+            h.name, h.address,
+            "up" if h.link_up else "[red]down[/]",
+            str(h.sshd_pid) if h.sshd_pid else "[red]stopped[/]",
+            str(h.gpus), h.gpu_model,
+            "ok" if h.gpu_mode == "ok" else f"[red]{h.gpu_mode}[/]",
+            " ".join(f"{k}={v}" for k, v in h.versions),
+        )
+    Console().print(table)
+
+
+@command.command("set-gpus")
+@click.argument("host")
+@click.argument("count", metavar="COUNT|fail|ok")
+@click.option("--model", help="Change the GPU model too.")
+@_name
+@_state_dir
+def set_gpus_cmd(host: str, count: str, model: str | None, name: str,
+                 state_dir: Path | None) -> None:
+    """Set HOST's GPU count, make its nvidia-smi fail, or make it work again."""
+    sim.set_gpus(_cfg(name, state_dir), host, parse_count(count), model)
+    click.echo(f"{host}: {count}" + (f" x {model}" if model else ""))
+
+
+@command.command("link")
+@click.argument("host")
+@click.argument("state", type=click.Choice(["up", "down"]))
+@_name
+@_state_dir
+def link_cmd(host: str, state: str, name: str, state_dir: Path | None) -> None:
+    """Take HOST's network link down or bring it back up."""
+    sim.set_link(_cfg(name, state_dir), host, state == "up")
+    click.echo(f"{host}: link {state}")
