@@ -98,7 +98,7 @@ def command(
     if inventory.is_local_only:
         remote = LocalRemote()
     else:
-        _quiet_paramiko()
+        quiet_paramiko()
         remote = SshRemote(ssh_config, known_hosts, accept_new_host_keys=accept_new_host_keys,
                            connect_timeout=connect_timeout, concurrency=concurrency)
     report = probe(inventory, remote, python=python, timeout=timeout)
@@ -112,7 +112,7 @@ def command(
         raise err
 
 
-def _quiet_paramiko() -> None:
+def quiet_paramiko() -> None:
     # paramiko logs tracebacks for failures we already report per host
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         logging.getLogger("paramiko").setLevel(logging.CRITICAL)

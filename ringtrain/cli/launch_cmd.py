@@ -12,11 +12,14 @@ from types import FrameType
 
 import click
 
+from ringtrain.cli.check_cmd import print_verdict, quiet_paramiko
+from ringtrain.cli.launch_preflight import PreflightOptions, make_preflight
 from ringtrain.cli.live import LiveView
 from ringtrain.errors import JobFailed, UsageError
 from ringtrain.hostfile import Host, Inventory, allocate, resolve_hosts
 from ringtrain.launch import run
 from ringtrain.launch.plan import PlanInputs, make_plan
+from ringtrain.launch.preflight import PreflightPolicy
 from ringtrain.launch.remote import SshRemote
 from ringtrain.launch.result import JobResult, JobState
 from ringtrain.launch.session import Hooks, RestartPolicy, Session, SessionEnv
@@ -71,6 +74,33 @@ def _env_specs(
     help="Forward NAME to every rank, or set it to VALUE. Repeatable.",
 )
 @click.option("--ssh-config", type=click.Path(path_type=Path), help="ssh_config for remote hosts.")
+@click.option("--known-hosts", type=click.Path(path_type=Path), help="known_hosts to verify keys.")
+@click.option(
+    "--accept-new-host-keys",
+    is_flag=True,
+    help="Trust keys of hosts not yet in known_hosts (a changed key is always refused).",
+)
+@click.option("--no-probe", is_flag=True, help="Skip the SSH pre-flight probe of every host.")
+@click.option(
+    "--gpus",
+    "gpu_mode",
+    flag_value="required",
+    help="Require GPUs (default: required unless no host has an NVIDIA driver).",
+)
+@click.option("--cpu", "gpu_mode", flag_value="ignored", help="CPU job: GPUs do not matter.")
+@click.option(
+    "--on-bad-host",
+    type=click.Choice(["fail", "exclude"]),
+    default="fail",
+    show_default=True,
+    help="A host failing the probe stops the launch, or is left out.",
+)
+@click.option("--min-hosts", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--allow-mixed-versions",
+    is_flag=True,
+    help="Warn instead of refusing when hosts run different software versions.",
+)
 @click.option("--network-interface", help="Interface or CIDR for MPI traffic (default: chosen).")
 @click.option("--python", help="Python on the hosts (default: this one, same path everywhere).")
 @click.option(
@@ -133,6 +163,13 @@ def command(
     gloo: bool,
     env: tuple[EnvSpec, ...],
     ssh_config: Path | None,
+    known_hosts: Path | None,
+    accept_new_host_keys: bool,
+    no_probe: bool,
+    gpu_mode: str | None,
+    on_bad_host: str,
+    min_hosts: int,
+    allow_mixed_versions: bool,
     network_interface: str | None,
     python: str | None,
     checkpoint_url: str | None,
@@ -196,8 +233,21 @@ def command(
         heartbeat_timeout=heartbeat_timeout,
     )
     restart = RestartPolicy(max_restarts=max_restarts, min_np=min_np)
-    remote = SshRemote(ssh_config=request.ssh_config)
-    _run(Session(request, inventory, remote, senv, supervision, restart, Hooks()))
+    quiet_paramiko()
+    remote = SshRemote(request.ssh_config, known_hosts, accept_new_host_keys=accept_new_host_keys)
+    options = PreflightOptions(
+        enabled=not no_probe,
+        gpus=gpu_mode or "auto",
+        policy=PreflightPolicy(
+            on_bad_host="exclude" if on_bad_host == "exclude" else "fail",
+            min_hosts=min_hosts,
+            np=np,
+            require_same_versions=not allow_mixed_versions,
+            network_interface=network_interface,
+        ),
+        python=python,
+    )
+    _run(Session(request, inventory, remote, senv, supervision, restart, Hooks()), options)
 
 
 def _inventory(request: LaunchRequest) -> Inventory:
@@ -217,11 +267,12 @@ def _new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def _run(session: Session) -> None:
+def _run(session: Session, options: PreflightOptions) -> None:
     view = LiveView()
     session.hooks.sink = view.line
     session.hooks.on_tick = view.tick
     session.hooks.notify = view.note
+    session.hooks.preflight = make_preflight(options, session.remote, print_verdict, view.note)
     session.run_dir.mkdir(parents=True, exist_ok=True)
     view.events = session.run_dir / "events.log"
     view.note(f"run {session.env.run_id}; run dir {session.run_dir}")

@@ -113,6 +113,7 @@ class PlanInputs:
     python: str
     tcp_include: str | None = None
     attempt: int = 1
+    extra_env: tuple[tuple[str, str], ...] = ()
     control_addr: str | None = None
     control_token: str | None = None
     launcher_timeout: float | None = None
@@ -179,6 +180,8 @@ def _env_delta(request: LaunchRequest, inputs: PlanInputs, run_dir: Path) -> dic
             delta["RINGTRAIN_LAUNCHER_TIMEOUT"] = f"{inputs.launcher_timeout:g}"
     if "TF_CPP_MIN_LOG_LEVEL" not in inputs.environ:
         delta["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    for name, value in inputs.extra_env:
+        delta.setdefault(name, value)
     if request.checkpoint_url is not None:
         delta["RINGTRAIN_CHECKPOINT_URL"] = request.checkpoint_url
     for spec in request.env:

@@ -75,6 +75,18 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
     return Decision(True, why, exclude)
 
 
+@dataclass(frozen=True, slots=True)
+class Preflight:
+    """What the pre-flight check decided for one attempt: the usable hosts, the network for MPI
+    traffic (``tcp_include``, extra variables such as NCCL_SOCKET_IFNAME) and the address of
+    this machine that every host can reach (the control server binds there)."""
+
+    inventory: Inventory
+    tcp_include: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    control_host: str | None = None
+
+
 @dataclass
 class Hooks:
     """How the session talks to the outside: all optional."""
@@ -82,7 +94,7 @@ class Hooks:
     sink: run.LineSink = lambda line: None
     on_tick: Callable[[Snapshot, Allocation], None] | None = None
     notify: Callable[[str], None] = lambda text: None
-    preflight: Callable[[Inventory], Inventory] = lambda inv: inv
+    preflight: Callable[[Inventory], Preflight] = lambda inv: Preflight(inv)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +153,7 @@ class Session:
             self.hooks.notify(decision.reason)
             attempt += 1
 
-    def _allocation(self) -> Allocation:
+    def _allocation(self) -> tuple[Allocation, Preflight]:
         now = time.monotonic()
         resting = {h for h, until in self._cooldown.items() if until > now}
         hosts = tuple(h for h in self.inventory.hosts if h.name not in resting)
@@ -149,7 +161,8 @@ class Session:
             raise AllocationError(
                 "every host is excluded after failures", "fix the hosts and relaunch"
             )
-        inventory = self.hooks.preflight(replace(self.inventory, hosts=hosts))
+        checked = self.hooks.preflight(replace(self.inventory, hosts=hosts))
+        inventory = checked.inventory
         want = self.request.np
         if self.results and want is not None and inventory.total_slots < want:
             floor = self.restart.min_np or want
@@ -160,12 +173,12 @@ class Session:
                     "fix or replace the excluded hosts, or lower --min-np",
                 )
             want = inventory.total_slots
-        return allocate(inventory, want)
+        return allocate(inventory, want), checked
 
     def _attempt(self, attempt: int) -> JobResult:
-        alloc = self._allocation()
-        control = ControlServer(bind=self.env.control_bind)
-        plan = make_plan(self.request, alloc, self._inputs(attempt, control))
+        alloc, checked = self._allocation()
+        control = ControlServer(bind=checked.control_host or self.env.control_bind)
+        plan = make_plan(self.request, alloc, self._inputs(attempt, control, checked))
         self._control = control
         try:
             return self._supervise(plan, control, attempt)
@@ -173,13 +186,14 @@ class Session:
             control.close()
             self._control = None
 
-    def _inputs(self, attempt: int, control: ControlServer) -> PlanInputs:
+    def _inputs(self, attempt: int, control: ControlServer, checked: Preflight) -> PlanInputs:
         return PlanInputs(
             run_id=self.env.run_id,
             environ=self.env.environ,
             is_root=self.env.is_root,
             python=self.env.python,
-            tcp_include=self.env.tcp_include,
+            tcp_include=checked.tcp_include or self.env.tcp_include,
+            extra_env=checked.env,
             attempt=attempt,
             control_addr=control.address,
             control_token=control.token,

@@ -1,0 +1,208 @@
+"""ringtrain launch on the simulated cluster: real Horovod ranks over SSH on 4 hosts, and the
+supervision faults that need real hosts: a cut link, a killed sshd session, a killed rank.
+
+After every fault the hosts are inspected directly (processes in each host's network namespace),
+independently of ringtrain's own teardown report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ringtrain import sim
+
+pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "ringtrain" / "models" / "digits.py"
+
+ALLREDUCE = """\
+import os, socket, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf
+import horovod.tensorflow as hvd
+hvd.init()
+total = hvd.allreduce(tf.constant(float(hvd.rank())), op=hvd.Sum)
+print("HOST", hvd.rank(), socket.gethostname(), int(total.numpy()), flush=True)
+"""
+
+LOOP = """\
+import os, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf
+import horovod.tensorflow as hvd
+from ringtrain import report
+hvd.init()
+step = 0
+while True:
+    hvd.allreduce(tf.constant([1.0]))
+    step += 1
+    if hvd.rank() == 0 and step % 10 == 0:
+        report.progress(epoch=1, step=step)
+        print("step", step, flush=True)
+    time.sleep(0.05)
+"""
+
+
+def _argv(cluster: sim.SimCluster, tmp_path: Path, hosts: str, *args: str) -> list[str]:
+    return [
+        sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
+        "-H", hosts, "--ssh-config", str(cluster.ssh_config),
+        "--known-hosts", str(cluster.known_hosts), *args,
+    ]
+
+
+def _result(tmp_path: Path) -> dict:
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def _job_processes(cluster: sim.SimCluster) -> dict[str, list[str]]:
+    left = {}
+    for host in cluster.names:
+        found = [cmd for _, cmd in sim.host_processes(cluster.config, host)
+                 if "rankexec" in cmd or "orted" in cmd]
+        if found:
+            left[host] = found
+    return left
+
+
+def test_ranks_run_on_four_distinct_hosts(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
+    script = tmp_path / "where.py"
+    script.write_text(ALLREDUCE)
+    proc = subprocess.run(
+        _argv(sim_cluster, tmp_path, "gpu01:2,gpu02:2,gpu03:2,gpu04:2", str(script)),
+        capture_output=True, text=True, timeout=240, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = [line.split() for line in proc.stdout.splitlines()
+             if line.startswith("[") and " HOST " in line]
+    hosts = {int(parts[2]): parts[3] for parts in lines}
+    assert hosts == {0: "gpu01", 1: "gpu01", 2: "gpu02", 3: "gpu02",
+                     4: "gpu03", 5: "gpu03", 6: "gpu04", 7: "gpu04"}
+    assert {int(parts[4]) for parts in lines} == {sum(range(8))}
+    assert "network: 10.213." in proc.stdout  # the subnet was chosen by ringtrain, not the user
+    assert _job_processes(sim_cluster) == {}
+
+
+def test_digits_trains_across_four_hosts(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        _argv(sim_cluster, tmp_path, "gpu01:1,gpu02:1,gpu03:1,gpu04:1", str(DIGITS),
+              "--epochs", "3"),
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    results = [json.loads(line.split("RESULT ", 1)[1]) for line in proc.stdout.splitlines()
+               if "RESULT " in line]
+    assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
+    assert len({round(r["test_loss"], 6) for r in results}) == 1
+    assert results[0]["size"] == 4 and results[0]["test_accuracy"] > 0.8
+
+
+def _start_loop(cluster: sim.SimCluster, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    return subprocess.Popen(
+        _argv(cluster, tmp_path, "gpu01:1,gpu02:1,gpu03:1", "--heartbeat-timeout", "5",
+              *args, str(script)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_for_steps(proc: subprocess.Popen[str], timeout: float = 120) -> None:
+    """Read stdout until training is under way; keep draining it in the background."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    for line in proc.stdout:
+        if "step 20" in line:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("training did not start")
+    threading.Thread(target=lambda: proc.stdout.read(), daemon=True).start()  # type: ignore[union-attr]
+
+
+def test_link_down_is_detected_and_torn_down(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
+    proc = _start_loop(sim_cluster, tmp_path)
+    try:
+        _wait_for_steps(proc)
+        cut = time.time()
+        sim.set_link(sim_cluster.config, "gpu02", up=False)
+        _, err = proc.communicate(timeout=90)
+        ended = time.time()
+    finally:
+        sim.set_link(sim_cluster.config, "gpu02", up=True)
+    result = _result(tmp_path)
+    assert proc.returncode != 0
+    assert result["fault_kind"] == "host-lost" and result["fault_hosts"] == ["gpu02"], err[-2000:]
+    assert result["detected_at"] - cut < 15
+    assert ended - cut < 30
+    time.sleep(2)
+    assert _job_processes(sim_cluster) == {}
+
+
+def test_killed_sshd_session_ends_the_job_cleanly(sim_cluster: sim.SimCluster,
+                                                  tmp_path: Path) -> None:
+    proc = _start_loop(sim_cluster, tmp_path)
+    _wait_for_steps(proc)
+    orted = [pid for pid, cmd in sim.host_processes(sim_cluster.config, "gpu03") if "orted" in cmd]
+    assert len(orted) == 1
+    session = int(Path(f"/proc/{orted[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    while "sshd" not in Path(f"/proc/{session}/comm").read_text():
+        session = int(Path(f"/proc/{session}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    killed = time.time()
+    os.kill(session, signal.SIGKILL)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode != 0, err[-2000:]
+    assert time.time() - killed < 30
+    time.sleep(1)
+    assert _job_processes(sim_cluster) == {}
+    assert all(t["left"] == [] for t in _result(tmp_path)["teardown"])
+
+
+def test_kill_9_of_a_remote_rank(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
+    proc = _start_loop(sim_cluster, tmp_path)
+    _wait_for_steps(proc)
+    (rank,) = [pid for pid, cmd in sim.host_processes(sim_cluster.config, "gpu03")
+               if "rankexec" in cmd and "orted" not in cmd]
+    killed = time.time()
+    os.kill(rank, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    result = _result(tmp_path)
+    assert proc.returncode == 137, err[-2000:]
+    assert result["failed_rank"] == 2 and result["failed_host"] == "gpu03"
+    assert result["torn_down_at"] - killed < 5
+    assert _job_processes(sim_cluster) == {}
+
+
+def test_restart_excludes_the_lost_host(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
+    proc = _start_loop(sim_cluster, tmp_path, "--max-restarts", "1", "--min-np", "2")
+    try:
+        _wait_for_steps(proc)
+        sim.set_link(sim_cluster.config, "gpu03", up=False)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            (run_dir,) = (tmp_path / "runs").iterdir()
+            if (run_dir / "attempt-2" / "plan.json").exists():
+                break
+            time.sleep(0.5)
+        plan = json.loads((run_dir / "attempt-2" / "plan.json").read_text())
+        assert [h["name"] for h in plan["hosts"]] == ["gpu01", "gpu02"]
+        assert plan["np"] == 2
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+        sim.set_link(sim_cluster.config, "gpu03", up=True)
+    result = _result(tmp_path)
+    assert [a["fault_kind"] for a in result["attempts"]][0] == "host-lost"
+    assert result["state"] == "interrupted" and proc.returncode == 130
+    time.sleep(1)
+    assert _job_processes(sim_cluster) == {}
