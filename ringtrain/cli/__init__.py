@@ -23,6 +23,7 @@ _COMMANDS: tuple[str, ...] = (
     "hosts_cmd",
     "check_cmd",
     "sim_cmd",
+    "runs_cmd",
 )
 
 

@@ -111,6 +111,17 @@ def test_exception_in_one_rank_aborts_job_and_is_reported(tmp_path: Path) -> Non
     assert "Traceback" not in proc.stderr.split("error:")[0].replace("[1] Traceback", "")
     result = json.loads((_run_dir(tmp_path) / "result.json").read_text())
     assert result["failed_rank"] == 1 and result["state"] == "failed"
+    # the run history tells the same story
+    runs = subprocess.run([*RINGTRAIN, "runs", "--runs-dir", str(tmp_path / "runs"), "--json"],
+                          capture_output=True, text=True, check=True)
+    (listed,) = json.loads(runs.stdout)
+    assert listed["state"] == "failed" and listed["hosts"] == ["localhost"] and listed["np"] == 2
+    show = subprocess.run(
+        [*RINGTRAIN, "runs", "--runs-dir", str(tmp_path / "runs"), "show", listed["run_id"]],
+        capture_output=True, text=True, check=True,
+    )
+    assert "first failing rank: 1 on localhost (exit code 1)" in show.stdout
+    assert "ValueError: rank one is broken" in show.stdout
 
 
 def test_sigint_stops_the_whole_job(tmp_path: Path) -> None:

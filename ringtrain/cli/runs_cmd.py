@@ -1,0 +1,150 @@
+"""``ringtrain runs``: past runs from ``runs/*/result.json``; ``ringtrain runs show ID``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ringtrain.errors import UsageError
+
+_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "no result": "cyan"}
+
+
+def load_runs(runs_dir: Path) -> list[dict[str, Any]]:
+    """Every run directory with its result (or 'running' when it has none yet), newest first."""
+    runs: list[dict[str, Any]] = []
+    if not runs_dir.is_dir():
+        return runs
+    for run_dir in runs_dir.iterdir():
+        if not run_dir.is_dir() or not (run_dir / "attempt-1").is_dir():
+            continue
+        runs.append(_load(run_dir))
+    return sorted(runs, key=lambda r: r["run_id"], reverse=True)
+
+
+def _load(run_dir: Path) -> dict[str, Any]:
+    # No result.json: still running, or the launcher itself was killed before writing one.
+    data: dict[str, Any] = {"run_id": run_dir.name, "run_dir": str(run_dir), "state": "no result"}
+    with contextlib.suppress(OSError, ValueError):
+        data.update(json.loads((run_dir / "result.json").read_text()))
+    plan = _plan(run_dir, len(data.get("attempts", [])) or 1)
+    data["hosts"] = [h["name"] for h in plan.get("hosts", [])]
+    data["np"] = plan.get("np", data.get("np"))
+    data["started"] = _started(run_dir)
+    data["last_checkpoint"] = _last_checkpoint(run_dir)
+    return data
+
+
+def _plan(run_dir: Path, attempt: int) -> dict[str, Any]:
+    try:
+        plan: dict[str, Any] = json.loads(
+            (run_dir / f"attempt-{attempt}" / "plan.json").read_text()
+        )
+    except (OSError, ValueError):
+        return {}
+    return plan
+
+
+def _started(run_dir: Path) -> str:
+    try:
+        stamp = (run_dir / "attempt-1" / "plan.json").stat().st_mtime
+    except OSError:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
+
+
+def _last_checkpoint(run_dir: Path) -> str | None:
+    """The newest committed local checkpoint manifest, when the run kept them in its run dir."""
+    manifests = sorted((run_dir / "checkpoints").glob("manifests/*.json"))
+    return manifests[-1].stem if manifests else None
+
+
+@click.group("runs", invoke_without_command=True)
+@click.option(
+    "--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("-n", "--last", type=click.IntRange(min=1), default=20, show_default=True)
+@click.pass_context
+def command(ctx: click.Context, runs_dir: Path, as_json: bool, last: int) -> None:
+    """List past runs: id, start, hosts, ranks, attempts, outcome, duration, last checkpoint."""
+    ctx.obj = runs_dir
+    if ctx.invoked_subcommand is not None:
+        return
+    runs = load_runs(runs_dir)[:last]
+    if as_json:
+        click.echo(json.dumps(runs, indent=2))
+        return
+    if not runs:
+        click.echo(f"no runs in {runs_dir}/ (ringtrain launch writes them there)")
+        return
+    table = Table(title=f"runs in {runs_dir}/", header_style="bold")
+    for col in ("RUN", "STARTED", "HOSTS", "NP", "ATTEMPTS", "OUTCOME", "DURATION", "CHECKPOINT"):
+        table.add_column(col)
+    for r in runs:
+        hosts = ",".join(r["hosts"][:3]) + (
+            f" +{len(r['hosts']) - 3}" if len(r["hosts"]) > 3 else ""
+        )
+        state = r["state"]
+        outcome = f"[{_STYLE.get(state, 'white')}]{state}[/]"
+        if state not in ("succeeded", "no result"):
+            outcome += f" ({r.get('exit_code')})"
+        duration = f"{r['duration_s']:.1f} s" if "duration_s" in r else "-"
+        table.add_row(
+            r["run_id"],
+            r["started"],
+            hosts or "-",
+            str(r.get("np") or "-"),
+            str(len(r.get("attempts", [])) or "-"),
+            outcome,
+            duration,
+            r["last_checkpoint"] or "-",
+        )
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 150)
+    console.print(table)
+
+
+@command.command("show")
+@click.argument("run_id")
+@click.pass_obj
+def show(runs_dir: Path, run_id: str) -> None:
+    """Show one run: attempts, faults, failing rank and log tail, teardown per host."""
+    run_dir = runs_dir / run_id
+    if not (run_dir / "attempt-1").is_dir():
+        known = ", ".join(r["run_id"] for r in load_runs(runs_dir)[:5]) or "none"
+        raise UsageError(f"no run {run_id!r} in {runs_dir}/", f"pick one of: {known}")
+    r = _load(run_dir)
+    click.echo(f"run {r['run_id']}  started {r['started']}  state {r['state']}")
+    click.echo(f"dir {run_dir}  hosts {','.join(r['hosts'])}  ranks {r.get('np')}")
+    for a in r.get("attempts", []):
+        click.echo(
+            f"\nattempt {a['attempt']}: {a['state']} (exit {a['exit_code']}) "
+            f"in {a['duration_s']:.1f} s"
+        )
+        if a.get("fault"):
+            click.echo(f"  fault: {a['fault']}")
+        if a.get("failed_rank") is not None:
+            how = a.get("signal") or f"exit code {a['exit_code']}"
+            click.echo(
+                f"  first failing rank: {a['failed_rank']} on {a.get('failed_host')} ({how})"
+            )
+        for line in a.get("log_tail", [])[-10:]:
+            click.echo(f"    | {line}")
+        for t in a.get("teardown", []):
+            status = (
+                "clean"
+                if not t["left"] and not t["error"]
+                else (t["error"] or "LEFT: " + "; ".join(t["left"]))
+            )
+            click.echo(f"  teardown {t['host']}: ended {t['killed']} process(es); {status}")
+    if r["last_checkpoint"]:
+        click.echo(f"\nlast checkpoint: {r['last_checkpoint']}")
