@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{last[1][0] / last[2][0]:.2f}x the time of horovodrun's reachability-only check"
     )
     print(
-        f"launcher CPU per host at {last[0]} hosts: ringtrain {last[1][2] / last[0] * 1000:.1f} ms, "
+        f"launcher CPU per host at {last[0]} hosts: "
+        f"ringtrain {last[1][2] / last[0] * 1000:.1f} ms, "
         f"horovodrun {last[2][2] / last[0] * 1000:.1f} ms. All simulated hosts share this "
         f"machine's {os.cpu_count()} cores, so their sshd and probe work serializes here; on real "
         "hosts it runs in parallel, one host's CPU each."
