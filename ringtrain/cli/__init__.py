@@ -24,6 +24,8 @@ _COMMANDS: tuple[str, ...] = (
     "check_cmd",
     "sim_cmd",
     "runs_cmd",
+    "slurm_cmd",
+    "pbs_cmd",
 )
 
 

@@ -71,6 +71,7 @@ class LaunchContext:
     tcp_include: str | None = None
     network_interface: str | None = None
     gloo: bool = False
+    user_btl: bool = False
 
 
 class LauncherBackend(Protocol):
@@ -117,7 +118,9 @@ class OpenMpiBackend:
             argv.append("--allow-run-as-root")
         argv += ["--hostfile", str(ctx.hostfile), "-np", str(alloc.np)]
         argv += ["-bind-to", "none", "-map-by", "slot", "--tag-output"]
-        argv += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+        argv += ["-mca", "pml", "ob1"]
+        if not ctx.user_btl:  # a user's OMPI_MCA_btl (e.g. self,tcp inside Slurm) wins
+            argv += ["-mca", "btl", "^openib"]
         if not alloc.is_local_only and ctx.ssh_config is not None:
             agent = f"ssh -F {_check_path(ctx.ssh_config, 'ssh config')}"
             argv += ["-mca", "plm_rsh_agent", agent]
@@ -150,7 +153,34 @@ class HorovodrunBackend:
         return Command(argv=tuple(argv), env=ctx.env_delta)
 
 
+class SrunBackend:
+    """``srun --mpi=pmix`` inside a Slurm allocation: Slurm starts, wires up and tracks the ranks.
+
+    Placement follows the allocation exactly: ``--ntasks-per-node`` when every host runs the same
+    number of ranks, else ``--distribution=arbitrary`` with one node name per rank. Variables go
+    by ``--export=ALL,NAME,...``: srun passes its own environment (which holds the launcher's
+    delta), the names only document what ringtrain means to forward; no value is in argv."""
+
+    def build(self, alloc: Allocation, ctx: LaunchContext) -> Command:
+        names = [h.name for h in alloc.hosts]
+        argv = ["srun", "--mpi=pmix", f"--nodes={len(names)}", f"--ntasks={alloc.np}"]
+        counts = {h.slots for h in alloc.hosts}
+        if len(counts) == 1:
+            argv += [f"--ntasks-per-node={counts.pop()}", "--nodelist=" + ",".join(names)]
+        else:
+            per_rank = [r.host for r in sorted(alloc.ranks, key=lambda r: r.rank)]
+            argv += ["--distribution=arbitrary", "--nodelist=" + ",".join(per_rank)]
+        argv += ["--kill-on-bad-exit=1", "--label", "--export=" + ",".join(("ALL", *ctx.forward))]
+        argv += rank_argv(ctx, mpi=True)
+        env = dict(ctx.env_delta)
+        if ctx.tcp_include:
+            env.setdefault("OMPI_MCA_btl_tcp_if_include", ctx.tcp_include)
+        return Command(argv=tuple(argv), env=tuple(sorted(env.items())))
+
+
 def backend_for(backend: Backend) -> LauncherBackend:
     if backend is Backend.MPIRUN:
         return OpenMpiBackend()
+    if backend is Backend.SRUN:
+        return SrunBackend()
     return HorovodrunBackend()

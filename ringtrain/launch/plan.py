@@ -144,6 +144,7 @@ def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> 
         tcp_include=request.network_interface or inputs.tcp_include,
         network_interface=request.network_interface,
         gloo=request.gloo,
+        user_btl="OMPI_MCA_btl" in inputs.environ,
     )
     command = backend_for(request.backend).build(alloc, ctx)
     return LaunchPlan(

@@ -23,6 +23,7 @@ import signal
 import socket
 import sys
 import time
+from typing import Any
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -70,7 +71,7 @@ def find(run_id: str, pids: dict[int, int]) -> list[tuple[int, str]]:
     return found
 
 
-def reap(run_id: str, pids: dict[int, int], kill: bool, wait_s: float = 3.0) -> dict[str, object]:
+def reap(run_id: str, pids: dict[int, int], kill: bool, wait_s: float = 3.0) -> dict[str, Any]:
     found = find(run_id, pids)
     left = found
     if kill and found:

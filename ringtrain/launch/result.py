@@ -49,7 +49,7 @@ class JobResult:
     fault: str | None = None
     fault_kind: str | None = None
     fault_hosts: tuple[str, ...] = ()
-    detected_at: float | None = None  # wall clock (time.time()) when ringtrain saw the fault
+    detected_at: float | None = None  # wall clock (time.time()): fault seen, or the job's end
     torn_down_at: float | None = None  # wall clock when every host was verified clean
     teardown: tuple[HostTeardown, ...] = ()
     teardown_s: float | None = None

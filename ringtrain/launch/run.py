@@ -28,6 +28,7 @@ from ringtrain.launch.result import JobResult, JobState
 
 log = logging.getLogger(__name__)
 
+_SRUN_RE = re.compile(r"^\s*(?P<rank>\d+): (?P<text>.*)$")
 _TAG_RE = re.compile(r"^\[(?:\d+,)?(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>:(?P<text>.*)$")
 _MPI_FAIL_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]")
 _MPI_EXIT_RE = re.compile(r"Exit code:\s*(?P<code>\d+)")
@@ -53,8 +54,11 @@ class _Logs:
     files: dict[int | None, IO[str]] = field(default_factory=dict)
     tails: dict[int | None, list[str]] = field(default_factory=dict)
     launcher_lines: list[str] = field(default_factory=list)
+    closed: bool = False
 
     def write(self, line: OutputLine) -> None:
+        if self.closed:
+            return
         fh = self.files.get(line.rank)
         if fh is None:
             name = "launcher.log" if line.rank is None else f"rank.{line.rank}.log"
@@ -67,11 +71,19 @@ class _Logs:
             self.launcher_lines.append(line.text)
 
     def close(self) -> None:
+        self.closed = True
         for fh in self.files.values():
             fh.close()
 
 
-def parse_line(raw: str) -> OutputLine:
+def parse_line(raw: str, *, srun: bool = False) -> OutputLine:
+    """Split a launcher output line into rank, stream and text. Open MPI ``--tag-output`` and
+    horovodrun's Gloo prefix carry the stream; srun ``--label`` gives ``N: text`` (stdout and
+    stderr merged, as srun writes them)."""
+    if srun:
+        s = _SRUN_RE.match(raw)
+        if s is not None:
+            return OutputLine(rank=int(s.group("rank")), stream="stdout", text=s.group("text"))
     m = _TAG_RE.match(raw)
     if m is None:
         return OutputLine(rank=None, stream="launcher", text=raw)
@@ -95,8 +107,9 @@ class Job:
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
+        srun = self.plan.command.argv[0] == "srun"
         for raw in self.proc.stdout:
-            line = parse_line(raw.rstrip("\n"))
+            line = parse_line(raw.rstrip("\n"), srun=srun)
             self._logs.write(line)
             self._sink(line)
 
@@ -127,9 +140,15 @@ class Job:
     def wait(self) -> JobResult:
         rc = self.proc.wait()
         _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers that left the launcher behind
-        self._reader.join(timeout=10)
-        self._logs.close()
+        # Output may stay open in processes outside the group (mpirun's ssh clients to a lost
+        # host); the reaper ends those, then finish() collects the rest.
+        self._reader.join(timeout=1)
         return self._result(rc, time.monotonic() - self.started)
+
+    def finish(self, timeout_s: float = 5.0) -> None:
+        """After teardown: read what output is left and close the logs."""
+        self._reader.join(timeout=timeout_s)
+        self._logs.close()
 
     def _result(self, rc: int, duration: float) -> JobResult:
         exit_code = 128 - rc if rc < 0 else rc

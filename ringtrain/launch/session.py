@@ -22,11 +22,11 @@ from typing import Any
 
 from ringtrain.errors import AllocationError
 from ringtrain.hostfile import Allocation, Inventory, allocate
-from ringtrain.launch import run
+from ringtrain.launch import reaper, run
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
 from ringtrain.launch.remote import Remote
-from ringtrain.launch.result import JobResult, JobState
+from ringtrain.launch.result import HostTeardown, JobResult, JobState
 from ringtrain.launch.supervise import (
     Fault,
     FaultKind,
@@ -37,6 +37,7 @@ from ringtrain.launch.supervise import (
 from ringtrain.request import LaunchRequest
 
 log = logging.getLogger(__name__)
+FAULT_GRACE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ class Hooks:
     sink: run.LineSink = lambda line: None
     on_tick: Callable[[Snapshot, Allocation], None] | None = None
     notify: Callable[[str], None] = lambda text: None
-    preflight: Callable[[Inventory], Preflight] = lambda inv: Preflight(inv)
+    preflight: Callable[[Inventory], Preflight] = Preflight
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,13 +222,46 @@ class Session:
         if fault is not None:
             self.hooks.notify(f"{fault.message}; tearing the job down")
             control.broadcast("stop")
-            job.request_stop(self.supervision.teardown_grace, by_user=False)
+            # The ranks were just told to end themselves and their daemons; mpirun, which may
+            # be waiting on a daemon it lost, gets a short grace before SIGKILL.
+            job.request_stop(FAULT_GRACE_S, by_user=False)
         result = job.wait()
+        log.info("job ended %.2f s after detection; reaping every host", time.time() - detected_at)
         self._job = None
-        teardown = reap_hosts(
-            self.remote, plan.allocation, plan_python(plan), plan.run_id, control.snapshot()
-        )
+        teardown = self._reap(plan, control, fault)
+        job.finish()
+        log.info("hosts reaped %.2f s after detection", time.time() - detected_at)
         return _merge(result, fault, teardown, attempt, detected_at, time.time())
+
+    def _reap(
+        self, plan: LaunchPlan, control: ControlServer, fault: Fault | None
+    ) -> tuple[HostTeardown, ...]:
+        """Reaper on every host (not the ones known lost: they cannot answer) and on this
+        machine, where mpirun's ssh clients ran (they may leave mpirun's process group)."""
+        lost = (
+            set(fault.hosts) if fault is not None and fault.kind is FaultKind.HOST_LOST else set()
+        )
+        alloc = plan.allocation
+        reachable = replace(alloc, hosts=tuple(h for h in alloc.hosts if h.name not in lost))
+        rows = reap_hosts(
+            self.remote, reachable, plan_python(plan), plan.run_id, control.snapshot()
+        )
+        skipped = tuple(
+            HostTeardown(
+                h,
+                0,
+                (),
+                "not verified: host lost; its ranks end themselves and their "
+                "daemon once they stop hearing from ringtrain",
+            )
+            for h in sorted(lost)
+        )
+        local: tuple[HostTeardown, ...] = ()
+        if not alloc.is_local_only:
+            found = reaper.reap(plan.run_id, {}, kill=True)
+            left = tuple(f"{pid} {cmd[:80]}" for pid, cmd in found["left"])
+            local = (HostTeardown("(launcher)", len(found["found"]), left),)
+        return rows + skipped + local
 
     def _write_summary(self) -> None:
         last = self.results[-1]
@@ -259,6 +293,7 @@ def _merge(
 ) -> JobResult:
     merged = replace(
         result,
+        detected_at=detected_at,  # when ringtrain saw the fault, or the job's end
         teardown=teardown,
         attempt=attempt,
         torn_down_at=torn_down_at,
@@ -276,5 +311,4 @@ def _merge(
         fault_hosts=fault.hosts,
         failed_host=failed_host,
         failed_rank=fault.ranks[0] if fault.ranks else result.failed_rank,
-        detected_at=detected_at,
     )

@@ -45,7 +45,7 @@ class SupervisionPolicy:
     @property
     def launcher_timeout(self) -> float:
         """How long a rank waits for the launcher before ending itself (longer than ours)."""
-        return self.heartbeat_timeout + 5.0
+        return self.heartbeat_timeout + 2.0
 
 
 class FaultKind(enum.Enum):

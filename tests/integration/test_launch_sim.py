@@ -54,9 +54,19 @@ while True:
 
 def _argv(cluster: sim.SimCluster, tmp_path: Path, hosts: str, *args: str) -> list[str]:
     return [
-        sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
-        "-H", hosts, "--ssh-config", str(cluster.ssh_config),
-        "--known-hosts", str(cluster.known_hosts), *args,
+        sys.executable,
+        "-m",
+        "ringtrain",
+        "launch",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "-H",
+        hosts,
+        "--ssh-config",
+        str(cluster.ssh_config),
+        "--known-hosts",
+        str(cluster.known_hosts),
+        *args,
     ]
 
 
@@ -68,8 +78,11 @@ def _result(tmp_path: Path) -> dict:
 def _job_processes(cluster: sim.SimCluster) -> dict[str, list[str]]:
     left = {}
     for host in cluster.names:
-        found = [cmd for _, cmd in sim.host_processes(cluster.config, host)
-                 if "rankexec" in cmd or "orted" in cmd]
+        found = [
+            cmd
+            for _, cmd in sim.host_processes(cluster.config, host)
+            if "rankexec" in cmd or "orted" in cmd
+        ]
         if found:
             left[host] = found
     return left
@@ -80,14 +93,28 @@ def test_ranks_run_on_four_distinct_hosts(sim_cluster: sim.SimCluster, tmp_path:
     script.write_text(ALLREDUCE)
     proc = subprocess.run(
         _argv(sim_cluster, tmp_path, "gpu01:2,gpu02:2,gpu03:2,gpu04:2", str(script)),
-        capture_output=True, text=True, timeout=240, check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    lines = [line.split() for line in proc.stdout.splitlines()
-             if line.startswith("[") and " HOST " in line]
+    lines = [
+        line.split()
+        for line in proc.stdout.splitlines()
+        if line.startswith("[") and " HOST " in line
+    ]
     hosts = {int(parts[2]): parts[3] for parts in lines}
-    assert hosts == {0: "gpu01", 1: "gpu01", 2: "gpu02", 3: "gpu02",
-                     4: "gpu03", 5: "gpu03", 6: "gpu04", 7: "gpu04"}
+    assert hosts == {
+        0: "gpu01",
+        1: "gpu01",
+        2: "gpu02",
+        3: "gpu02",
+        4: "gpu03",
+        5: "gpu03",
+        6: "gpu04",
+        7: "gpu04",
+    }
     assert {int(parts[4]) for parts in lines} == {sum(range(8))}
     assert "network: 10.213." in proc.stdout  # the subnet was chosen by ringtrain, not the user
     assert _job_processes(sim_cluster) == {}
@@ -95,13 +122,20 @@ def test_ranks_run_on_four_distinct_hosts(sim_cluster: sim.SimCluster, tmp_path:
 
 def test_digits_trains_across_four_hosts(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
     proc = subprocess.run(
-        _argv(sim_cluster, tmp_path, "gpu01:1,gpu02:1,gpu03:1,gpu04:1", str(DIGITS),
-              "--epochs", "3"),
-        capture_output=True, text=True, timeout=300, check=False,
+        _argv(
+            sim_cluster, tmp_path, "gpu01:1,gpu02:1,gpu03:1,gpu04:1", str(DIGITS), "--epochs", "3"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    results = [json.loads(line.split("RESULT ", 1)[1]) for line in proc.stdout.splitlines()
-               if "RESULT " in line]
+    results = [
+        json.loads(line.split("RESULT ", 1)[1])
+        for line in proc.stdout.splitlines()
+        if "RESULT " in line
+    ]
     assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
     assert len({round(r["test_loss"], 6) for r in results}) == 1
     assert results[0]["size"] == 4 and results[0]["test_accuracy"] > 0.8
@@ -111,9 +145,18 @@ def _start_loop(cluster: sim.SimCluster, tmp_path: Path, *args: str) -> subproce
     script = tmp_path / "loop.py"
     script.write_text(LOOP)
     return subprocess.Popen(
-        _argv(cluster, tmp_path, "gpu01:1,gpu02:1,gpu03:1", "--heartbeat-timeout", "5",
-              *args, str(script)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        _argv(
+            cluster,
+            tmp_path,
+            "gpu01:1,gpu02:1,gpu03:1",
+            "--heartbeat-timeout",
+            "5",
+            *args,
+            str(script),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -127,7 +170,7 @@ def _wait_for_steps(proc: subprocess.Popen[str], timeout: float = 120) -> None:
         if time.monotonic() > deadline:
             proc.kill()
             pytest.fail("training did not start")
-    threading.Thread(target=lambda: proc.stdout.read(), daemon=True).start()  # type: ignore[union-attr]
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
 
 
 def test_link_down_is_detected_and_torn_down(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
@@ -144,13 +187,19 @@ def test_link_down_is_detected_and_torn_down(sim_cluster: sim.SimCluster, tmp_pa
     assert proc.returncode != 0
     assert result["fault_kind"] == "host-lost" and result["fault_hosts"] == ["gpu02"], err[-2000:]
     assert result["detected_at"] - cut < 15
-    assert ended - cut < 30
-    time.sleep(2)
+    assert ended - cut < 20
+    assert [t["error"] is not None for t in result["teardown"] if t["host"] == "gpu02"] == [True]
+    # gpu02 could not be reached: its ranks end themselves (and their orted) once they stop
+    # hearing from the launcher, heartbeat timeout + 2 s after the cut.
+    deadline = time.monotonic() + 20
+    while _job_processes(sim_cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert _job_processes(sim_cluster) == {}
 
 
-def test_killed_sshd_session_ends_the_job_cleanly(sim_cluster: sim.SimCluster,
-                                                  tmp_path: Path) -> None:
+def test_killed_sshd_session_ends_the_job_cleanly(
+    sim_cluster: sim.SimCluster, tmp_path: Path
+) -> None:
     proc = _start_loop(sim_cluster, tmp_path)
     _wait_for_steps(proc)
     orted = [pid for pid, cmd in sim.host_processes(sim_cluster.config, "gpu03") if "orted" in cmd]
@@ -171,8 +220,11 @@ def test_killed_sshd_session_ends_the_job_cleanly(sim_cluster: sim.SimCluster,
 def test_kill_9_of_a_remote_rank(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
     proc = _start_loop(sim_cluster, tmp_path)
     _wait_for_steps(proc)
-    (rank,) = [pid for pid, cmd in sim.host_processes(sim_cluster.config, "gpu03")
-               if "rankexec" in cmd and "orted" not in cmd]
+    (rank,) = [
+        pid
+        for pid, cmd in sim.host_processes(sim_cluster.config, "gpu03")
+        if "rankexec" in cmd and "orted" not in cmd
+    ]
     killed = time.time()
     os.kill(rank, signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
@@ -202,7 +254,7 @@ def test_restart_excludes_the_lost_host(sim_cluster: sim.SimCluster, tmp_path: P
         proc.communicate(timeout=60)
         sim.set_link(sim_cluster.config, "gpu03", up=True)
     result = _result(tmp_path)
-    assert [a["fault_kind"] for a in result["attempts"]][0] == "host-lost"
+    assert result["attempts"][0]["fault_kind"] == "host-lost"
     assert result["state"] == "interrupted" and proc.returncode == 130
     time.sleep(1)
     assert _job_processes(sim_cluster) == {}

@@ -58,3 +58,10 @@ def test_failed_rank_from_traceback_when_launcher_is_silent() -> None:
 
 def test_no_failure_found() -> None:
     assert find_failed_rank(["all good"], {0: ["fine"]}) == (None, None, None)
+
+
+def test_srun_label_only_for_srun() -> None:
+    line = parse_line("  3: Epoch 1/2", srun=True)
+    assert (line.rank, line.text) == (3, "Epoch 1/2")
+    assert parse_line("3: not a rank line").rank is None
+    assert parse_line("srun: error: task 2 failed", srun=True).rank is None
