@@ -15,6 +15,7 @@ class Backend(enum.Enum):
 
     MPIRUN = "mpirun"
     HOROVODRUN = "horovodrun"
+    SRUN = "srun"
 
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 VENV="${RINGTRAIN_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 CONSTRAINTS=requirements/constraints.txt
-APT_PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 procps make)
+APT_PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 procps make
+              slurm-wlm munge libpmix-dev)
 EXTRAS="train,dev"
 STAMP="$VENV/.ringtrain-bootstrap"
 

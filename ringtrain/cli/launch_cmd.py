@@ -7,6 +7,7 @@ import secrets
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
@@ -22,6 +23,8 @@ from ringtrain.launch.plan import PlanInputs, make_plan
 from ringtrain.launch.preflight import PreflightPolicy
 from ringtrain.launch.remote import SshRemote
 from ringtrain.launch.result import JobResult, JobState
+from ringtrain.launch.schedulers import SchedulerJob
+from ringtrain.launch.schedulers_io import inventory_from_scheduler, remote_for
 from ringtrain.launch.session import Hooks, RestartPolicy, Session, SessionEnv
 from ringtrain.launch.supervise import SupervisionPolicy
 from ringtrain.request import Backend, EnvSpec, LaunchRequest
@@ -60,9 +63,7 @@ def _env_specs(
 @click.option(
     "--backend",
     type=click.Choice([b.value for b in Backend]),
-    default=Backend.MPIRUN.value,
-    show_default=True,
-    help="What starts the ranks.",
+    help="What starts the ranks (default: srun inside a Slurm job, else mpirun).",
 )
 @click.option("--gloo", is_flag=True, help="With --backend horovodrun: Gloo instead of MPI.")
 @click.option(
@@ -159,7 +160,7 @@ def command(
     host_spec: str | None,
     hosts_format: str | None,
     np: int | None,
-    backend: str,
+    backend: str | None,
     gloo: bool,
     env: tuple[EnvSpec, ...],
     ssh_config: Path | None,
@@ -191,7 +192,7 @@ def command(
         host_spec=host_spec,
         hosts_format=hosts_format,
         np=np,
-        backend=Backend(backend),
+        backend=Backend(backend or Backend.MPIRUN.value),
         gloo=gloo,
         env=env,
         runs_dir=runs_dir,
@@ -206,7 +207,14 @@ def command(
         raise UsageError(
             f"script {script!r} not found", "give the path of a Python training script"
         )
-    inventory = _inventory(request)
+    inventory, sched = _inventory(request)
+    if backend is None and sched is not None:
+        request = replace(request, backend=sched.default_backend)
+    if request.backend is Backend.SRUN and "SLURM_JOB_ID" not in os.environ and not dry_run:
+        raise UsageError(
+            "--backend srun needs a Slurm allocation",
+            "run inside sbatch/salloc (see `ringtrain slurm render`), or use --backend mpirun",
+        )
     senv = SessionEnv(
         run_id=_new_run_id(),
         environ=dict(os.environ),
@@ -234,7 +242,9 @@ def command(
     )
     restart = RestartPolicy(max_restarts=max_restarts, min_np=min_np)
     quiet_paramiko()
-    remote = SshRemote(request.ssh_config, known_hosts, accept_new_host_keys=accept_new_host_keys)
+    remote = remote_for(sched) or SshRemote(
+        request.ssh_config, known_hosts, accept_new_host_keys=accept_new_host_keys
+    )
     options = PreflightOptions(
         enabled=not no_probe,
         gpus=gpu_mode or "auto",
@@ -250,17 +260,24 @@ def command(
     _run(Session(request, inventory, remote, senv, supervision, restart, Hooks()), options)
 
 
-def _inventory(request: LaunchRequest) -> Inventory:
+def _inventory(request: LaunchRequest) -> tuple[Inventory, SchedulerJob | None]:
     inventory = resolve_hosts(request.hosts_file, request.host_spec, request.hosts_format)
     if inventory is not None:
-        return inventory
+        return inventory, None
+    sched = inventory_from_scheduler(os.environ)
+    if sched is not None:
+        click.echo(f"ringtrain: no --hosts given; inside {sched.describe()}", err=True)
+        for note in sched.notes:
+            click.echo(f"ringtrain: warning: {note}", err=True)
+        return sched.inventory, sched
     gpus = run.count_local_gpus()
     slots = gpus or os.cpu_count() or 1
     what = f"{gpus} GPUs" if gpus else f"no GPUs, {slots} CPU cores"
     click.echo(
         f"ringtrain: no --hosts given; using local slots (localhost:{slots}, {what})", err=True
     )
-    return Inventory(hosts=(Host("localhost", slots),), source="local slots", format="local")
+    local = Inventory(hosts=(Host("localhost", slots),), source="local slots", format="local")
+    return local, None
 
 
 def _new_run_id() -> str:

@@ -13,6 +13,8 @@ from rich.table import Table
 from ringtrain import sim
 from ringtrain.sim.config import DEFAULT_MODEL, DEFAULT_NAME
 from ringtrain.sim.gpus import parse_count
+from ringtrain.sim.slurm import SlurmSimConfig, slurm_down, slurm_up
+from ringtrain.sim.slurm import load as load_slurm
 
 _EPILOG = """\b
 Examples:
@@ -50,14 +52,20 @@ def command() -> None:
 @click.option("--no-etc-hosts", is_flag=True,
               help="Do not add the host names to /etc/hosts (ssh -F and mpirun with "
                    "plm_rsh_agent 'ssh -F' work without them).")
+@click.option("--slurm", is_flag=True,
+              help="Also start a Slurm cluster (munge, slurmctld, one slurmd per host).")
 @_name
 @_state_dir
-def up_cmd(hosts: int, gpus: int, model: str, subnet: str | None, no_etc_hosts: bool, name: str,
-           state_dir: Path | None) -> None:
+def up_cmd(hosts: int, gpus: int, model: str, subnet: str | None, no_etc_hosts: bool,
+           slurm: bool, name: str, state_dir: Path | None) -> None:
     """Build the cluster (idempotent: a healthy one is left alone, a damaged one repaired)."""
     cfg = sim.SimConfig(name=name, hosts=hosts, subnet=subnet, state_dir=state_dir,
                         gpus_per_host=gpus, gpu_model=model, hosts_in_etc_hosts=not no_etc_hosts)
     c = sim.up(cfg)
+    if slurm:
+        s = slurm_up(SlurmSimConfig(name=name, nodes=hosts, gpus_per_node=gpus))
+        click.echo(f"slurm {name}: {len(s.nodes)} nodes ({', '.join(s.nodes)}); "
+                   f"use it with: export SLURM_CONF={s.slurm_conf}")
     click.echo(f"sim {c.name}: {len(c.hosts)} hosts on {c.subnet} "
                f"({', '.join(f'{h.name}={h.address}' for h in c.hosts)})")
     click.echo(f"  hostfile    {c.hostfile}")
@@ -72,8 +80,12 @@ def up_cmd(hosts: int, gpus: int, model: str, subnet: str | None, no_etc_hosts: 
 @_name
 @_state_dir
 def down_cmd(purge: bool, name: str, state_dir: Path | None) -> None:
-    """Remove every namespace, link, process and /etc/hosts line of the cluster."""
+    """Remove every namespace, link, process and /etc/hosts line of the cluster (and its Slurm
+    cluster, when `up --slurm` started one)."""
     sim.down(_cfg(name, state_dir), purge=purge)
+    if load_slurm(SlurmSimConfig(name=name)) is not None:
+        slurm_down(SlurmSimConfig(name=name))
+        click.echo(f"slurm {name}: down")
     click.echo(f"sim {name}: down")
 
 

@@ -16,6 +16,7 @@ ALLOWED = {
         "launch/run.py",
         "launch/supervise.py",
         "launch/discover.py",
+        "launch/schedulers_io.py",
         "checkpoint/",
         "sim/",
         "bench/",

@@ -1,0 +1,192 @@
+"""Batch scripts that run ``ringtrain launch`` under Slurm (sbatch) or PBS (qsub). Pure.
+
+The script asks the scheduler for N nodes with G GPUs and T tasks (ranks) each, then runs
+``python -m ringtrain launch SCRIPT ARGS`` once, on the job's first node: ringtrain reads the
+allocation from the job environment and starts the ranks (srun under Slurm, mpirun under PBS).
+``exec`` makes ringtrain the job's main process, so ``scancel``/``qdel`` reach it directly and it
+stops the ranks on every node.
+
+Every value that lands in a directive is checked against a narrow grammar (a newline in a
+partition name would add a directive of its own); words of the command line are shell-quoted.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from ringtrain.errors import UsageError
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+_LIST_RE = re.compile(r"^[A-Za-z0-9_.@-]+(?:,[A-Za-z0-9_.@-]+)*$")
+_DIRECTIVE_PATH_RE = re.compile(r"^[A-Za-z0-9_./%+@:-]+$")
+_SLURM_TIME_RE = re.compile(
+    r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
+    r"|UNLIMITED|INFINITE)$"
+)
+_PBS_TIME_RE = re.compile(r"^\d+(?::\d{1,2}){0,2}$")
+MAX_COUNT = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class BatchJob:
+    """One ``ringtrain launch`` as a batch job. ``queue`` is the Slurm partition or PBS queue;
+    ``time`` the limit in the scheduler's own syntax; ``setup`` shell lines run before the launch
+    (``module load ...``); ``launch_args`` options for ``ringtrain launch`` itself."""
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    nodes: int = 1
+    gpus_per_node: int = 0
+    tasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    queue: str | None = None
+    time: str | None = None
+    account: str | None = None
+    job_name: str | None = None
+    output: str | None = None
+    python: str = "python3"
+    working_dir: str = "."
+    launch_args: tuple[str, ...] = ()
+    setup: tuple[str, ...] = ()
+
+    @property
+    def ntasks_per_node(self) -> int:
+        """Ranks per node: as asked, else one per GPU, else one."""
+        return self.tasks_per_node or self.gpus_per_node or 1
+
+    @property
+    def name(self) -> str:
+        return self.job_name or "ringtrain-" + (
+            re.sub(r"[^A-Za-z0-9_.+-]", "_", PurePosixPath(self.script).stem)[:40] or "job"
+        )
+
+
+def render_sbatch(job: BatchJob) -> str:
+    """The sbatch script for ``job``."""
+    _check_common(job)
+    _check(job.time, _SLURM_TIME_RE, "--time", "a Slurm time such as 30, 4:00:00 or 1-12:00:00")
+    lines = ["#!/bin/bash", *_sbatch_directives(job)]
+    lines += [
+        "# Rendered by `ringtrain slurm render`. ringtrain launch reads the allocation from",
+        "# SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE and starts one rank per task with",
+        "# srun --mpi=pmix; scancel stops every rank.",
+    ]
+    return "\n".join(lines + _body(job, cd=False)) + "\n"
+
+
+def _sbatch_directives(job: BatchJob) -> list[str]:
+    out = [
+        f"--job-name={job.name}",
+        f"--nodes={job.nodes}",
+        f"--ntasks-per-node={job.ntasks_per_node}",
+    ]
+    if job.gpus_per_node:
+        out.append(f"--gpus-per-node={job.gpus_per_node}")
+    if job.cpus_per_task:
+        out.append(f"--cpus-per-task={job.cpus_per_task}")
+    if job.queue:
+        out.append(f"--partition={job.queue}")
+    if job.time:
+        out.append(f"--time={job.time}")
+    if job.account:
+        out.append(f"--account={job.account}")
+    out.append(f"--chdir={_directive_path(job.working_dir, 'working directory')}")
+    out.append(f"--output={job.output or '%x-%j.out'}")
+    return [f"#SBATCH {d}" for d in out]
+
+
+def render_qsub(job: BatchJob, ncpus: int | None = None) -> str:
+    """The qsub script (PBS Pro / OpenPBS ``select`` syntax) for ``job``.
+
+    ``ncpus`` per chunk defaults to ``tasks x cpus_per_task``; ``mpiprocs`` (the lines per node
+    in ``$PBS_NODEFILE``) is the tasks per node, which ringtrain reads back as slots."""
+    _check_common(job)
+    _check(job.time, _PBS_TIME_RE, "--time", "a PBS walltime such as 30:00 or 4:00:00")
+    if not job.name[0].isalpha():
+        raise UsageError(
+            f"PBS job name {job.name!r} must start with a letter", "pass --job-name NAME"
+        )
+    tasks = job.ntasks_per_node
+    cpus = ncpus or tasks * (job.cpus_per_task or 1)
+    _check_count(cpus, "--ncpus")
+    chunk = f"select={job.nodes}:ncpus={cpus}"
+    if job.gpus_per_node:
+        chunk += f":ngpus={job.gpus_per_node}"
+    chunk += f":mpiprocs={tasks}"
+    lines = ["#!/bin/bash", f"#PBS -N {job.name}", f"#PBS -l {chunk}", "#PBS -l place=scatter"]
+    if job.time:
+        lines.append(f"#PBS -l walltime={job.time}")
+    if job.queue:
+        lines.append(f"#PBS -q {job.queue}")
+    if job.account:
+        lines.append(f"#PBS -A {job.account}")
+    lines.append("#PBS -j oe")
+    if job.output:
+        lines.append(f"#PBS -o {_directive_path(job.output, '--output')}")
+    lines += [
+        "# Rendered by `ringtrain pbs render`. ringtrain launch reads the allocation from",
+        "# $PBS_NODEFILE (one line per MPI process) and starts the ranks with mpirun over SSH;",
+        "# qdel stops every rank.",
+    ]
+    return "\n".join(lines + _body(job, cd=True)) + "\n"
+
+
+def _body(job: BatchJob, *, cd: bool) -> list[str]:
+    lines = ["set -eo pipefail"]
+    if cd:
+        lines.append(f"cd {shlex.quote(job.working_dir)}")
+    lines += list(job.setup)
+    argv = [job.python, "-m", "ringtrain", "launch", *job.launch_args, job.script]
+    lines.append("exec " + shlex.join([*argv, *job.script_args]))
+    return lines
+
+
+def _check_common(job: BatchJob) -> None:
+    _check_count(job.nodes, "--nodes")
+    if job.gpus_per_node < 0 or job.gpus_per_node > MAX_COUNT:
+        raise UsageError(
+            f"--gpus-per-node {job.gpus_per_node} is out of range",
+            "pass 0 (a CPU job) or the GPUs each node should have",
+        )
+    _check_count(job.ntasks_per_node, "--ntasks-per-node")
+    if job.cpus_per_task is not None:
+        _check_count(job.cpus_per_task, "--cpus-per-task")
+    _check(job.job_name, _NAME_RE, "--job-name", "letters, digits and ._+- (at most 64)")
+    _check(job.queue, _LIST_RE, "--partition/--queue", "a name such as gpu (or gpu,debug)")
+    _check(job.account, _LIST_RE, "--account", "an account name of letters, digits and ._@-")
+    if job.output is not None:
+        _directive_path(job.output, "--output")
+    for line in job.setup:
+        if "\n" in line or "\r" in line or not line.isprintable():
+            raise UsageError(
+                f"--setup {line!r} is not one printable line", "pass one --setup per shell line"
+            )
+    if not job.working_dir.startswith("/"):
+        raise UsageError(
+            f"working directory {job.working_dir!r} is not absolute", "pass an absolute path"
+        )
+
+
+def _check_count(value: int, what: str) -> None:
+    if not 1 <= value <= MAX_COUNT:
+        raise UsageError(
+            f"{what} {value} is out of range", f"pass {what} between 1 and {MAX_COUNT}"
+        )
+
+
+def _check(value: str | None, regex: re.Pattern[str], what: str, example: str) -> None:
+    if value is not None and not regex.match(value):
+        raise UsageError(f"{what} {value!r} is not valid here", f"pass {example}")
+
+
+def _directive_path(path: str, what: str) -> str:
+    if not _DIRECTIVE_PATH_RE.match(path):
+        raise UsageError(
+            f"{what} {path!r} has spaces or shell characters, which a #SBATCH/#PBS line cannot "
+            "carry",
+            f"use a {what} path of letters, digits and ./_-%+@:",
+        )
+    return path

@@ -1,0 +1,150 @@
+"""`ringtrain launch` inside real Slurm jobs: sbatch wrapper jobs made by `ringtrain slurm submit`.
+
+The emulated nodes share this machine's hostname, so the jobs run with Open MPI's TCP transport
+on loopback (``slurm_fixture.JOB_ENV``), and the training runs pass ``--no-probe``: the
+pre-flight probe, which runs on every node as an srun step, rightly refuses two "hosts" with one
+hostname (``test_probe_runs_on_every_node_through_srun`` shows exactly that).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ringtrain.sim import slurm as slurm_sim
+from ringtrain.sim.slurm_procs import job_processes
+from tests.integration.slurm_fixture import (
+    job_env,
+    job_state,
+    run_processes,
+    slurm_cluster,
+    wait_job,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.mpi]
+__all__ = ["slurm_cluster"]
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "ringtrain" / "models" / "digits.py"
+
+WHERE = """\
+import os
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+print("RANK", c.rank, c.size, os.environ.get("SLURMD_NODENAME"), c.allreduce(c.rank), flush=True)
+"""
+
+LOOP = """\
+import time
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+step = 0
+while True:
+    c.allreduce(1)
+    step += 1
+    if c.rank == 0 and step % 20 == 0:
+        print("step", step, flush=True)
+    time.sleep(0.05)
+"""
+
+
+def _submit(cluster: slurm_sim.SlurmSim, tmp_path: Path, name: str, script: Path,
+            *args: str, script_args: tuple[str, ...] = ()) -> str:
+    argv = [sys.executable, "-m", "ringtrain", "slurm", "submit", "--workdir", str(tmp_path),
+            "--job-name", name, f"--launch-arg=--runs-dir={tmp_path / 'runs'}", *args,
+            str(script), *script_args]
+    done = subprocess.run(argv, capture_output=True, text=True, env=job_env(cluster),
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    assert job_id.isdigit(), done.stdout
+    return job_id
+
+
+def _script(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.py"
+    path.write_text(text)
+    return path
+
+
+def _result(tmp_path: Path) -> dict[str, object]:
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return json.loads((run_dir / "result.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_wrapper_job_trains_digits_on_2_nodes_x_2_tasks(slurm_cluster: slurm_sim.SlurmSim,
+                                                         tmp_path: Path) -> None:
+    job_id = _submit(slurm_cluster, tmp_path, "digits", DIGITS, "--nodes", "2",
+                     "--ntasks-per-node", "2", "--gpus-per-node", "2", "--launch-arg=--no-probe",
+                     script_args=("--epochs", "2"))
+    state = wait_job(slurm_cluster, job_id, timeout=400)
+    out = (tmp_path / f"digits-{job_id}.out").read_text()
+    assert state == "COMPLETED", out
+    assert f"inside slurm job {job_id}: 2 node(s), 4 slots" in out
+    results = [json.loads(line.split("RESULT ", 1)[1]) for line in out.splitlines()
+               if "RESULT " in line]
+    assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
+    assert {r["size"] for r in results} == {4}
+    assert len({round(r["test_accuracy"], 6) for r in results}) == 1  # one model on all ranks
+    result = _result(tmp_path)
+    assert result["state"] == "succeeded" and result["np"] is None
+    plan = json.loads(next((tmp_path / "runs").glob("*/attempt-1/plan.json")).read_text())
+    assert plan["backend"] == "srun" and plan["argv"][0] == "srun"
+    assert [h["name"] for h in plan["hosts"]] == ["gpu01", "gpu02"]
+    assert not run_processes(plan["run_id"])
+
+
+def test_scancel_mid_job_tears_everything_down(slurm_cluster: slurm_sim.SlurmSim,
+                                               tmp_path: Path) -> None:
+    job_id = _submit(slurm_cluster, tmp_path, "loop", _script(tmp_path, LOOP), "--nodes", "2",
+                     "--ntasks-per-node", "2", "--launch-arg=--no-probe")
+    out = tmp_path / f"loop-{job_id}.out"
+    deadline = time.monotonic() + 120
+    while not (out.exists() and "step 20" in out.read_text()):
+        assert time.monotonic() < deadline, out.read_text() if out.exists() else "no output"
+        time.sleep(0.3)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    running = run_processes(run_dir.name)
+    ranks = [c for _, c in running if "rankexec" in c and not c.startswith("srun")]
+    assert len(ranks) == 4, running
+    subprocess.run(["scancel", job_id], env=slurm_cluster.environ(), check=True, timeout=30)
+    deadline = time.monotonic() + 20
+    while run_processes(run_dir.name) or job_processes(slurm_cluster.state_dir):
+        assert time.monotonic() < deadline, (run_processes(run_dir.name),
+                                             job_processes(slurm_cluster.state_dir))
+        time.sleep(0.2)
+    assert wait_job(slurm_cluster, job_id, timeout=30) == "CANCELLED"
+    assert "SIGTERM: stopping the job on every host" in out.read_text()
+
+
+def test_probe_runs_on_every_node_through_srun(slurm_cluster: slurm_sim.SlurmSim,
+                                               tmp_path: Path) -> None:
+    """No SSH inside the job: each node answers the probe from an srun step, so gpu02 reports
+    the hostname it shares with gpu01; excluding it, the job runs on gpu01 alone."""
+    job_id = _submit(slurm_cluster, tmp_path, "probe", _script(tmp_path, WHERE), "--nodes", "2",
+                     "--ntasks-per-node", "2", "--launch-arg=--on-bad-host=exclude")
+    state = wait_job(slurm_cluster, job_id, timeout=120)
+    out = (tmp_path / f"probe-{job_id}.out").read_text()
+    assert state == "COMPLETED", out
+    assert "reports the same hostname" in out and "as gpu01" in out
+    ranks = sorted(line.split("RANK ", 1)[1] for line in out.splitlines() if "RANK " in line)
+    assert ranks == ["0 2 gpu01 1", "1 2 gpu01 1"]
+
+
+def test_mpirun_backend_inside_the_allocation(slurm_cluster: slurm_sim.SlurmSim,
+                                              tmp_path: Path) -> None:
+    """--backend mpirun inside the job: Open MPI takes the nodes from the allocation. One node:
+    across emulated nodes Open MPI's fixed ``-mca btl ^openib`` would pick shared memory."""
+    job_id = _submit(slurm_cluster, tmp_path, "mpirun", _script(tmp_path, WHERE), "--nodes", "1",
+                     "--ntasks-per-node", "3", "--launch-arg=--no-probe",
+                     "--launch-arg=--backend=mpirun")
+    state = wait_job(slurm_cluster, job_id, timeout=120)
+    out = (tmp_path / f"mpirun-{job_id}.out").read_text()
+    assert state == "COMPLETED", out
+    ranks = sorted(line.split("RANK ", 1)[1] for line in out.splitlines() if "RANK " in line)
+    assert ranks == ["0 3 gpu01 3", "1 3 gpu01 3", "2 3 gpu01 3"]
+    assert job_state(slurm_cluster, job_id) == "COMPLETED"

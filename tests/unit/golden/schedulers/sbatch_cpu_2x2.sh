@@ -1,0 +1,11 @@
+#!/bin/bash
+#SBATCH --job-name=ringtrain-digits
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --chdir=/w
+#SBATCH --output=%x-%j.out
+# Rendered by `ringtrain slurm render`. ringtrain launch reads the allocation from
+# SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE and starts one rank per task with
+# srun --mpi=pmix; scancel stops every rank.
+set -eo pipefail
+exec /venv/bin/python -m ringtrain launch /w/digits.py
