@@ -22,6 +22,8 @@ _COMMANDS: tuple[str, ...] = (
     "launch_cmd",
     "hosts_cmd",
     "check_cmd",
+    "ckpt_cmd",
+    "tensorboard_cmd",
     "sim_cmd",
     "runs_cmd",
     "slurm_cmd",

@@ -6,10 +6,15 @@ The data ships inside scikit-learn, so nothing is downloaded. What it shows:
 * ``hvd.init()``, one shard of the training set per rank (``x[rank::size]``);
 * ``hvd.DistributedOptimizer``: gradients averaged by ring all-reduce every step;
 * learning rate scaled by the number of ranks, with a linear warm-up (Goyal et al. 2017);
-* ``BroadcastGlobalVariablesCallback(0)`` so every rank starts from rank 0's weights, and
-  ``MetricAverageCallback`` so logged metrics are averages over ranks;
-* rank 0 writes a ``tf.train.Checkpoint`` (weights + optimizer state) every epoch: the Keras
-  ``.keras`` format cannot reload a Horovod-wrapped optimizer (STACK.md);
+* every rank starts from rank 0's weights and optimizer state (``hvd.broadcast_variables``
+  before training: the resumed ones, or rank 0's initial ones), and ``MetricAverageCallback``
+  so logged metrics are averages over ranks;
+* checkpoints (``ringtrain/models/checkpointing.py``): rank 0 writes a ``tf.train.Checkpoint``
+  (weights, optimizer state, epoch, step) every epoch and commits it atomically to
+  ``--checkpoint`` (a path, file://, s3:// or hdfs://; default $RINGTRAIN_CHECKPOINT_URL, else
+  $RINGTRAIN_RUN_DIR/checkpoints). A new run on the same URL resumes from the newest checkpoint
+  whose files verify, at its epoch and step;
+* rank 0 writes TensorBoard logs to $RINGTRAIN_RUN_DIR/tensorboard (``ringtrain tensorboard RUN``);
 * a final evaluation on the same held-out set on every rank, which must agree across ranks.
 
 Lines meant for machines start with ``RESULT`` and carry JSON.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -35,7 +41,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.001, help="base learning rate for one rank")
     p.add_argument("--warmup-epochs", type=int, default=2)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--checkpoint-dir", default=None, help="default: $RINGTRAIN_RUN_DIR/checkpoints")
+    p.add_argument(
+        "--checkpoint",
+        "--checkpoint-dir",
+        dest="checkpoint",
+        default=None,
+        metavar="URL",
+        help="where to commit and resume checkpoints: a path, file://, s3://, hdfs:// "
+        "(default: $RINGTRAIN_CHECKPOINT_URL, else $RINGTRAIN_RUN_DIR/checkpoints)",
+    )
+    p.add_argument("--keep", type=int, default=3, help="checkpoints to keep (newest)")
+    p.add_argument(
+        "--tensorboard-dir",
+        default=None,
+        help="rank 0's TensorBoard logs (default: $RINGTRAIN_RUN_DIR/tensorboard when set)",
+    )
+    p.add_argument(
+        "--fail-at-epoch",
+        type=int,
+        default=None,
+        metavar="E",
+        help="fault injection: --fail-rank exits with status 1 during 1-based epoch E, "
+        "in a run that did not resume (so a relaunch gets past it)",
+    )
+    p.add_argument("--fail-rank", type=int, default=1)
     p.add_argument(
         "--target-accuracy",
         type=float,
@@ -75,31 +104,65 @@ def build_model() -> Any:
     )
 
 
-def checkpoint_dir(args: argparse.Namespace) -> Path:
-    if args.checkpoint_dir:
-        return Path(args.checkpoint_dir)
-    return Path(os.environ.get("RINGTRAIN_RUN_DIR", ".")) / "checkpoints"
-
-
-def make_checkpoint_callback(model: Any, optimizer: Any, directory: Path) -> Any:
-    """Rank 0 only: save weights and optimizer state at the end of every epoch."""
+def compile_model(scaled_lr: float, hvd: Any) -> tuple[Any, Any]:
+    """The CNN with Adam wrapped in hvd.DistributedOptimizer (ring all-reduce of gradients)."""
     import tensorflow as tf
 
-    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=tf.Variable(0))
-    manager = tf.train.CheckpointManager(ckpt, str(directory), max_to_keep=3)
+    model = build_model()
+    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.Adam(learning_rate=scaled_lr))
+    model.compile(
+        optimizer=optimizer,
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model, optimizer
 
-    class SaveEveryEpoch(tf.keras.callbacks.Callback):  # type: ignore[misc]
-        def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
-            ckpt.epoch.assign(epoch + 1)
-            manager.save(checkpoint_number=epoch + 1)
 
-    return SaveEveryEpoch()
+def tensorboard_dir(args: argparse.Namespace) -> Path | None:
+    if args.tensorboard_dir:
+        return Path(args.tensorboard_dir)
+    run_dir = os.environ.get("RINGTRAIN_RUN_DIR")
+    return Path(run_dir) / "tensorboard" if run_dir else None
+
+
+def make_callbacks(
+    args: argparse.Namespace, hvd: Any, optimizer: Any, resumed: Any, staging: Path, url: str
+) -> list[Any]:
+    import tensorflow as tf
+
+    from ringtrain.checkpoint import open_store
+    from ringtrain.models.checkpointing import CommitCheckpoint, FailAtEpoch
+
+    callbacks = [
+        hvd.callbacks.MetricAverageCallback(),
+        hvd.callbacks.LearningRateWarmupCallback(
+            initial_lr=args.lr * hvd.size(), warmup_epochs=args.warmup_epochs, verbose=0
+        ),
+    ]
+    if hvd.rank() == 0:
+        meta = {"model": "digits-cnn", "ranks": hvd.size(), "batch_size": args.batch_size}
+        store = open_store(url)
+        callbacks.append(CommitCheckpoint(store, optimizer, staging=staging, keep=args.keep,
+                                          meta=meta))
+        tb_dir = tensorboard_dir(args)
+        if tb_dir is not None:
+            callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(tb_dir), profile_batch=0))
+    if args.fail_at_epoch is not None and resumed is None and hvd.rank() == args.fail_rank:
+        callbacks.append(FailAtEpoch(args.fail_at_epoch))
+    return callbacks
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
+    import horovod.tensorflow as hvd_tf
     import horovod.tensorflow.keras as hvd
     import numpy as np
     import tensorflow as tf
+
+    from ringtrain.models.checkpointing import (
+        default_checkpoint_url,
+        make_staging,
+        restore_or_broadcast,
+    )
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -107,45 +170,41 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     x_train, y_train, x_test, y_test = load_data(args.seed)
     x_shard, y_shard = x_train[rank::size], y_train[rank::size]
 
-    model = build_model()
-    scaled_lr = args.lr * size
-    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.Adam(learning_rate=scaled_lr))
-    model.compile(
-        optimizer=optimizer,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    callbacks = [
-        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-        hvd.callbacks.MetricAverageCallback(),
-        hvd.callbacks.LearningRateWarmupCallback(
-            initial_lr=scaled_lr, warmup_epochs=args.warmup_epochs, verbose=0
-        ),
-    ]
-    ckpt_dir = checkpoint_dir(args)
-    if rank == 0:
-        callbacks.append(make_checkpoint_callback(model, optimizer, ckpt_dir))
-    started = time.monotonic()
-    history = model.fit(
-        x_shard,
-        y_shard,
-        batch_size=args.batch_size,
-        epochs=args.epochs,
-        callbacks=callbacks,
-        verbose=2 if rank == 0 else 0,
-        shuffle=True,
-    )
-    train_s = time.monotonic() - started
+    model, optimizer = compile_model(args.lr * size, hvd)
+    url = default_checkpoint_url(args.checkpoint)
+    staging = make_staging()
+    try:
+        resumed = restore_or_broadcast(model, optimizer, url, staging, hvd=hvd_tf)
+        if resumed is not None and rank == 0:
+            print(f"resumed from epoch {resumed.epoch} step {resumed.step} ({url})", flush=True)
+        callbacks = make_callbacks(args, hvd, optimizer, resumed, staging, url)
+        started = time.monotonic()
+        history = model.fit(
+            x_shard,
+            y_shard,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            initial_epoch=resumed.epoch if resumed else 0,
+            callbacks=callbacks,
+            verbose=2 if rank == 0 else 0,
+            shuffle=True,
+        )
+        train_s = time.monotonic() - started
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     loss, accuracy = model.evaluate(x_test, y_test, batch_size=256, verbose=0)
+    losses = history.history.get("loss") or [float("nan")]
     return {
         "rank": rank,
         "size": size,
         "epochs": args.epochs,
-        "train_loss": float(history.history["loss"][-1]),
+        "steps": int(optimizer.iterations.numpy()),
+        "train_loss": float(losses[-1]),
         "test_loss": float(np.float32(loss)),
         "test_accuracy": float(accuracy),
         "train_seconds": round(train_s, 3),
-        "checkpoint_dir": str(ckpt_dir) if rank == 0 else None,
+        "checkpoint": url if rank == 0 else None,
+        "resumed_from": {"epoch": resumed.epoch, "step": resumed.step} if resumed else None,
     }
 
 

@@ -61,8 +61,12 @@ def test_digits_two_ranks_agree_and_checkpoint(tmp_path: Path, backend_args: lis
     assert results[0]["test_loss"] == pytest.approx(results[1]["test_loss"], rel=1e-6)
     assert float(results[0]["test_accuracy"]) > 0.85  # type: ignore[arg-type]
     run_dir = _run_dir(tmp_path)
-    ckpt = run_dir / "checkpoints"
-    assert (ckpt / "checkpoint").is_file() and (ckpt / "ckpt-3.index").is_file()
+    # committed checkpoints (ringtrain.checkpoint layout): one manifest per epoch, data verified
+    manifests = sorted((run_dir / "checkpoints" / "manifests").glob("ckpt-*.json"))
+    assert len(manifests) == 3
+    last = json.loads(manifests[-1].read_text())
+    assert last["epoch"] == 3
+    assert (run_dir / "checkpoints" / last["data"] / "ckpt.index").is_file()
     assert not (REPO / "checkpoints").exists()
     for rank in (0, 1):
         assert "RESULT" in (run_dir / "attempt-1" / f"rank.{rank}.log").read_text()

@@ -1,0 +1,236 @@
+"""Map a checkpoint URL to an fsspec filesystem, and create a file exclusively on each backend.
+
+* ``/path``, ``file:///path`` -> fsspec's LocalFileSystem.
+* ``s3://bucket/prefix`` -> s3fs. Endpoint, region, credentials and addressing style come from
+  the standard AWS sources only (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, ``AWS_REGION``,
+  ``AWS_ACCESS_KEY_ID``..., ``~/.aws/config`` ``s3 = addressing_style = path``...), never argv.
+* ``hdfs://namenode[:port]/path``, ``viewfs://`` -> hdfs-native (no JVM).
+
+Exclusive create (the commit point) differs per backend:
+
+* local: write a temp file, fsync, ``os.link`` it to the final name (fails if it exists);
+* S3: ``PUT`` with ``If-None-Match: *``. SeaweedFS answers 412 without ``<Condition>``, which
+  s3fs surfaces as ``OSError(EINVAL)`` instead of ``FileExistsError``: both mean "exists";
+* HDFS: write a temp file, then rename without overwrite (the NameNode refuses if it exists).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import secrets
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec  # type: ignore[import-untyped]
+from fsspec.implementations.local import LocalFileSystem  # type: ignore[import-untyped]
+
+from ringtrain.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+SUPPORTED = ("file", "s3", "hdfs", "viewfs")
+S3_CONNECT_TIMEOUT_S = 5
+S3_READ_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    protocol: str  # one of SUPPORTED
+    root: str  # path as the filesystem wants it: /abs/dir, bucket/prefix, /hdfs/dir
+    host: str | None = None  # namenode for hdfs/viewfs
+    port: int | None = None
+
+    @property
+    def url(self) -> str:
+        if self.protocol == "file":
+            return f"file://{self.root}"
+        if self.protocol == "s3":
+            return f"s3://{self.root}"
+        netloc = f"{self.host or ''}{f':{self.port}' if self.port else ''}"
+        return f"{self.protocol}://{netloc}{self.root}"
+
+
+def parse_url(url: str) -> Location:
+    """Validate a checkpoint URL. Credentials inside the URL are refused."""
+    parsed = urllib.parse.urlsplit(url)
+    scheme = parsed.scheme or "file"
+    if scheme not in SUPPORTED:
+        raise CheckpointError(
+            f"checkpoint URL {url!r}: unsupported scheme {scheme!r}",
+            "use a local path, file:///dir, s3://bucket/prefix or hdfs://namenode:8020/dir",
+        )
+    if "@" in parsed.netloc:
+        raise CheckpointError(
+            "checkpoint URL contains credentials, which would leak into argv, logs and ps",
+            "remove user:secret@ and use AWS_* variables, ~/.aws/credentials or Kerberos",
+        )
+    if scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise CheckpointError(
+                f"checkpoint URL {url!r}: file:// takes no host",
+                "write file:///absolute/path (three slashes)",
+            )
+        path = parsed.path if parsed.scheme else url
+        return Location("file", os.path.abspath(os.path.expanduser(path)))
+    if scheme == "s3":
+        bucket, key = parsed.netloc, parsed.path.strip("/")
+        if not bucket:
+            raise CheckpointError(f"checkpoint URL {url!r} names no bucket", "use s3://bucket/dir")
+        return Location("s3", f"{bucket}/{key}" if key else bucket)
+    path = "/" + parsed.path.strip("/")
+    return Location(scheme, path, parsed.hostname, parsed.port)
+
+
+def make_filesystem(loc: Location, options: Mapping[str, Any] | None = None) -> Any:
+    """A fresh (uncached) fsspec filesystem for ``loc``.
+
+    ``options`` go to the filesystem's constructor (for S3: ``key``, ``secret``,
+    ``endpoint_url``, ``client_kwargs``...): for programs that hold credentials in memory, such as
+    tests and the benchmark. Without them, the standard AWS environment and files apply.
+    """
+    try:
+        if loc.protocol == "file":
+            return LocalFileSystem(auto_mkdir=True)
+        if loc.protocol == "s3":
+            return _s3_filesystem(options or {})
+        return fsspec.filesystem(
+            loc.protocol, host=loc.host, port=loc.port, skip_instance_cache=True,
+            **dict(options or {}),
+        )
+    except ImportError as err:
+        extra = "s3" if loc.protocol == "s3" else "hdfs"
+        raise CheckpointError(
+            f"{loc.protocol}:// checkpoints need a package that is missing ({err.name})",
+            f"pip install 'ringtrain[{extra}]'",
+        ) from None
+
+
+def _s3_filesystem(options: Mapping[str, Any]) -> Any:
+    import s3fs  # type: ignore[import-untyped]  # noqa: PLC0415 - optional extra ringtrain[s3]
+
+    kwargs = dict(options)
+    config = {
+        "connect_timeout": S3_CONNECT_TIMEOUT_S,
+        "read_timeout": S3_READ_TIMEOUT_S,
+        "retries": {"max_attempts": 1, "mode": "standard"},
+        **kwargs.pop("config_kwargs", {}),
+    }
+    kwargs.setdefault("max_concurrency", 4)
+    fs = s3fs.S3FileSystem(
+        skip_instance_cache=True, use_listings_cache=False, config_kwargs=config, **kwargs
+    )
+    fs.retries = 1  # ringtrain's RetryPolicy retries, with logging, for every backend alike
+    return fs
+
+
+def is_precondition_failed(err: BaseException) -> bool:
+    """True for an S3 412 however s3fs chose to translate it (see the module docstring)."""
+    if isinstance(err, FileExistsError):
+        return True
+    if not isinstance(err, OSError) or err.errno != errno.EINVAL:
+        return False
+    response = getattr(err.__cause__, "response", None)
+    if isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code = response.get("Error", {}).get("Code")
+        return bool(status == 412 or code == "PreconditionFailed")
+    return "pre-condition" in str(err)
+
+
+def create_exclusive(fs: Any, protocol: str, path: str, data: bytes) -> bool:
+    """Write ``data`` at ``path`` only if nothing is there. False when something already is."""
+    if protocol == "s3":
+        try:
+            fs.pipe_file(path, data, mode="create")
+        except OSError as err:
+            if is_precondition_failed(err):
+                return False
+            raise
+        return True
+    if protocol == "file":
+        return _create_exclusive_local(path, data)
+    return _create_exclusive_rename(fs, path, data)
+
+
+def _tmp_name(path: str) -> str:
+    head, _, tail = path.rpartition("/")
+    return f"{head}/.tmp-{tail}-{secrets.token_hex(6)}"
+
+
+def _create_exclusive_local(path: str, data: bytes) -> bool:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = _tmp_name(path)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        return _create_exclusive_open(path, data)  # no hard links here: O_EXCL instead
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    _fsync_dir(os.path.dirname(path))
+    return True
+
+
+def _create_exclusive_open(path: str, data: bytes) -> bool:
+    # A crash mid-write can leave a truncated manifest; readers reject it as invalid JSON.
+    try:
+        with open(path, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except FileExistsError:
+        return False
+    return True
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _create_exclusive_rename(fs: Any, path: str, data: bytes) -> bool:
+    tmp = _tmp_name(path)
+    with fs.open(tmp, "wb") as f:
+        f.write(data)
+    try:
+        fs.mv(tmp, path, overwrite=False)
+    except FileExistsError:
+        _remove_quietly(fs, tmp)
+        return False
+    except Exception:
+        if fs.exists(path) and fs.exists(tmp):
+            _remove_quietly(fs, tmp)
+            return False
+        raise
+    return True
+
+
+def _remove_quietly(fs: Any, path: str) -> None:
+    try:
+        fs.rm(path)
+    except OSError as err:
+        log.debug("could not remove %s: %s", path, err)
+
+
+def sync_file(f: Any) -> None:
+    """fsync a local file opened through fsspec (no-op for other backends)."""
+    fileno = getattr(f, "fileno", None)
+    if fileno is not None:
+        with contextlib.suppress(OSError, ValueError, NotImplementedError):
+            os.fsync(fileno())

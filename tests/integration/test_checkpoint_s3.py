@@ -1,0 +1,198 @@
+"""Checkpoints against a real S3 server (SeaweedFS on 127.0.0.1) with real credentials."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ringtrain.checkpoint import (
+    CommitConflict,
+    Committed,
+    RetryPolicy,
+    StorageError,
+    Store,
+    commit,
+    find_latest,
+    list_checkpoints,
+    open_store,
+)
+from ringtrain.checkpoint.s3server import S3Server, start_s3_server
+from ringtrain.errors import CheckpointError
+from tests.integration import s3_fixture
+from tests.integration.s3_fixture import client_env, needs_weed
+from tests.unit.test_checkpoint_store import corrupt_one_byte, make_src, same_tree
+
+pytestmark = [pytest.mark.s3, needs_weed]
+s3_server = s3_fixture.s3_server
+s3_url = s3_fixture.s3_url
+s3_store = s3_fixture.s3_store
+RINGTRAIN = [sys.executable, "-m", "ringtrain"]
+
+
+def test_commit_resume_and_retention_on_s3(tmp_path: Path, s3_store: Callable[..., Store]) -> None:
+    store = s3_store()
+    for step in (1, 2, 3):
+        commit(store, make_src(tmp_path, str(step)), step=step, epoch=step, keep=2)
+    assert [c.step for c in list_checkpoints(store, deep=True) if c.ok] == [3, 2]
+    attempts = store.list_dir("data")
+    assert sorted(e.name[:12] for e in attempts) == ["000000000002", "000000000003"]
+    restored = find_latest(store, tmp_path / "r")
+    assert restored is not None and restored.step == 3
+    assert same_tree(tmp_path / "src-3", restored.directory)
+
+
+def test_starting_a_running_server_again_returns_it(s3_server: S3Server) -> None:
+    again = start_s3_server(s3_server.state_dir, bucket=s3_server.bucket)
+    assert (again.pid, again.endpoint_url, again.access_key, again.secret_key) == (
+        s3_server.pid, s3_server.endpoint_url, s3_server.access_key, s3_server.secret_key)
+    with pytest.raises(CheckpointError, match="running with bucket"):
+        start_s3_server(s3_server.state_dir, bucket="other")
+    assert s3_server.secret_key not in " ".join(
+        Path(f"/proc/{s3_server.pid}/cmdline").read_bytes().decode().split("\0"))
+
+
+def test_the_server_checks_signatures(s3_server: S3Server, s3_url: str) -> None:
+    wrong = {**s3_server.client_options(), "secret": "not-" + s3_server.secret_key}
+    store = open_store(s3_url, options=wrong, retry=RetryPolicy(attempts=1))
+    with pytest.raises(StorageError) as info:
+        store.list_dir("manifests")
+    assert "signature we calculated does not match" in info.value.message
+    assert "credentials" in info.value.hint
+    assert s3_server.secret_key not in info.value.message
+    anonymous = open_store(s3_url, options={"anon": True, "endpoint_url": s3_server.endpoint_url})
+    with pytest.raises(StorageError, match="PermissionError"):
+        anonymous.read_bytes("manifests/x")
+
+
+def test_cli_reads_credentials_from_the_environment_only(
+    tmp_path: Path, s3_server: S3Server, s3_store: Callable[..., Store], s3_url: str
+) -> None:
+    commit(s3_store(), make_src(tmp_path, "a"), step=12, epoch=3)
+    env = client_env(s3_server, dict(os.environ))
+    ok = subprocess.run([*RINGTRAIN, "ckpt", "ls", s3_url], env=env, capture_output=True,
+                        text=True, timeout=60, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "resume: step 12 (epoch 3)" in ok.stdout
+    # only the standard AWS config files, no AWS_* credentials variables
+    files_only = {k: v for k, v in env.items() if k not in (
+        "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL_S3", "AWS_REGION")}
+    ok2 = subprocess.run([*RINGTRAIN, "ckpt", "verify", s3_url], env=files_only,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert ok2.returncode == 0, ok2.stderr
+    bad_env = {**env, "AWS_SECRET_ACCESS_KEY": "wrong-secret-value"}
+    bad = subprocess.run([*RINGTRAIN, "ckpt", "ls", s3_url], env=bad_env, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert bad.returncode == 6
+    assert "error: list" in bad.stderr and "fix:" in bad.stderr and "credentials" in bad.stderr
+    assert "wrong-secret-value" not in bad.stderr + bad.stdout
+    assert s3_server.secret_key not in bad.stderr + bad.stdout + ok.stdout
+
+
+def _race(make_store: Callable[..., Store], url: str, sources: dict[str, Path]
+          ) -> dict[str, Committed | BaseException]:
+    """Two threads commit step 9 to ``url``; both reach the commit point together."""
+    barrier = threading.Barrier(2, timeout=30)
+    outcomes: dict[str, Committed | BaseException] = {}
+
+    def meet_before_create(phase: str, op: str, rel: str) -> None:
+        if phase == "before" and op == "create":
+            barrier.wait()
+
+    def write(tag: str) -> None:
+        try:
+            outcomes[tag] = commit(make_store(url, hook=meet_before_create), sources[tag],
+                                   step=9, epoch=1)
+        except BaseException as err:
+            outcomes[tag] = err
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in sources]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return outcomes
+
+
+def test_two_writers_of_one_step_exactly_one_wins(
+    tmp_path: Path, s3_store: Callable[..., Store]
+) -> None:
+    for round_ in range(4):
+        url = f"{s3_store().url}/race{round_}"
+        sources = {t: make_src(tmp_path, f"{round_}{t}") for t in "AB"}
+        outcomes = _race(s3_store, url, sources)
+        winners = [k for k, v in outcomes.items() if isinstance(v, Committed)]
+        losers = [v for v in outcomes.values() if isinstance(v, CommitConflict)]
+        assert len(winners) == 1 and len(losers) == 1, outcomes
+        store = s3_store(url)
+        restored = find_latest(store, tmp_path / f"r{round_}")
+        assert restored is not None
+        assert same_tree(sources[winners[0]], restored.directory)
+        assert len(store.list_dir("data")) == 1  # the loser removed its attempt
+
+
+def test_corrupted_object_fails_verify_and_resume_falls_back(
+    tmp_path: Path, s3_server: S3Server, s3_store: Callable[..., Store], s3_url: str
+) -> None:
+    store = s3_store()
+    commit(store, make_src(tmp_path, "a"), step=1, epoch=1)
+    second = commit(store, make_src(tmp_path, "b"), step=2, epoch=2)
+    key = f"{second.manifest.data}/ckpt.data-00000-of-00001"
+    local_copy = tmp_path / "obj"
+    local_copy.write_bytes(store.read_bytes(key))
+    corrupt_one_byte(local_copy)
+    store.put_file(key, local_copy)  # same size, other bytes: only sha256 can tell
+    verify = subprocess.run([*RINGTRAIN, "ckpt", "verify", s3_url],
+                            env=client_env(s3_server, dict(os.environ)), capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert verify.returncode == 6, verify.stdout + verify.stderr
+    assert "1 of 2 checkpoints" in verify.stderr and "sha256" in verify.stdout
+    restored = find_latest(store, tmp_path / "r")
+    assert restored is not None and restored.step == 1
+    assert same_tree(tmp_path / "src-a", restored.directory)
+
+
+def test_s3_outage_during_commit_retries_then_fails_clearly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = tmp_path / "s3"
+    server = start_s3_server(state, bucket="ckpt")
+    try:
+        url = server.url("outage")
+        retry = RetryPolicy(attempts=4, initial_s=0.1, factor=2, max_s=0.5)
+        store = open_store(url, options=server.client_options(), retry=retry)
+        commit(store, make_src(tmp_path, "a"), step=1, epoch=1)
+        puts: list[str] = []
+
+        def outage_at_second_put(phase: str, op: str, rel: str) -> None:
+            if phase == "before" and op == "put":
+                puts.append(rel)
+                if len(puts) == 2:
+                    server.kill()
+
+        started = time.monotonic()
+        with pytest.raises(StorageError) as info:
+            commit(store.with_hook(outage_at_second_put), make_src(tmp_path, "b"), step=2,
+                   epoch=2)
+        elapsed = time.monotonic() - started
+        assert info.value.transient and "put s3://ckpt/outage/data/" in info.value.message
+        assert "previous checkpoint is intact" in info.value.hint
+        assert server.secret_key not in info.value.message
+        retries = [r.message for r in caplog.records if r.message.startswith("put ")]
+        assert len(retries) == 3 and "retry 3/3" in retries[-1], retries
+        assert elapsed < 30
+        before = (server.endpoint_url, server.access_key, server.secret_key)
+        server = start_s3_server(state, bucket="ckpt")  # same data dir, ports and credentials
+        assert (server.endpoint_url, server.access_key, server.secret_key) == before
+        store = open_store(url, options=server.client_options(), retry=retry)
+        assert [(c.step, c.ok) for c in list_checkpoints(store, deep=True)] == [(1, True)]
+        restored = find_latest(store, tmp_path / "r")
+        assert restored is not None and same_tree(tmp_path / "src-a", restored.directory)
+    finally:
+        server.kill()
