@@ -18,6 +18,7 @@ from typing import Any
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_openmpi_hostfile
 from ringtrain.launch.backends import Command, LaunchContext, backend_for, forwarded_names
+from ringtrain.launch.sshconf import needs_ssh_config, render_ssh_config
 from ringtrain.request import Backend, LaunchRequest
 
 _SECRET_RE = re.compile(
@@ -46,6 +47,7 @@ class LaunchPlan:
     allocation: Allocation
     backend: Backend
     attempt: int = 1
+    ssh_config_text: str = ""  # written to attempt_dir/ssh_config when the inventory needs it
 
     @property
     def attempt_dir(self) -> Path:
@@ -140,14 +142,18 @@ def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> 
         env_delta=tuple(sorted(delta.items())),
         forward=forward,
         is_root=inputs.is_root,
-        ssh_config=request.ssh_config.absolute() if request.ssh_config else None,
+        ssh_config=_ssh_config_path(request, alloc, run_dir / f"attempt-{inputs.attempt}"),
         tcp_include=request.network_interface or inputs.tcp_include,
         network_interface=request.network_interface,
         gloo=request.gloo,
         user_btl="OMPI_MCA_btl" in inputs.environ,
     )
     command = backend_for(request.backend).build(alloc, ctx)
+    ssh_text = ""
+    if needs_ssh_config(alloc.hosts):
+        ssh_text = render_ssh_config(alloc.hosts, request.ssh_config)
     return LaunchPlan(
+        ssh_config_text=ssh_text,
         run_id=inputs.run_id,
         run_dir=run_dir,
         hostfile_path=ctx.hostfile,
@@ -159,6 +165,13 @@ def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> 
         backend=request.backend,
         attempt=inputs.attempt,
     )
+
+
+def _ssh_config_path(request: LaunchRequest, alloc: Allocation, attempt_dir: Path) -> Path | None:
+    """The ssh_config mpirun's ssh uses: ours when the inventory carries SSH coordinates."""
+    if needs_ssh_config(alloc.hosts):
+        return attempt_dir / "ssh_config"
+    return request.ssh_config.absolute() if request.ssh_config else None
 
 
 def _script_path(request: LaunchRequest) -> str:

@@ -55,20 +55,29 @@ class _Logs:
     tails: dict[int | None, list[str]] = field(default_factory=dict)
     launcher_lines: list[str] = field(default_factory=list)
     closed: bool = False
+    failed: bool = False
 
     def write(self, line: OutputLine) -> None:
         if self.closed:
             return
-        fh = self.files.get(line.rank)
-        if fh is None:
-            name = "launcher.log" if line.rank is None else f"rank.{line.rank}.log"
-            fh = self.files[line.rank] = open(self.run_dir / name, "a", encoding="utf-8")  # noqa: SIM115
-        fh.write(line.text + "\n")
+        try:
+            self._file(line.rank).write(line.text + "\n")
+        except OSError as err:  # the run dir vanished or the disk is full: keep streaming
+            if not self.failed:
+                log.warning("cannot write rank logs in %s: %s", self.run_dir, err)
+            self.failed = True
         tail = self.tails.setdefault(line.rank, [])
         tail.append(line.text)
         del tail[:-TAIL_LINES]
         if line.rank is None:
             self.launcher_lines.append(line.text)
+
+    def _file(self, rank: int | None) -> IO[str]:
+        fh = self.files.get(rank)
+        if fh is None:
+            name = "launcher.log" if rank is None else f"rank.{rank}.log"
+            fh = self.files[rank] = open(self.run_dir / name, "a", encoding="utf-8")  # noqa: SIM115
+        return fh
 
     def close(self) -> None:
         self.closed = True
@@ -99,6 +108,7 @@ class Job:
         self.started = time.monotonic()
         self.interrupted = False
         self.stopping = False
+        self._sink_failed = False
         self.stop_signal: int = signal.SIGTERM
         self._logs = _Logs(plan.attempt_dir)
         self._sink = sink
@@ -111,7 +121,12 @@ class Job:
         for raw in self.proc.stdout:
             line = parse_line(raw.rstrip("\n"), srun=srun)
             self._logs.write(line)
-            self._sink(line)
+            try:
+                self._sink(line)
+            except Exception:
+                if not self._sink_failed:  # (mpirun would block on a full pipe)
+                    log.warning("cannot show job output any more; it still goes to the logs")
+                self._sink_failed = True
 
     def request_stop(
         self, grace_s: float = 5.0, signum: int = signal.SIGTERM, *, by_user: bool = True
@@ -197,6 +212,8 @@ def prepare(plan: LaunchPlan) -> None:
     """Write the run directory: the hostfile the argv names, and plan.json. Starts nothing."""
     plan.attempt_dir.mkdir(parents=True, exist_ok=True)
     plan.hostfile_path.write_text(plan.hostfile_text)
+    if plan.ssh_config_text:
+        (plan.attempt_dir / "ssh_config").write_text(plan.ssh_config_text)
     (plan.attempt_dir / "plan.json").write_text(plan.to_json_text())
 
 

@@ -258,3 +258,30 @@ def test_restart_excludes_the_lost_host(sim_cluster: sim.SimCluster, tmp_path: P
     assert result["state"] == "interrupted" and proc.returncode == 130
     time.sleep(1)
     assert _job_processes(sim_cluster) == {}
+
+
+def test_launch_from_a_yaml_inventory_with_ssh_settings(
+    sim_cluster: sim.SimCluster, tmp_path: Path
+) -> None:
+    """User and identity come from the inventory: the probe and mpirun's own ssh both use them."""
+    inventory = tmp_path / "cluster.yaml"
+    inventory.write_text(
+        f"defaults: {{user: root, identity_file: {sim_cluster.identity_file}, slots: 1}}\n"
+        "groups:\n  rack1: {labels: {rack: r1}, hosts: ['gpu[01-02]']}\n"
+        "  rack2: {labels: {rack: r2}, hosts: [gpu03]}\n"
+    )
+    script = tmp_path / "where.py"
+    script.write_text(ALLREDUCE)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
+         "--hosts", str(inventory), "--ssh-config", str(sim_cluster.ssh_config),
+         "--known-hosts", str(sim_cluster.known_hosts), str(script)],
+        capture_output=True, text=True, timeout=240, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    hosts = sorted(line.split()[3] for line in proc.stdout.splitlines()
+                   if line.startswith("[") and " HOST " in line)
+    assert hosts == ["gpu01", "gpu02", "gpu03"]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    generated = (run_dir / "attempt-1" / "ssh_config").read_text()
+    assert f'IdentityFile "{sim_cluster.identity_file}"' in generated

@@ -1,0 +1,50 @@
+"""An ssh_config for mpirun's own connections, from the inventory's SSH coordinates. Pure.
+
+The probe reads user, port and identity file from the inventory, but mpirun starts its daemons
+with plain ``ssh HOST``. When any allocated host carries such coordinates, the plan writes this
+file to the attempt directory and gives mpirun ``plm_rsh_agent "ssh -F <it>"``. ssh_config takes
+the first value it finds, so the per-host lines come first and the user's own configuration
+(``--ssh-config``, else ``~/.ssh/config``) is included after them for everything else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ringtrain.errors import UsageError
+from ringtrain.hostfile import Host
+
+_BAD = set('"\n\r\t\\')
+
+
+def needs_ssh_config(hosts: tuple[Host, ...]) -> bool:
+    return any(h.user or h.port or h.identity_file for h in hosts if not h.is_local)
+
+
+def render_ssh_config(hosts: tuple[Host, ...], base: Path | None) -> str:
+    lines = ["# Written by ringtrain from the inventory's SSH settings, for mpirun's ssh."]
+    for h in hosts:
+        if h.is_local or not (h.user or h.port or h.identity_file):
+            continue
+        lines.append(f"Host {h.name}")
+        if h.user:
+            lines.append(f"    User {h.user}")
+        if h.port:
+            lines.append(f"    Port {h.port}")
+        if h.identity_file:
+            lines.append(f'    IdentityFile "{_checked(h.identity_file, h.name)}"')
+            lines.append("    IdentitiesOnly yes")
+    lines.append("")
+    lines.append("Host *")
+    included = base.absolute() if base is not None else Path("~/.ssh/config")
+    lines.append(f'    Include "{_checked(str(included), "ssh config")}"')
+    return "\n".join(lines) + "\n"
+
+
+def _checked(value: str, what: str) -> str:
+    if any(c in _BAD for c in value):
+        raise UsageError(
+            f"{what}: path {value!r} has quotes, backslashes or control characters",
+            "use a plain path for identity files and ssh configs",
+        )
+    return value

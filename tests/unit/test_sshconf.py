@@ -1,0 +1,46 @@
+"""The ssh_config ringtrain writes for mpirun when the inventory carries SSH coordinates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ringtrain.errors import UsageError
+from ringtrain.hostfile import Host, allocate, parse_yaml_inventory
+from ringtrain.launch.plan import PlanInputs, make_plan
+from ringtrain.launch.sshconf import needs_ssh_config, render_ssh_config
+from ringtrain.request import LaunchRequest
+
+YAML = """\
+defaults: {user: train, identity_file: /keys/id_ed25519, slots: 2}
+hosts:
+  - gpu01
+  - {name: gpu02, port: 2222}
+"""
+
+
+def test_render_puts_host_settings_before_the_users_config() -> None:
+    inv = parse_yaml_inventory(YAML, "inv.yaml")
+    text = render_ssh_config(inv.hosts, Path("/etc/rt/ssh_config"))
+    assert text.index("Host gpu01") < text.index("Host gpu02") < text.index("Include")
+    assert "    User train\n" in text and "    Port 2222\n" in text
+    assert '    IdentityFile "/keys/id_ed25519"\n' in text
+    assert text.rstrip().endswith('Include "/etc/rt/ssh_config"')
+
+
+def test_plain_hosts_need_no_config() -> None:
+    assert not needs_ssh_config((Host("gpu01", 4), Host("localhost", 2, user="x")))
+
+
+def test_plan_points_mpirun_at_the_generated_config() -> None:
+    inv = parse_yaml_inventory(YAML, "inv.yaml")
+    request = LaunchRequest(script="t.py", working_dir=Path("/w"), runs_dir=Path("/w/runs"))
+    plan = make_plan(request, allocate(inv), PlanInputs("R", {"PATH": "/bin"}, False, "/py"))
+    assert "ssh -F /w/runs/R/attempt-1/ssh_config" in plan.command.argv
+    assert "Host gpu02" in plan.ssh_config_text
+
+
+def test_quotes_in_paths_are_refused() -> None:
+    with pytest.raises(UsageError, match="quotes"):
+        render_ssh_config((Host("gpu01", 1, identity_file='/k/"x'),), None)
