@@ -16,7 +16,7 @@ PYTHON="${PYTHON:-python3}"
 CONSTRAINTS=requirements/constraints.txt
 APT_PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 procps make
               slurm-wlm munge libpmix-dev)
-EXTRAS="train,dev"
+EXTRAS="train,s3,hdfs,bench,dev"
 STAMP="$VENV/.ringtrain-bootstrap"
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }

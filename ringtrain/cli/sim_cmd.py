@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ringtrain import sim
+from ringtrain.checkpoint.s3server import start_s3_server, stop_s3_server
 from ringtrain.sim.config import DEFAULT_MODEL, DEFAULT_NAME
 from ringtrain.sim.gpus import parse_count
 from ringtrain.sim.slurm import SlurmSimConfig, slurm_down, slurm_up
@@ -54,14 +55,24 @@ def command() -> None:
                    "plm_rsh_agent 'ssh -F' work without them).")
 @click.option("--slurm", is_flag=True,
               help="Also start a Slurm cluster (munge, slurmctld, one slurmd per host).")
+@click.option("--s3", is_flag=True,
+              help="Also start an S3 server (SeaweedFS) on the cluster's bridge address.")
 @_name
 @_state_dir
 def up_cmd(hosts: int, gpus: int, model: str, subnet: str | None, no_etc_hosts: bool,
-           slurm: bool, name: str, state_dir: Path | None) -> None:
+           slurm: bool, s3: bool, name: str, state_dir: Path | None) -> None:
     """Build the cluster (idempotent: a healthy one is left alone, a damaged one repaired)."""
     cfg = sim.SimConfig(name=name, hosts=hosts, subnet=subnet, state_dir=state_dir,
                         gpus_per_host=gpus, gpu_model=model, hosts_in_etc_hosts=not no_etc_hosts)
     c = sim.up(cfg)
+    if s3:
+        # Ranks run inside the hosts' network namespaces: 127.0.0.1 there is their own
+        # loopback, so the server listens on the bridge address every host can reach.
+        server = start_s3_server(c.state_dir / "s3", ip=c.bridge_address)
+        exports = " ".join(f"{k}={v}" for k, v in server.file_env().items())
+        click.echo(f"s3 {name}: {server.endpoint_url}, bucket {server.bucket} "
+                   f"(credentials in a 0600 file); use it with:\n  export {exports}\n"
+                   f"  ringtrain launch --checkpoint {server.url('my-run')} ...")
     if slurm:
         s = slurm_up(SlurmSimConfig(name=name, nodes=hosts, gpus_per_node=gpus))
         click.echo(f"slurm {name}: {len(s.nodes)} nodes ({', '.join(s.nodes)}); "
@@ -82,7 +93,10 @@ def up_cmd(hosts: int, gpus: int, model: str, subnet: str | None, no_etc_hosts: 
 def down_cmd(purge: bool, name: str, state_dir: Path | None) -> None:
     """Remove every namespace, link, process and /etc/hosts line of the cluster (and its Slurm
     cluster, when `up --slurm` started one)."""
-    sim.down(_cfg(name, state_dir), purge=purge)
+    cfg = _cfg(name, state_dir)
+    if stop_s3_server(cfg.resolved_state_dir / "s3"):
+        click.echo(f"s3 {name}: stopped")
+    sim.down(cfg, purge=purge)
     if load_slurm(SlurmSimConfig(name=name)) is not None:
         slurm_down(SlurmSimConfig(name=name))
         click.echo(f"slurm {name}: down")
