@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from ringtrain import sim
+from ringtrain import procfs, sim
 
 LOOP = """\
 import os, time
@@ -57,10 +57,6 @@ def _procs(cluster: sim.SimCluster, host: str, needle: str) -> list[int]:
     return [pid for pid, cmd in sim.host_processes(cluster.config, host) if needle in cmd]
 
 
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
 def _inject(
     fault: str, cluster: sim.SimCluster, proc: subprocess.Popen[str], trigger: Path
 ) -> None:
@@ -77,8 +73,8 @@ def _inject(
         sim.set_link(cluster.config, "gpu02", up=False)
     elif fault == "sshd-session":
         session = _procs(cluster, "gpu03", "orted")[0]
-        while "sshd" not in Path(f"/proc/{session}/comm").read_text():
-            session = _parent(session)
+        while "sshd" not in procfs.comm(session):
+            session = procfs.parent(session)
         os.kill(session, signal.SIGKILL)
     elif fault == "sigint":
         proc.send_signal(signal.SIGINT)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ringtrain import procfs
 from ringtrain.checkpoint.backends import Location, make_filesystem
 from ringtrain.errors import CheckpointError, SetupError
 
@@ -371,10 +372,7 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie is not alive
-        return "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
+    return not procfs.is_zombie(pid)  # a zombie is not alive
 
 
 def _is_weed(pid: int) -> bool:

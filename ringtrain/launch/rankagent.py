@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from ringtrain import procfs
 from ringtrain.launch.events import HEARTBEAT_S, decode, encode
 
 _DAEMON_NAMES = ("orted", "prted")
@@ -38,23 +39,6 @@ def rank_from_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> in
         if value.isdigit():
             return int(value)
     return -1
-
-
-def _proc_start(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    try:
-        stat = open(f"/proc/{pid}/stat", encoding="ascii").read()  # noqa: SIM115
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def _proc_comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
 
 
 class RankAgent:
@@ -85,10 +69,10 @@ class RankAgent:
             token=self.token,
             host=socket.gethostname(),
             pid=os.getpid(),
-            start=_proc_start(os.getpid()),
+            start=procfs.start_time(os.getpid()),
             ppid=ppid,
-            parent=_proc_comm(ppid),
-            parent_start=_proc_start(ppid),
+            parent=procfs.comm(ppid),
+            parent_start=procfs.start_time(ppid),
         )
         for target in (self._read, self._beat, self._watch):
             threading.Thread(
@@ -127,7 +111,7 @@ class RankAgent:
 
     def _die(self, why: str) -> None:
         ppid = os.getppid()
-        daemon = _proc_comm(ppid) in _DAEMON_NAMES
+        daemon = procfs.comm(ppid) in _DAEMON_NAMES
         _warn(
             f"{why}; ending rank {self.rank} (pid {os.getpid()})"
             + (f" and its Open MPI daemon (pid {ppid})" if daemon else "")
@@ -140,19 +124,10 @@ class RankAgent:
 
 
 def _kill_children(pid: int) -> None:
-    for child in _children(pid):
+    for child in procfs.children(pid):
         _kill_children(child)
         with contextlib.suppress(OSError):
             os.kill(child, signal.SIGKILL)
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as fh:
-                found += [int(p) for p in fh.read().split()]
-    return found
 
 
 def _warn(text: str) -> None:

@@ -25,49 +25,22 @@ import sys
 import time
 from typing import Any
 
+from ringtrain import procfs
+
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError:
-        return b""
-
-
-def _start_time(pid: int) -> int | None:
-    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
-    if ")" not in stat:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def _uts(pid: int | str) -> str:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/uts")
-    except OSError:
-        return ""
-
-
-def _cmd(pid: int) -> str:
-    return _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
 
 
 def find(run_id: str, pids: dict[int, int]) -> list[tuple[int, str]]:
     """Processes of job ``run_id`` on this host; ``pids`` maps reported PID -> start time."""
     marker = f"RINGTRAIN_RUN_ID={run_id}".encode()
-    me, my_uts = os.getpid(), _uts("self")
+    me, my_uts = os.getpid(), procfs.uts_namespace("self")
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
+    for pid in procfs.pids():
+        if pid == me or procfs.uts_namespace(pid) != my_uts:
             continue
-        pid = int(entry)
-        if _uts(pid) != my_uts:
-            continue
-        listed = pid in pids and _start_time(pid) == pids[pid]
-        if listed or marker in _read(f"/proc/{pid}/environ").split(b"\0"):
-            found.append((pid, _cmd(pid)))
+        listed = pid in pids and procfs.start_time(pid) == pids[pid]
+        if listed or procfs.environ_has(pid, marker):
+            found.append((pid, procfs.cmdline(pid)))
     return found
 
 
@@ -80,16 +53,11 @@ def reap(run_id: str, pids: dict[int, int], kill: bool, wait_s: float = 3.0) -> 
                 os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + wait_s
         while True:
-            left = [(p, c) for p, c in find(run_id, pids) if not _is_zombie(p)]
+            left = [(p, c) for p, c in find(run_id, pids) if not procfs.is_zombie(p)]
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
     return {"host": socket.gethostname(), "found": found, "left": left}
-
-
-def _is_zombie(pid: int) -> bool:
-    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
-    return ")" in stat and stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def parse_pid_specs(specs: list[str]) -> dict[int, int]:

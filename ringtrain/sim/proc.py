@@ -12,28 +12,37 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ringtrain import procfs
 from ringtrain.errors import SimError
 from ringtrain.sim.config import RUN_DIR
 
 log = logging.getLogger(__name__)
 
 
-def run(argv: Sequence[str], *, input: str | None = None, check: bool = True,
-        timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: Sequence[str], *, input: str | None = None, check: bool = True, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` (never through a shell) and return its output; SimError when it fails."""
     log.debug("run: %s", " ".join(argv))
     try:
-        done = subprocess.run(list(argv), input=input, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = subprocess.run(
+            list(argv), input=input, capture_output=True, text=True, timeout=timeout, check=False
+        )
     except FileNotFoundError as err:
-        raise SimError(f"{argv[0]} not found", hint="apt-get install -y iproute2 "
-                       "openssh-server openssh-client util-linux") from err
+        raise SimError(
+            f"{argv[0]} not found",
+            hint="apt-get install -y iproute2 openssh-server openssh-client util-linux",
+        ) from err
     except subprocess.TimeoutExpired as err:
-        raise SimError(f"{' '.join(argv)} did not finish in {timeout} s",
-                       hint="see `ringtrain -vv sim ...` for the commands run") from err
+        raise SimError(
+            f"{' '.join(argv)} did not finish in {timeout} s",
+            hint="see `ringtrain -vv sim ...` for the commands run",
+        ) from err
     if check and done.returncode != 0:
-        raise SimError(f"{' '.join(argv)} failed (exit {done.returncode}): {done.stderr.strip()}",
-                       hint="run `ringtrain sim down` to clear a half-built cluster, then retry")
+        raise SimError(
+            f"{' '.join(argv)} failed (exit {done.returncode}): {done.stderr.strip()}",
+            hint="run `ringtrain sim down` to clear a half-built cluster, then retry",
+        )
     return done
 
 
@@ -92,11 +101,8 @@ def read_pid(path: Path) -> int | None:
 
 def alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    state = procfs.state(pid)
+    return state not in ("", "Z")
 
 
 def stop_pids(pids: Sequence[int], *, grace: float = 1.5) -> list[int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ringtrain import procfs
 from ringtrain.sim.proc import alive
 
 
@@ -21,11 +22,11 @@ def job_processes(state: Path) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) in mine:
             continue
         pid = int(entry.name)
-        parents[pid] = _ppid(pid)
-        if _read(f"/proc/{pid}/comm").strip() == b"slurmstepd" and _holds_file_in(pid, state):
+        parents[pid] = procfs.parent(pid)
+        if procfs.read(f"/proc/{pid}/comm").strip() == b"slurmstepd" and _holds_file_in(pid, state):
             found.add(pid)
             continue
-        env = _read(f"/proc/{pid}/environ").split(b"\0")
+        env = procfs.read(f"/proc/{pid}/environ").split(b"\0")
         if conf_marker in env and any(v.startswith(b"SLURM_JOB_ID=") for v in env):
             found.add(pid)
     changed = True
@@ -51,27 +52,9 @@ def _holds_file_in(pid: int, state: Path) -> bool:
     return False
 
 
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError:
-        return b""
-
-
-def _stat_fields(pid: int) -> list[str]:
-    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
-    return stat.rsplit(")", 1)[1].split() if ")" in stat else []
-
-
-def _ppid(pid: int) -> int:
-    fields = _stat_fields(pid)
-    return int(fields[1]) if len(fields) > 1 else 0
-
-
 def start_time(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return int(fields[19]) if len(fields) > 19 and fields[0] != "Z" else None
+    """Start time of a live process; None for a zombie or a process that is gone."""
+    return None if procfs.is_zombie(pid) else procfs.start_time(pid)
 
 
 def same_process(pid: int, start: int) -> bool:
@@ -81,6 +64,6 @@ def same_process(pid: int, start: int) -> bool:
 def _ancestors(pid: int) -> list[int]:
     out = []
     while pid > 1:
-        pid = _ppid(pid)
+        pid = procfs.parent(pid)
         out.append(pid)
     return out
