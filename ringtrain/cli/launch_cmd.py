@@ -6,6 +6,7 @@ import os
 import secrets
 import signal
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -294,9 +295,14 @@ def _run(session: Session, options: PreflightOptions) -> None:
     view.events = session.run_dir / "events.log"
     view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
+    def stop(signum: int) -> None:
         view.note(f"{signal.Signals(signum).name}: stopping the job on every host")
         session.stop(signum)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        # A handler runs on the main thread between two bytecodes, possibly while that thread
+        # holds the view's or the control server's lock: taking them here would deadlock.
+        threading.Thread(target=stop, args=(signum,), name="ringtrain-stop", daemon=True).start()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     view.start()
@@ -310,7 +316,8 @@ def _run(session: Session, options: PreflightOptions) -> None:
     if result.state is JobState.SUCCEEDED:
         view.note(f"job succeeded in {result.duration_s:.1f} s; logs in {session.run_dir}")
         return
-    raise JobFailed(_failure_message(result), _failure_hint(result), exit_code=result.exit_code)
+    message = _failure_message(result) + "\n" + _what_ringtrain_did(session, result)
+    raise JobFailed(message, _failure_hint(result), exit_code=result.exit_code)
 
 
 def _report_teardown(view: LiveView, result: JobResult) -> None:
@@ -341,6 +348,29 @@ def _failure_message(result: JobResult) -> str:
         lines.append(f"last lines of rank {result.failed_rank}'s log:")
         lines += [f"    {t}" for t in result.log_tail[-10:]]
     return "\n".join(lines)
+
+
+def _what_ringtrain_did(session: Session, result: JobResult) -> str:
+    """The second half of the root-cause report: teardown, attempts, the resume point."""
+    clean = [t.host for t in result.teardown if t.clean]
+    unverified = [t.host for t in result.teardown if not t.clean]
+    did = f"ringtrain: tore the job down; {len(clean)} host(s) verified clean"
+    if unverified:
+        did += f", not verified: {', '.join(unverified)}"
+    did += f". Attempt {result.attempt} of {session.restart.max_restarts + 1}"
+    if result.state is JobState.INTERRUPTED:
+        did += " (stopped by the user: no restart)"
+    else:
+        did += " (no restart asked)" if not session.restart.max_restarts else " (restarts used up)"
+    ckpt = session.last_checkpoint
+    if ckpt:
+        did += (
+            f". Last committed checkpoint: step {ckpt['step']} (epoch {ckpt['epoch']}) at "
+            f"{ckpt['url']}; a relaunch with --checkpoint {ckpt['url']} resumes there."
+        )
+    else:
+        did += ". No committed checkpoint."
+    return did
 
 
 def _failure_hint(result: JobResult) -> str:
