@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ringtrain.errors import AllocationError
+from ringtrain.errors import AllocationError, RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate
 from ringtrain.launch import reaper, run
 from ringtrain.launch.control import ControlServer, Snapshot
@@ -122,6 +122,7 @@ class Session:
         self.request, self.inventory, self.remote, self.env = request, inventory, remote, env
         self.supervision, self.restart, self.hooks = supervision, restart, hooks
         self.results: list[JobResult] = []
+        self.last_checkpoint: dict[str, Any] | None = None
         self._cooldown: dict[str, float] = {}
         self._job: run.Job | None = None
         self._control: ControlServer | None = None
@@ -151,7 +152,13 @@ class Session:
             now = time.monotonic()
             for host in decision.exclude:
                 self._cooldown[host] = now + self.restart.cooldown_s
-            self.hooks.notify(decision.reason)
+            ckpt = self.last_checkpoint
+            resume = (
+                f" from step {ckpt['step']} (epoch {ckpt['epoch']})"
+                if ckpt
+                else " from the start (no committed checkpoint)"
+            )
+            self.hooks.notify(decision.reason + resume)
             attempt += 1
 
     def _allocation(self) -> tuple[Allocation, Preflight]:
@@ -263,13 +270,36 @@ class Session:
             local = (HostTeardown("(launcher)", len(found["found"]), left),)
         return rows + skipped + local
 
+    @property
+    def checkpoint_url(self) -> str:
+        return self.request.checkpoint_url or str(self.run_dir / "checkpoints")
+
+    def _find_last_checkpoint(self) -> dict[str, Any] | None:
+        """The newest committed checkpoint the job's storage holds (what a restart resumes)."""
+        url = self.checkpoint_url
+        if "://" not in url and not (Path(url) / "manifests").is_dir():
+            return None
+        from ringtrain.checkpoint import list_checkpoints, open_store  # noqa: PLC0415
+
+        try:
+            listed = list_checkpoints(open_store(url))
+        except RingtrainError as err:
+            log.warning("cannot list checkpoints at %s: %s", url, err)
+            return None
+        best = next((c for c in listed if c.ok and c.manifest is not None), None)
+        if best is None or best.manifest is None:
+            return None
+        return {"url": url, "step": best.step, "epoch": best.manifest.epoch, "name": best.name}
+
     def _write_summary(self) -> None:
+        self.last_checkpoint = self._find_last_checkpoint()
         last = self.results[-1]
         summary: dict[str, Any] = {
             **last.to_json(),
             "run_id": self.env.run_id,
             "attempts": [r.to_json() for r in self.results],
             "np": self.request.np,
+            "last_checkpoint": self.last_checkpoint,
         }
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.run_dir / "result.json.tmp"

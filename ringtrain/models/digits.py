@@ -131,6 +131,7 @@ def make_callbacks(
     import tensorflow as tf
 
     from ringtrain.checkpoint import open_store
+    from ringtrain.models.callbacks import ProgressCallback
     from ringtrain.models.checkpointing import CommitCheckpoint, FailAtEpoch
 
     callbacks = [
@@ -144,6 +145,8 @@ def make_callbacks(
         store = open_store(url)
         callbacks.append(CommitCheckpoint(store, optimizer, staging=staging, keep=args.keep,
                                           meta=meta))
+        # epoch, step, loss and samples/s for the launcher's live view and stall detection
+        callbacks.append(ProgressCallback(args.batch_size, world_size=hvd.size()))
         tb_dir = tensorboard_dir(args)
         if tb_dir is not None:
             callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(tb_dir), profile_batch=0))
