@@ -36,28 +36,15 @@ def ringtrain_argv(runs_dir: Path, epochs: int) -> list[str]:
     ]
 
 
-def mpirun_argv(epochs: int) -> list[str]:
+def mpirun_argv(epochs: int, run_dir: Path) -> list[str]:
+    """The same job by hand. It gets its own fresh run dir, as ringtrain gives each run, so
+    both do the same work (checkpoint commits, TensorBoard logs) and neither resumes."""
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
     return [
-        "mpirun",
-        *root,
-        "-np",
-        "2",
-        "-bind-to",
-        "none",
-        "-map-by",
-        "slot",
-        "-x",
-        "PATH",
-        "-x",
-        "TF_CPP_MIN_LOG_LEVEL",
-        sys.executable,
-        "-m",
-        "mpi4py",
-        str(DIGITS),
-        "--epochs",
-        str(epochs),
-    ]
+        "mpirun", *root, "-np", "2", "-bind-to", "none", "-map-by", "slot",
+        "-x", "PATH", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", f"RINGTRAIN_RUN_DIR={run_dir}",
+        sys.executable, "-m", "mpi4py", str(DIGITS), "--epochs", str(epochs),
+    ]  # fmt: skip
 
 
 def timed(argv: list[str], cwd: Path) -> float:
@@ -83,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         mp: list[float] = []
         for i in range(args.repeats):
             rt.append(timed(ringtrain_argv(cwd / "runs", args.epochs), cwd))
-            mp.append(timed(mpirun_argv(args.epochs), cwd))
+            mp.append(timed(mpirun_argv(args.epochs, cwd / f"bare-{i}"), cwd))
             print(
                 f"round {i + 1}/{args.repeats}: ringtrain {rt[-1]:6.2f} s   mpirun {mp[-1]:6.2f} s",
                 flush=True,

@@ -1,8 +1,9 @@
 """Command line. The ``ringtrain.cli`` package is the only place that prints or reads argv.
 
 Each sub-command lives in its own module and exposes one click command (or group) named
-``command``; ``_COMMANDS`` lists them. Every RingtrainError is turned into ``error:`` and ``fix:``
-lines on stderr and the error's exit code: a user's mistake never shows a traceback.
+``command``; ``_COMMANDS`` maps command names to modules, loaded on first use. Every
+RingtrainError is turned into ``error:`` and ``fix:`` lines on stderr and the error's exit
+code: a user's mistake never shows a traceback.
 """
 
 from __future__ import annotations
@@ -17,21 +18,33 @@ import click
 from ringtrain import __version__
 from ringtrain.errors import RingtrainError
 
-# module name under ringtrain.cli -> command name
-_COMMANDS: tuple[str, ...] = (
-    "launch_cmd",
-    "hosts_cmd",
-    "check_cmd",
-    "ckpt_cmd",
-    "tensorboard_cmd",
-    "sim_cmd",
-    "runs_cmd",
-    "slurm_cmd",
-    "pbs_cmd",
-)
+# command name -> its module under ringtrain.cli. Modules load only when their command runs
+# (or for --help), so `ringtrain launch` does not pay for paramiko, matplotlib or TensorBoard.
+_COMMANDS: dict[str, str] = {
+    "launch": "launch_cmd",
+    "hosts": "hosts_cmd",
+    "check": "check_cmd",
+    "runs": "runs_cmd",
+    "ckpt": "ckpt_cmd",
+    "tensorboard": "tensorboard_cmd",
+    "sim": "sim_cmd",
+    "slurm": "slurm_cmd",
+    "pbs": "pbs_cmd",
+    "bench": "bench_cmd",
+}
 
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = _COMMANDS.get(cmd_name)
+        if module is None:
+            return None
+        command: click.Command = importlib.import_module(f"ringtrain.cli.{module}").command
+        return command
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -65,8 +78,6 @@ def cli(verbose: int) -> None:
     )
 
 
-for _module in _COMMANDS:
-    cli.add_command(importlib.import_module(f"ringtrain.cli.{_module}").command)
 
 
 def main() -> None:

@@ -128,6 +128,14 @@ class Job:
                     log.warning("cannot show job output any more; it still goes to the logs")
                 self._sink_failed = True
 
+    def ended(self, timeout_s: float) -> bool:
+        """Whether the launcher process has exited, waiting up to ``timeout_s`` for it."""
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def request_stop(
         self, grace_s: float = 5.0, signum: int = signal.SIGTERM, *, by_user: bool = True
     ) -> None:

@@ -218,7 +218,7 @@ class Session:
             job.request_stop(self.supervision.teardown_grace, signum=self._stopped)
         tick = self.hooks.on_tick
         fault = wait_or_fault(
-            job.proc.poll,
+            job.ended,
             control,
             plan.allocation,
             self.supervision,

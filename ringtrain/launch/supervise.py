@@ -21,12 +21,12 @@ import enum
 import json
 import logging
 import sys
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ringtrain.hostfile import Allocation
+from ringtrain.launch import reaper
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.remote import CmdResult, Remote
 from ringtrain.launch.result import HostTeardown
@@ -185,14 +185,27 @@ def reap_hosts(
     pids = job_pids(snap, alloc)
     results: dict[str, CmdResult] = {}
     # Each host gets its own PID list, so one remote.run per host, all at once.
-    with ThreadPoolExecutor(max_workers=min(64, max(1, len(hosts)))) as pool:
+    # This machine is reaped in-process (no Python to start); the others over the remote.
+    remote_hosts = [h for h in hosts if not h.is_local]
+    with ThreadPoolExecutor(max_workers=min(64, max(1, len(remote_hosts)))) as pool:
         futures = [
             pool.submit(remote.run, [h], reaper_argv(python, run_id, pids.get(h.name, {})), timeout)
-            for h in hosts
+            for h in remote_hosts
         ]
         for future in futures:
             results.update(future.result())
-    return tuple(_host_teardown(h.name, results.get(h.name)) for h in hosts)
+    return tuple(
+        _local_teardown(h.name, run_id, pids.get(h.name, {}))
+        if h.is_local
+        else _host_teardown(h.name, results.get(h.name))
+        for h in hosts
+    )
+
+
+def _local_teardown(host: str, run_id: str, pids: dict[int, int]) -> HostTeardown:
+    found = reaper.reap(run_id, pids, kill=True)
+    left = tuple(f"{pid} {cmd[:80]}" for pid, cmd in found["left"])
+    return HostTeardown(host, len(found["found"]), left)
 
 
 def _host_teardown(host: str, res: CmdResult | None) -> HostTeardown:
@@ -210,15 +223,18 @@ def _host_teardown(host: str, res: CmdResult | None) -> HostTeardown:
 
 
 def wait_or_fault(
-    poll: Callable[[], int | None],
+    wait: Callable[[float], bool],
     control: ControlServer,
     alloc: Allocation,
     policy: SupervisionPolicy,
     started: float,
     on_tick: Callable[[Snapshot], None] | None = None,
 ) -> Fault | None:
-    """Block until the job ends by itself (None) or a fault shows (the Fault)."""
-    while poll() is None:
+    """Block until the job ends by itself (None) or a fault shows (the Fault).
+
+    ``wait(seconds)`` returns True as soon as the job has ended (at most ``seconds`` later), so
+    the end of a job is seen at once, and the checks run every ``policy.poll_s``."""
+    while not wait(0):
         snap = control.snapshot()
         if on_tick is not None:
             on_tick(snap)
@@ -226,7 +242,8 @@ def wait_or_fault(
         if fault is not None:
             log.warning("fault detected: %s", fault.message)
             return fault
-        time.sleep(policy.poll_s)
+        if wait(policy.poll_s):
+            break
     return None
 
 
