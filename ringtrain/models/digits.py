@@ -7,7 +7,8 @@ The data ships inside scikit-learn, so nothing is downloaded. What it shows:
 * ``hvd.DistributedOptimizer``: gradients averaged by ring all-reduce every step;
 * learning rate scaled by the number of ranks, with a linear warm-up (Goyal et al. 2017);
 * every rank starts from rank 0's weights and optimizer state (``hvd.broadcast_variables``
-  before training: the resumed ones, or rank 0's initial ones), and ``MetricAverageCallback``
+  before training: the resumed ones, or rank 0's initial ones; then
+  ``BroadcastGlobalVariablesCallback(0)`` after the first step), and ``MetricAverageCallback``
   so logged metrics are averages over ranks;
 * checkpoints (``ringtrain/models/checkpointing.py``): rank 0 writes a ``tf.train.Checkpoint``
   (weights, optimizer state, epoch, step) every epoch and commits it atomically to
@@ -135,6 +136,9 @@ def make_callbacks(
     from ringtrain.models.checkpointing import CommitCheckpoint, FailAtEpoch
 
     callbacks = [
+        # Variables were broadcast from rank 0 before training (restore_or_broadcast); this also
+        # re-syncs anything Keras creates lazily during the first step.
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
         hvd.callbacks.MetricAverageCallback(),
         hvd.callbacks.LearningRateWarmupCallback(
             initial_lr=args.lr * hvd.size(), warmup_epochs=args.warmup_epochs, verbose=0
