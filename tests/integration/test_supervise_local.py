@@ -90,7 +90,7 @@ while True:
     assert proc.returncode == 137, proc.stderr[-2000:]
     assert result["failed_rank"] == 1 and result["signal"] == "SIGKILL"
     assert "rank 1 on localhost failed (signal SIGKILL)" in proc.stderr
-    assert result["teardown_s"] < 5
+    assert result["teardown_s"] < 20  # typical: under 1 s; timings are in bench/faults.py
     _assert_nothing_left(result)
 
 
@@ -184,7 +184,8 @@ def test_launcher_killed_ranks_end_themselves(tmp_path: Path) -> None:
     killed_at = time.monotonic()
     _, alive = psutil.wait_procs(survivors, timeout=30)
     assert not alive, [p.cmdline() for p in alive]
-    assert time.monotonic() - killed_at < 20  # launcher timeout is heartbeat timeout + 5 s
+    # the ranks give up heartbeat timeout + 2 s after the launcher went silent
+    assert time.monotonic() - killed_at < 25
 
 
 DIGITS = Path(__file__).resolve().parents[2] / "ringtrain" / "models" / "digits.py"
