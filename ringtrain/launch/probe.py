@@ -60,19 +60,26 @@ NVIDIA_SMI_QUERY = (
 )
 NVIDIA_SMI_TIMEOUT_S = 15
 
-# Versions from package metadata: importing tensorflow would take seconds per host.
+# Versions from the installed distributions' directory names (NAME-VERSION.dist-info), looked
+# up in sys.path order like importlib.metadata does, without importing it: half the start-up
+# time (28 vs 58 ms here), paid on every host. Importing tensorflow would take seconds.
 VERSIONS_PY = """\
-import sys
-try:
-    from importlib import metadata
-except ImportError:
-    metadata = None
+import os, re, sys, sysconfig
 print("python %d.%d.%d" % sys.version_info[:3])
-for name in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "horovod", "mpi4py"):
+paths = sysconfig.get_paths()
+pattern = re.compile(r"^([A-Za-z0-9_.-]+?)-([^-]+?)\\.(?:dist|egg)-info$")
+found = {}
+for d in [p for p in sys.path if p] + [paths["purelib"], paths["platlib"]]:
     try:
-        print(name, metadata.version(name))
-    except Exception:
-        print(name, "-")
+        entries = os.listdir(d)
+    except OSError:
+        continue
+    for entry in entries:
+        m = pattern.match(entry)
+        if m:
+            found.setdefault(re.sub(r"[-_.]+", "-", m.group(1)).lower(), m.group(2))
+for name in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "horovod", "mpi4py"):
+    print(name, found.get(name, "-"))
 """
 
 PROBE_SCRIPT = f"""\
