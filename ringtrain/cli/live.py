@@ -20,14 +20,15 @@ from rich.text import Text
 from ringtrain.hostfile import Allocation
 from ringtrain.launch.control import Snapshot
 from ringtrain.launch.run import OutputLine
-from ringtrain.launch.supervise import host_of
+from ringtrain.launch.supervise import rank_hosts
 
 
 def describe_arrivals(snap: Snapshot, alloc: Allocation) -> str:
     arrived = {h.name: 0 for h in alloc.hosts}
     ready = 0
+    where = rank_hosts(alloc)
     for r in snap.ranks:
-        host = host_of(alloc, r.rank)
+        host = where.get(r.rank, "?")
         if host in arrived:
             arrived[host] += 1
         ready += r.initialized

@@ -22,7 +22,7 @@ from typing import Any
 
 from ringtrain.errors import AllocationError, RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate
-from ringtrain.launch import reaper, run
+from ringtrain.launch import run
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
 from ringtrain.launch.remote import Remote
@@ -31,6 +31,7 @@ from ringtrain.launch.supervise import (
     Fault,
     FaultKind,
     SupervisionPolicy,
+    local_teardown,
     reap_hosts,
     wait_or_fault,
 )
@@ -265,9 +266,7 @@ class Session:
         )
         local: tuple[HostTeardown, ...] = ()
         if not alloc.is_local_only:
-            found = reaper.reap(plan.run_id, {}, kill=True)
-            left = tuple(f"{pid} {cmd[:80]}" for pid, cmd in found["left"])
-            local = (HostTeardown("(launcher)", len(found["found"]), left),)
+            local = (local_teardown("(launcher)", plan.run_id, {}),)
         return rows + skipped + local
 
     @property

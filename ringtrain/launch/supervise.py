@@ -74,25 +74,22 @@ def check(
     )
 
 
-def host_of(alloc: Allocation, rank: int) -> str:
-    """The inventory name of the host a rank was placed on (ranks report their own hostname,
-    which need not match the inventory: ``localhost`` vs the machine's name)."""
-    for a in alloc.ranks:
-        if a.rank == rank:
-            return a.host
-    return "?"
+def rank_hosts(alloc: Allocation) -> dict[int, str]:
+    """rank -> the inventory name of its host. Ranks report their own hostname, which need not
+    match the inventory (``localhost`` vs the machine's name). Built once per check: looking
+    ranks up one by one would make every supervision tick quadratic in the rank count."""
+    return {a.rank: a.host for a in alloc.ranks}
 
 
 def _lost_host(snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy) -> Fault | None:
+    where = rank_hosts(alloc)
     by_host: dict[str, list[float]] = {}
     for r in snap.ranks:
         if r.connected:
-            by_host.setdefault(host_of(alloc, r.rank), []).append(snap.now - r.last_heard)
+            by_host.setdefault(where.get(r.rank, "?"), []).append(snap.now - r.last_heard)
     for host, silences in sorted(by_host.items()):
         if min(silences) > policy.heartbeat_timeout:
-            ranks = tuple(
-                r.rank for r in snap.ranks if host_of(alloc, r.rank) == host and r.connected
-            )
+            ranks = tuple(r.rank for r in snap.ranks if where.get(r.rank) == host and r.connected)
             return Fault(
                 FaultKind.HOST_LOST,
                 f"host {host} silent for {min(silences):.0f} s (ranks {_fmt(ranks)}): "
@@ -109,6 +106,7 @@ def _start_hang(
 ) -> Fault | None:
     if snap.now - started <= policy.start_timeout:
         return None
+    where = rank_hosts(alloc)
     seen = {r.rank for r in snap.ranks}
     missing = tuple(r.rank for r in alloc.ranks if r.rank not in seen)
     what = "have not started (no check-in)"
@@ -122,9 +120,9 @@ def _start_hang(
             what = "are stuck inside hvd.init()"
     if not missing:
         return None
-    hosts = tuple(sorted({a.host for a in alloc.ranks if a.rank in missing}))
+    hosts = tuple(sorted({where[r] for r in missing if r in where}))
     arrived = {
-        h.name: sum(1 for r in snap.ranks if host_of(alloc, r.rank) == h.name) for h in alloc.hosts
+        h.name: sum(1 for r in snap.ranks if where.get(r.rank) == h.name) for h in alloc.hosts
     }
     per_host = ", ".join(f"{h.name} {arrived[h.name]}/{h.slots}" for h in alloc.hosts)
     return Fault(
@@ -162,9 +160,10 @@ def reaper_argv(python: str, run_id: str, pids: Mapping[int, int]) -> tuple[str,
 
 def job_pids(snap: Snapshot, alloc: Allocation) -> dict[str, dict[int, int]]:
     """host -> {pid: start time} of every rank and rank parent (Open MPI daemon) that checked in."""
+    where = rank_hosts(alloc)
     out: dict[str, dict[int, int]] = {}
     for r in snap.ranks:
-        pids = out.setdefault(host_of(alloc, r.rank), {})
+        pids = out.setdefault(where.get(r.rank, "?"), {})
         if r.start is not None:
             pids[r.pid] = r.start
         if r.parent in ("orted", "prted") and r.ppid and r.parent_start is not None:
@@ -195,14 +194,14 @@ def reap_hosts(
         for future in futures:
             results.update(future.result())
     return tuple(
-        _local_teardown(h.name, run_id, pids.get(h.name, {}))
+        local_teardown(h.name, run_id, pids.get(h.name, {}))
         if h.is_local
         else _host_teardown(h.name, results.get(h.name))
         for h in hosts
     )
 
 
-def _local_teardown(host: str, run_id: str, pids: dict[int, int]) -> HostTeardown:
+def local_teardown(host: str, run_id: str, pids: dict[int, int]) -> HostTeardown:
     found = reaper.reap(run_id, pids, kill=True)
     left = tuple(f"{pid} {cmd[:80]}" for pid, cmd in found["left"])
     return HostTeardown(host, len(found["found"]), left)
