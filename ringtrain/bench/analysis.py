@@ -116,9 +116,14 @@ def crossover(cells: Sequence[dict[str, Any]], fits: dict[str, model.Fit],
 
 def horovod_target(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Horovod's busbw / mpi4py's at 64 MiB from the alternated target rounds (all iterations
-    of accepted rounds pooled; rejected ones used only when nothing else exists)."""
+    of accepted rounds pooled; an implementation's rejected rounds are used only when it has no
+    accepted one)."""
     pool = [c for c in cells if c["kind"] == "target" and c["bytes"] == TARGET_BYTES]
-    use = [c for c in pool if c["accepted"]] or pool
+    # per implementation: a rejected Horovod round must not hide behind an accepted mpi4py one
+    use = []
+    for impl in ("mpi4py", "horovod"):
+        mine = [c for c in pool if c["impl"] == impl]
+        use += [c for c in mine if c["accepted"]] or mine
     med = {impl: _median_of(c for c in use if c["impl"] == impl) for impl in ("mpi4py", "horovod")}
     best = {impl: min((t for c in use if c["impl"] == impl for t in c["times"]), default=None)
             for impl in ("mpi4py", "horovod")}

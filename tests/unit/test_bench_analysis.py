@@ -111,6 +111,20 @@ def test_horovod_target_pools_alternated_rounds() -> None:
     assert h["met"] is True
 
 
+def test_horovod_target_survives_a_rejected_round_of_one_impl() -> None:
+    """The CI failure of stop 9: mpi4py's round accepted, Horovod's rejected (a noisy
+    neighbour) -> the rejected Horovod round is still used, not dropped as 'not measured'."""
+    size = analysis.TARGET_BYTES
+    mpi = _cell("ring", "mpi4py", 2, 0, size, 0.040, "target")
+    hvd = _cell("ring", "horovod", 2, 0, size, 0.050, "target")
+    hvd["accepted"] = False
+    rejected_mpi = _cell("ring", "mpi4py", 2, 0, size, 0.400, "target")
+    rejected_mpi["accepted"] = False
+    h = analysis.horovod_target([mpi, hvd, rejected_mpi])
+    assert h["measured"] and h["rounds"] == 2 and h["all_accepted"] is False
+    assert h["ratio"] == pytest.approx(0.040 / 0.050, rel=0.02)
+
+
 def test_report_writes_every_file(tmp_path: Path) -> None:
     res = _results(_cells())
     res["analysis"] = analysis.analyse(res)
