@@ -27,6 +27,18 @@ def _plt() -> Any:
     return plt
 
 
+def _dress(ax: Any) -> None:
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def _series(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
     out: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for c in cells:
@@ -63,12 +75,8 @@ def bandwidth_vs_size(path: Path, res: dict[str, Any]) -> Path | None:
             ax.axhline(p["Bps"] / 1e9, color="black", lw=0.8, ls="-.", label="raw MPI p2p")
         ax.set(xscale="log", yscale="log", xlabel="bytes per worker",
                ylabel="busbw (GB/s)", title=f"N = {n}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+        _dress(ax)
+    return _save(plt, fig, path)
 
 
 def _largest(cells: Sequence[dict[str, Any]]) -> int | None:
@@ -97,12 +105,8 @@ def time_vs_n(path: Path, res: dict[str, Any]) -> Path | None:
                     color=line.get_color())
     ax.set(xlabel="workers N", ylabel="time (s), dotted: model", yscale="log",
            title=f"time vs N at {size / 2**20:g} MiB")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    _dress(ax)
+    return _save(plt, fig, path)
 
 
 def ps_ring_vs_k(path: Path, res: dict[str, Any]) -> Path | None:
@@ -139,12 +143,8 @@ def ps_ring_vs_k(path: Path, res: dict[str, Any]) -> Path | None:
     ax.set(xlabel="PS shards k", ylabel="PS time / ring time (dotted: fitted model, "
            "dashed: bandwidth terms only)", yscale="log",
            title=f"PS vs ring at {size / 2**20:g} MiB")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    _dress(ax)
+    return _save(plt, fig, path)
 
 
 def write_plots(run_dir: Path, res: dict[str, Any]) -> list[Path]:
