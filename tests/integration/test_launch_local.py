@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.integration.procs import wait_for_descendants
+
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "ringtrain" / "models" / "digits.py"
 RINGTRAIN = [sys.executable, "-m", "ringtrain"]
@@ -146,15 +148,11 @@ def test_sigint_stops_the_whole_job(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        kids = psutil.Process(proc.pid).children(recursive=True)
-        if sum("sleepy.py" in " ".join(k.cmdline()) for k in kids if k.is_running()) >= 2:
-            break
-        time.sleep(0.2)
-    else:
+    try:
+        wait_for_descendants(proc.pid, "sleepy.py", 2)
+    except BaseException:  # pytest.fail included: leave no launcher behind
         proc.kill()
-        pytest.fail("ranks did not start")
+        raise
     kids = psutil.Process(proc.pid).children(recursive=True)
     sent = time.monotonic()
     os.kill(proc.pid, signal.SIGINT)

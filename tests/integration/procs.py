@@ -1,0 +1,42 @@
+"""Process helpers for tests that watch ``ringtrain launch`` from outside (psutil).
+
+Children come and go while a launcher starts (mpirun, its helpers, short-lived probes), so a
+child can vanish between listing it and reading its command line; these helpers skip such
+children instead of failing the test on the race.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+
+def descendants(pid: int, needle: str) -> list[psutil.Process]:
+    """Living descendants of ``pid`` whose command line contains ``needle``."""
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for kid in kids:
+        try:
+            if kid.is_running() and needle in " ".join(kid.cmdline()):
+                found.append(kid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def wait_for_descendants(pid: int, needle: str, count: int, timeout: float = 60
+                         ) -> list[psutil.Process]:
+    """Wait until ``count`` descendants of ``pid`` run ``needle``; fail the test after
+    ``timeout`` seconds (a start that slow means something hangs, not a slow machine)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = descendants(pid, needle)
+        if len(found) >= count:
+            return found
+        time.sleep(0.2)
+    pytest.fail(f"{count} processes running {needle!r} did not start in {timeout:g} s")
