@@ -41,12 +41,15 @@ ShowVerdict = Callable[[Inventory, ProbeReport, PreflightVerdict, PreflightPolic
 
 def make_preflight(
     options: PreflightOptions, remote: Remote, show: ShowVerdict, note: Callable[[str], None]
-) -> Callable[[Inventory], Preflight]:
-    def preflight(inventory: Inventory) -> Preflight:
+) -> Callable[[Inventory, int | None], Preflight]:
+    def preflight(inventory: Inventory, need: int | None) -> Preflight:
         if not options.enabled:
             note("pre-flight probe skipped (--no-probe)")
             return Preflight(inventory, control_host=control_host(inventory, None))
-        policy = dataclasses.replace(options.policy, require_gpus=options.gpus != "ignored")
+        # need: -np on a first attempt, the restart's floor (--min-np) on a later one
+        policy = dataclasses.replace(
+            options.policy, require_gpus=options.gpus != "ignored", np=need
+        )
         report = probe(inventory, remote, python=options.python, timeout=options.timeout)
         if options.gpus == "auto" and all(
             r.reachable and r.gpu.status in _NO_DRIVER for r in report.results

@@ -160,6 +160,11 @@ class Job:
             log.warning("job still running after SIGTERM; sending SIGKILL")
             _signal_group(self.proc.pid, signal.SIGKILL)
 
+    def tails(self) -> dict[int | None, list[str]]:
+        """The last lines of every rank's output so far (None: mpirun's own lines)."""
+        snapshot = dict(self._logs.tails)  # one C-level copy: the reader thread may add ranks
+        return {rank: list(lines) for rank, lines in snapshot.items()}
+
     def wait(self) -> JobResult:
         rc = self.proc.wait()
         _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers that left the launcher behind

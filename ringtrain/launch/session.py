@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -64,8 +64,14 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
     exclude: tuple[str, ...] = ()
     if result.fault_kind in (FaultKind.HOST_LOST.value, FaultKind.START_TIMEOUT.value):
         exclude = result.fault_hosts
-    elif result.signal_name is not None and result.failed_host is not None:
-        exclude = (result.failed_host,)  # killed (OOM killer, hardware): suspect the host
+    elif (
+        result.fault_kind is None
+        and result.signal_name is not None
+        and result.failed_host is not None
+    ):
+        # killed by something other than ringtrain (OOM killer, hardware): suspect the host;
+        # after a fault ringtrain detected, the signals are its own teardown's
+        exclude = (result.failed_host,)
     if attempt > policy.max_restarts:
         spent = f"restart budget spent ({policy.max_restarts} of {policy.max_restarts})"
         return Decision(
@@ -96,7 +102,8 @@ class Hooks:
     sink: run.LineSink = lambda line: None
     on_tick: Callable[[Snapshot, Allocation], None] | None = None
     notify: Callable[[str], None] = lambda text: None
-    preflight: Callable[[Inventory], Preflight] = Preflight
+    # (inventory, slots the attempt needs: -np, or --min-np on a restart) -> usable hosts
+    preflight: Callable[[Inventory, int | None], Preflight] = lambda inv, _need: Preflight(inv)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +131,12 @@ class Session:
         self.supervision, self.restart, self.hooks = supervision, restart, hooks
         self.results: list[JobResult] = []
         self.last_checkpoint: dict[str, Any] | None = None
+        self.stop_reason: str | None = None
         self._cooldown: dict[str, float] = {}
         self._job: run.Job | None = None
         self._control: ControlServer | None = None
         self._stopped: int | None = None
+        self._first_np: int | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -144,7 +153,16 @@ class Session:
     def run(self) -> JobResult:
         attempt = 1
         while True:
-            result = self._attempt(attempt)
+            try:
+                result = self._attempt(attempt)
+            except RingtrainError as err:  # AllocationError, PreflightRefused, ...
+                if not self.results:
+                    raise  # nothing ran: the CLI reports it as a usage error
+                # a restart that cannot be placed: the failed attempt's report still counts
+                self.stop_reason = f"no restart: {err.message}; {err.hint}"
+                self.hooks.notify(self.stop_reason)
+                self._write_summary()
+                return self.results[-1]
             self.results.append(result)
             self._write_summary()
             decision = decide(result, attempt, self.restart)
@@ -170,19 +188,24 @@ class Session:
             raise AllocationError(
                 "every host is excluded after failures", "fix the hosts and relaunch"
             )
-        checked = self.hooks.preflight(replace(self.inventory, hosts=hosts))
-        inventory = checked.inventory
         want = self.request.np
-        if self.results and want is not None and inventory.total_slots < want:
-            floor = self.restart.min_np or want
+        # a restart may shrink down to --min-np; without it, to the size of the first attempt
+        floor = (self.restart.min_np or self._first_np) if self.results else want
+        checked = self.hooks.preflight(replace(self.inventory, hosts=hosts), floor)
+        inventory = checked.inventory
+        if self.results and floor is not None and inventory.total_slots < (want or floor):
             if inventory.total_slots < floor:
+                left = f" after excluding {', '.join(sorted(resting))}" if resting else ""
                 raise AllocationError(
-                    f"only {inventory.total_slots} slots left after excluding "
-                    f"{', '.join(sorted(resting))}; --min-np is {floor}",
-                    "fix or replace the excluded hosts, or lower --min-np",
+                    f"only {inventory.total_slots} slots left{left}; the restart needs {floor} "
+                    f"({'--min-np' if self.restart.min_np else 'the first attempt'})",
+                    "fix or replace the excluded hosts, or allow a smaller job with --min-np",
                 )
             want = inventory.total_slots
-        return allocate(inventory, want), checked
+        alloc = allocate(inventory, want)
+        if self._first_np is None:
+            self._first_np = alloc.np
+        return alloc, checked
 
     def _attempt(self, attempt: int) -> JobResult:
         alloc, checked = self._allocation()
@@ -239,7 +262,8 @@ class Session:
         teardown = self._reap(plan, control, fault)
         job.finish()
         log.info("hosts reaped %.2f s after detection", time.time() - detected_at)
-        return _merge(result, fault, teardown, attempt, detected_at, time.time())
+        tails = {r: tuple(t) for r, t in job.tails().items() if r is not None}
+        return _merge(result, fault, teardown, attempt, detected_at, time.time(), tails)
 
     def _reap(
         self, plan: LaunchPlan, control: ControlServer, fault: Fault | None
@@ -299,6 +323,7 @@ class Session:
             "attempts": [r.to_json() for r in self.results],
             "np": self.request.np,
             "last_checkpoint": self.last_checkpoint,
+            "stop_reason": self.stop_reason,
         }
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.run_dir / "result.json.tmp"
@@ -319,7 +344,9 @@ def _merge(
     attempt: int,
     detected_at: float,
     torn_down_at: float,
+    tails: Mapping[int, tuple[str, ...]] | None = None,
 ) -> JobResult:
+    tails = tails or {}
     merged = replace(
         result,
         detected_at=detected_at,  # when ringtrain saw the fault, or the job's end
@@ -340,4 +367,6 @@ def _merge(
         fault_hosts=fault.hosts,
         failed_host=failed_host,
         failed_rank=fault.ranks[0] if fault.ranks else result.failed_rank,
+        signal_name=None,  # the signals were ringtrain's own teardown
+        log_tail=tails.get(fault.ranks[0], ()) if fault.ranks else result.log_tail,
     )

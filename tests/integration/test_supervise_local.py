@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from ringtrain.launch import reaper
+from tests.integration.procs import wait_for_descendants
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 RINGTRAIN = [sys.executable, "-m", "ringtrain"]
@@ -85,11 +86,16 @@ while True:
     import tensorflow as tf; hvd.allreduce(tf.constant([1.0])); time.sleep(0.05)
 """,
     )
-    proc, _ = _launch(tmp_path, script)
+    # a killed rank makes its host suspect: with one host, the restart cannot be placed, and
+    # the job stops with the failed attempt's report
+    proc, _ = _launch(tmp_path, script, "--max-restarts", "1")
     result = _result(tmp_path)
     assert proc.returncode == 137, proc.stderr[-2000:]
     assert result["failed_rank"] == 1 and result["signal"] == "SIGKILL"
     assert "rank 1 on localhost failed (signal SIGKILL)" in proc.stderr
+    assert len(result["attempts"]) == 1
+    assert result["stop_reason"].startswith("no restart: every host is excluded"), result
+    assert "no restart: every host is excluded" in proc.stderr
     assert result["teardown_s"] < 20  # typical: under 1 s; timings are in bench/faults.py
     _assert_nothing_left(result)
 
@@ -150,7 +156,8 @@ print("finished attempt", attempt, flush=True)
 
 def test_launcher_killed_ranks_end_themselves(tmp_path: Path) -> None:
     """kill -9 of ringtrain itself: nobody is left to tear down, the ranks' dead-man switch is."""
-    script = _script(tmp_path, "hvd_init()\ntime.sleep(600)\n")
+    script = _script(tmp_path, "hvd_init()\nopen(f'inited.{rank}', 'w').close()\n"
+                     "time.sleep(600)\n")
     proc = subprocess.Popen(
         [
             *RINGTRAIN,
@@ -167,17 +174,11 @@ def test_launcher_killed_ranks_end_themselves(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 60
-    ranks: list[psutil.Process] = []
-    while time.monotonic() < deadline and len(ranks) < 2:
-        ranks = [
-            p
-            for p in psutil.Process(proc.pid).children(recursive=True)
-            if p.name().startswith("python") and "job.py" in " ".join(p.cmdline())
-        ]
-        time.sleep(0.3)
-    assert len(ranks) == 2
-    time.sleep(4)  # past hvd.init
+    wait_for_descendants(proc.pid, "job.py", 2)
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"inited.{r}").exists() for r in (0, 1)):  # past hvd.init
+        assert time.monotonic() < deadline, "hvd.init did not finish on both ranks"
+        time.sleep(0.2)
     survivors = psutil.Process(proc.pid).children(recursive=True)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

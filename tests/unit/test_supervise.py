@@ -7,8 +7,8 @@ from pathlib import Path
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.control import Progress, RankState, Snapshot
 from ringtrain.launch.result import JobResult, JobState
-from ringtrain.launch.session import RestartPolicy, decide
-from ringtrain.launch.supervise import FaultKind, SupervisionPolicy, check, job_pids
+from ringtrain.launch.session import RestartPolicy, _merge, decide
+from ringtrain.launch.supervise import Fault, FaultKind, SupervisionPolicy, check, job_pids
 
 ALLOC = allocate(parse_host_spec("gpu01:2,gpu02:2"))
 POLICY = SupervisionPolicy(start_timeout=30, heartbeat_timeout=10, stall_timeout=60)
@@ -136,3 +136,22 @@ def test_decide_excludes_lost_and_killed_hosts_but_not_script_errors() -> None:
     killed = _result(exit_code=137, signal_name="SIGKILL", failed_host="gpu01", failed_rank=0)
     assert decide(killed, 1, policy).exclude == ("gpu01",)
     assert decide(_result(failed_host="gpu01", failed_rank=1), 1, policy).exclude == ()
+
+
+def test_decide_after_a_stall_does_not_blame_the_host_for_ringtrains_own_signals() -> None:
+    """A stall is torn down by ringtrain (SIGTERM, then SIGKILL): that signal is no reason to
+    suspect the host, or a restart on a small cluster would find every host excluded."""
+    stalled = _result(fault_kind="stall", fault_hosts=("gpu01",), failed_host="gpu01",
+                      failed_rank=0, signal_name="SIGKILL")
+    assert decide(stalled, 1, RestartPolicy(max_restarts=1)).exclude == ()
+
+
+def test_merge_takes_the_faulty_ranks_tail_and_drops_the_teardown_signal() -> None:
+    mpirun_view = _result(exit_code=137, failed_rank=0, failed_host="gpu01",
+                          signal_name="SIGKILL", log_tail=("rank 0 line",))
+    fault = Fault(FaultKind.STALL, "no training progress for 30 s on rank 1", ("gpu02",), (1,))
+    merged = _merge(mpirun_view, fault, (), 1, 10.0, 11.0, {0: ("rank 0 line",),
+                                                           1: ("epoch 3", "stuck here")})
+    assert merged.failed_rank == 1 and merged.failed_host == "gpu02"
+    assert merged.log_tail == ("epoch 3", "stuck here")
+    assert merged.signal_name is None and merged.fault_kind == "stall"
