@@ -12,9 +12,9 @@ from ringtrain.launch.schedulers import Scheduler
 from ringtrain.launch.schedulers_io import submit
 from ringtrain.launch.schedulers_render import render_qsub
 
-_EPILOG = """\\b
+_EPILOG = """\b
 Examples:
-  ringtrain pbs render --nodes 2 --gpus-per-node 4 --ncpus 32 --queue gpu --time 4:00:00 \\\\
+  ringtrain pbs render --nodes 2 --gpus-per-node 4 --ncpus 32 --queue gpu --time 4:00:00 \\
       train.py --epochs 10                   print the qsub script
   ringtrain pbs submit --nodes 2 --gpus-per-node 4 train.py        write it and qsub it
 

@@ -38,8 +38,15 @@ def _load(run_dir: Path) -> dict[str, Any]:
     data["hosts"] = [h["name"] for h in plan.get("hosts", [])]
     data["np"] = plan.get("np", data.get("np"))
     data["started"] = _started(run_dir)
-    data["last_checkpoint"] = _last_checkpoint(run_dir)
+    data["last_checkpoint"] = _describe(data.get("last_checkpoint")) or _last_checkpoint(run_dir)
     return data
+
+
+def _describe(ckpt: Any) -> str | None:
+    """result.json's record of the newest committed checkpoint (any storage: s3://, hdfs://)."""
+    if not isinstance(ckpt, dict) or "step" not in ckpt:
+        return None
+    return f"step {ckpt['step']} (epoch {ckpt.get('epoch')}) at {ckpt.get('url', '?')}"
 
 
 def _plan(run_dir: Path, attempt: int) -> dict[str, Any]:
@@ -61,7 +68,7 @@ def _started(run_dir: Path) -> str:
 
 
 def _last_checkpoint(run_dir: Path) -> str | None:
-    """The newest committed local checkpoint manifest, when the run kept them in its run dir."""
+    """The newest local checkpoint manifest in the run dir (a run that wrote no result.json)."""
     manifests = sorted((run_dir / "checkpoints").glob("manifests/*.json"))
     return manifests[-1].stem if manifests else None
 

@@ -28,7 +28,8 @@ Examples:
 def resolve_run(run: str, runs_dir: Path) -> Path:
     """A run directory from an id, ``latest`` or a path."""
     if run == "latest":
-        runs = sorted(p for p in runs_dir.glob("*") if p.is_dir()) if runs_dir.is_dir() else []
+        # launch runs only (they have attempt dirs); bench-* runs share the folder
+        runs = sorted(p.parent for p in runs_dir.glob("*/attempt-1")) if runs_dir.is_dir() else []
         if not runs:
             raise UsageError(f"no runs under {runs_dir}", "launch a job first, or pass --runs-dir")
         return runs[-1]

@@ -75,3 +75,17 @@ def test_help_teaches() -> None:
     exit_code, output = _invoke("launch", "--help")
     assert exit_code == 0
     assert "--dry-run" in output and "Examples:" in output and "ringtrain launch" in output
+
+
+def _group_help(name: str) -> list[tuple[str, ...]]:
+    group = cli.get_command(None, name)  # type: ignore[arg-type]
+    subs = getattr(group, "commands", {})
+    return [(name,)] + [(name, sub) for sub in subs]
+
+
+@pytest.mark.parametrize("path", [p for name in cli.list_commands(None) for p in _group_help(name)])  # type: ignore[arg-type]
+def test_every_help_renders_without_escapes_showing(path: tuple[str, ...]) -> None:
+    exit_code, output = _invoke(*path, "--help")
+    assert exit_code == 0, output
+    assert "\\b" not in output and "\\\\" not in output, output  # click's \b marker, doubled \
+    assert "Usage: " in output
