@@ -119,8 +119,8 @@ def quiet_paramiko() -> None:
 
 
 def print_verdict(inventory: Inventory, report: ProbeReport, verdict: PreflightVerdict,
-                  policy: PreflightPolicy) -> None:
-    console = Console(soft_wrap=False)
+                  policy: PreflightPolicy, *, stderr: bool = False) -> None:
+    console = Console(soft_wrap=False, stderr=stderr)
     if not console.is_terminal:
         console.width = max(console.width, 160)  # logs and pipes: do not fold every cell
     table = Table(title=f"ringtrain check: {inventory.source} ({len(inventory.hosts)} hosts)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import signal
@@ -18,9 +19,8 @@ from ringtrain.cli.check_cmd import print_verdict, quiet_paramiko
 from ringtrain.cli.launch_preflight import PreflightOptions, make_preflight
 from ringtrain.cli.live import LiveView
 from ringtrain.errors import JobFailed, UsageError
-from ringtrain.hostfile import Host, Inventory, allocate, resolve_hosts
+from ringtrain.hostfile import Host, Inventory, resolve_hosts
 from ringtrain.launch import run
-from ringtrain.launch.plan import PlanInputs, make_plan
 from ringtrain.launch.preflight import PreflightPolicy
 from ringtrain.launch.remote import SshRemote
 from ringtrain.launch.result import JobResult, JobState
@@ -222,20 +222,6 @@ def command(
         is_root=os.geteuid() == 0,
         python=sys.executable,
     )
-    if request.dry_run:
-        alloc = allocate(inventory, request.np)
-        inputs = PlanInputs(
-            run_id=senv.run_id, environ=senv.environ, is_root=senv.is_root, python=senv.python
-        )
-        plan = make_plan(request, alloc, inputs)
-        run.prepare(plan)  # the hostfile the argv names exists, so the argv runs as printed
-        click.echo(plan.describe())
-        click.echo(
-            "ringtrain: a real launch adds RINGTRAIN_CONTROL_ADDR and RINGTRAIN_CONTROL_TOKEN "
-            "for supervision; the command above also runs as is, unsupervised",
-            err=True,
-        )
-        return
     supervision = SupervisionPolicy(
         start_timeout=start_timeout,
         stall_timeout=stall_timeout,
@@ -258,7 +244,29 @@ def command(
         ),
         python=python,
     )
-    _run(Session(request, inventory, remote, senv, supervision, restart, Hooks()), options)
+    session = Session(request, inventory, remote, senv, supervision, restart, Hooks())
+    if request.dry_run:
+        _dry_run(session, options)
+    else:
+        _run(session, options)
+
+
+def _dry_run(session: Session, options: PreflightOptions) -> None:
+    """Print the plan attempt 1 would run: same pre-flight (unless --no-probe), same placement
+    and network settings; the probe table goes to stderr, the plan to stdout."""
+
+    def note(text: str) -> None:
+        click.echo(f"ringtrain: {text}", err=True)
+
+    show = functools.partial(print_verdict, stderr=True)
+    session.hooks.preflight = make_preflight(options, session.remote, show, note)
+    plan = session.dry_plan()
+    run.prepare(plan)  # the hostfile the argv names exists, so the argv runs as printed
+    click.echo(plan.describe())
+    note(
+        "a real launch adds RINGTRAIN_CONTROL_ADDR and RINGTRAIN_CONTROL_TOKEN for "
+        "supervision; the command above also runs as is, unsupervised"
+    )
 
 
 def _inventory(request: LaunchRequest) -> tuple[Inventory, SchedulerJob | None]:

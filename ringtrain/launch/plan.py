@@ -58,6 +58,14 @@ class LaunchPlan:
     def display_argv(self) -> str:
         return shlex.join(self.command.argv)
 
+    @property
+    def by_hand_argv(self) -> str:
+        """The command with ringtrain's environment in front (``env K=V ... mpirun ...``), so
+        that run by hand from the working dir it does the same job. Secret values are left out:
+        the describe() text names them, to be exported first."""
+        env = [f"{k}={v}" for k, v in self.command.env if not is_secret_name(k)]
+        return shlex.join(["env", *env, *self.command.argv]) if env else self.display_argv
+
     def describe(self) -> str:
         """Human-readable plan: hostfile, rank placement, env delta (secrets redacted), argv."""
         out = [f"run id:      {self.run_id}   attempt {self.attempt}"]
@@ -76,8 +84,10 @@ class LaunchPlan:
             for k, v in redact_env(self.command.env)
         ]
         out.append("environment forwarded to ranks by name: " + " ".join(self.forwarded))
-        out.append("command:")
-        out.append(f"    {self.display_argv}")
+        secret = [k for k, _ in self.command.env if is_secret_name(k)]
+        out.append("command (runs by hand from the working dir"
+                   + (f", with {' '.join(secret)} exported" if secret else "") + "):")
+        out.append(f"    {self.by_hand_argv}")
         return "\n".join(out)
 
     def to_json(self) -> dict[str, Any]:

@@ -191,6 +191,8 @@ class Session:
         want = self.request.np
         # a restart may shrink down to --min-np; without it, to the size of the first attempt
         floor = (self.restart.min_np or self._first_np) if self.results else want
+        if not self.results:
+            allocate(replace(self.inventory, hosts=hosts), want)  # -np fits: say so before SSH
         checked = self.hooks.preflight(replace(self.inventory, hosts=hosts), floor)
         inventory = checked.inventory
         if self.results and floor is not None and inventory.total_slots < (want or floor):
@@ -218,7 +220,15 @@ class Session:
             control.close()
             self._control = None
 
-    def _inputs(self, attempt: int, control: ControlServer, checked: Preflight) -> PlanInputs:
+    def dry_plan(self) -> LaunchPlan:
+        """The plan attempt 1 would run, through the same pre-flight and placement, without the
+        control server's address and token (a dry run starts nothing)."""
+        alloc, checked = self._allocation()
+        return make_plan(self.request, alloc, self._inputs(1, None, checked))
+
+    def _inputs(
+        self, attempt: int, control: ControlServer | None, checked: Preflight
+    ) -> PlanInputs:
         return PlanInputs(
             run_id=self.env.run_id,
             environ=self.env.environ,
@@ -227,8 +237,8 @@ class Session:
             tcp_include=checked.tcp_include or self.env.tcp_include,
             extra_env=checked.env,
             attempt=attempt,
-            control_addr=control.address,
-            control_token=control.token,
+            control_addr=control.address if control else None,
+            control_token=control.token if control else None,
             launcher_timeout=self.supervision.launcher_timeout,
         )
 

@@ -40,3 +40,14 @@ def wait_for_descendants(pid: int, needle: str, count: int, timeout: float = 60
             return found
         time.sleep(0.2)
     pytest.fail(f"{count} processes running {needle!r} did not start in {timeout:g} s")
+
+
+def describe(procs: list[psutil.Process]) -> list[str]:
+    """PID and command line of each process, for a failure message (gone ones say so)."""
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{p.pid}: {' '.join(p.cmdline())}")
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            out.append(f"{p.pid}: (gone)")
+    return out

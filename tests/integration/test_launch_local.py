@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.procs import wait_for_descendants
+from tests.integration.procs import describe, wait_for_descendants
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "ringtrain" / "models" / "digits.py"
@@ -79,8 +80,11 @@ def test_dry_run_argv_runs_by_hand(tmp_path: Path) -> None:
     proc = _launch(tmp_path, "--dry-run", "-H", "localhost:2", str(DIGITS), "--epochs", "1")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    argv = shlex.split(lines[lines.index("command:") + 1])
-    assert argv[0] == "mpirun" and (_run_dir(tmp_path) / "attempt-1" / "hostfile").is_file()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("command (runs by hand")]
+    argv = shlex.split(lines[at + 1])
+    assert argv[0] == "env" and "mpirun" in argv
+    run_dir = _run_dir(tmp_path)
+    assert (run_dir / "attempt-1" / "hostfile").is_file()
     by_hand = subprocess.run(
         argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
     )
@@ -92,6 +96,32 @@ def test_dry_run_argv_runs_by_hand(tmp_path: Path) -> None:
             results[data["rank"]] = data
     assert set(results) == {0, 1}
     assert results[0]["test_loss"] == pytest.approx(results[1]["test_loss"], rel=1e-6)
+    # the environment in front of the command: checkpoints land in the run dir, as in a launch
+    assert list((run_dir / "checkpoints" / "manifests").glob("*.json"))
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_dry_run_plan_is_the_plan_that_runs(tmp_path: Path) -> None:
+    """Same pre-flight, placement and network settings; only the run id and the supervision
+    variables (control address and token, launcher timeout) differ."""
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello')\n")
+    dry = _launch(tmp_path, "--dry-run", "-H", "localhost:2", str(script))
+    assert dry.returncode == 0, dry.stderr
+    real = _launch(tmp_path, "-H", "localhost:2", str(script))
+    assert real.returncode == 0, real.stderr
+    plans = {}
+    for run_dir in (tmp_path / "runs").iterdir():
+        plan = json.loads((run_dir / "attempt-1" / "plan.json").read_text())
+        supervised = "RINGTRAIN_CONTROL_ADDR" in plan["env"]
+        text = json.dumps({k: plan[k] for k in ("argv", "env", "forwarded", "hostfile", "np")})
+        sup = r"RINGTRAIN_(?:CONTROL_\w+|LAUNCHER_TIMEOUT)"  # supervision: real launch only
+        text = re.sub(rf'"-x", "{sup}", |"{sup}"(: "[^"]*")?, ', "",
+                      text.replace(plan["run_id"], "RUN"))
+        plans[supervised] = json.loads(text)
+    assert set(plans) == {False, True}
+    assert "127.0.0.0/8" in plans[False]["argv"]  # the pre-flight's network choice, in both
+    assert plans[False] == plans[True]
 
 
 FAILING = """\
@@ -161,6 +191,6 @@ def test_sigint_stops_the_whole_job(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "stopping the job" in err
     _, alive = psutil.wait_procs(kids, timeout=5)
-    assert not alive, [p.cmdline() for p in alive]
+    assert not alive, describe(alive)
     result = json.loads((_run_dir(tmp_path) / "result.json").read_text())
     assert result["state"] == "interrupted"

@@ -75,6 +75,15 @@ def _result(tmp_path: Path) -> dict:
     return json.loads((run_dir / "result.json").read_text())
 
 
+def _assert_no_job_processes(cluster: sim.SimCluster, timeout: float = 30) -> None:
+    """Every job process on every host gone: at once after a verified teardown, within the
+    dead-man switch's delay (heartbeat timeout + 2 s) on a host ringtrain could not reach."""
+    deadline = time.monotonic() + timeout
+    while _job_processes(cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _job_processes(cluster) == {}
+
+
 def _job_processes(cluster: sim.SimCluster) -> dict[str, list[str]]:
     left = {}
     for host in cluster.names:
@@ -192,10 +201,7 @@ def test_link_down_is_detected_and_torn_down(sim_cluster: sim.SimCluster, tmp_pa
     assert [t["error"] is not None for t in result["teardown"] if t["host"] == "gpu02"] == [True]
     # gpu02 could not be reached: its ranks end themselves (and their orted) once they stop
     # hearing from the launcher, heartbeat timeout + 2 s after the cut.
-    deadline = time.monotonic() + 20
-    while _job_processes(sim_cluster) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert _job_processes(sim_cluster) == {}
+    _assert_no_job_processes(sim_cluster)
 
 
 def test_killed_sshd_session_ends_the_job_cleanly(
@@ -213,8 +219,7 @@ def test_killed_sshd_session_ends_the_job_cleanly(
     _, err = proc.communicate(timeout=90)
     assert proc.returncode != 0, err[-2000:]
     assert time.time() - killed < 45  # typical: 2 s
-    time.sleep(1)
-    assert _job_processes(sim_cluster) == {}
+    _assert_no_job_processes(sim_cluster)
     assert all(t["left"] == [] for t in _result(tmp_path)["teardown"])
 
 
@@ -257,8 +262,7 @@ def test_restart_excludes_the_lost_host(sim_cluster: sim.SimCluster, tmp_path: P
     result = _result(tmp_path)
     assert result["attempts"][0]["fault_kind"] == "host-lost"
     assert result["state"] == "interrupted" and proc.returncode == 130
-    time.sleep(1)
-    assert _job_processes(sim_cluster) == {}
+    _assert_no_job_processes(sim_cluster)
 
 
 def test_launch_from_a_yaml_inventory_with_ssh_settings(

@@ -173,7 +173,7 @@ def test_link_down_makes_ssh_fail_within_connect_timeout(sim_cluster: sim.SimClu
         elapsed = time.monotonic() - started
         assert done.returncode == 255
         assert "gpu04" in done.stderr or c.addresses["gpu04"] in done.stderr
-        assert elapsed < 5 + 2  # ConnectTimeout 5 in the generated ssh config
+        assert elapsed < 20  # ConnectTimeout 5 in the generated ssh config, not TCP's minutes
         assert not next(h for h in sim.status(c.config).hosts if h.name == "gpu04").link_up
     finally:
         sim.set_link(c.config, "gpu04", up=True)

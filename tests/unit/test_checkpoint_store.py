@@ -356,7 +356,8 @@ def test_tensorboard_command_serves_the_run_logdir(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     (runs / "20260101-000000-aaaa" / "tensorboard").mkdir(parents=True)
     (runs / "20260102-000000-bbbb" / "tensorboard").mkdir(parents=True)
-    (runs / "20260103-000000-cccc").mkdir(parents=True)
+    (runs / "20260103-000000-cccc" / "attempt-1").mkdir(parents=True)
+    (runs / "bench-20260104-000000-dddd").mkdir(parents=True)  # not a launch run: ignored
     runner = CliRunner()
     args = ["tensorboard", "--runs-dir", str(runs), "--print-command", "--port", "6123"]
     out = runner.invoke(cli, [*args, "20260101-000000-aaaa"])

@@ -197,12 +197,15 @@ def test_fingerprint_format() -> None:
 def test_fan_out_bounds_concurrency_keeps_order_and_isolates_failures() -> None:
     lock = threading.Lock()
     running, peak = 0, 0
+    first_three = threading.Barrier(3, timeout=10)  # only passes if 3 run at once
 
     def work(h: Host) -> CmdResult:
         nonlocal running, peak
         with lock:
             running += 1
             peak = max(peak, running)
+        if h.name in ("h0", "h1", "h2"):
+            first_three.wait()
         time.sleep(0.02)
         with lock:
             running -= 1

@@ -134,7 +134,9 @@ def _fake_scontrol(tmp_path: Path, fixture: str) -> str:
 
 
 def _dry_run(tmp_path: Path, script: Path, env: dict[str, str], *args: str) -> tuple[int, str]:
-    argv = ["launch", "--dry-run", "--runs-dir", str(tmp_path / "runs"), *args, str(script)]
+    # --no-probe: these hosts exist only in the fake allocation
+    argv = ["launch", "--dry-run", "--no-probe", "--runs-dir", str(tmp_path / "runs"), *args,
+            str(script)]
     result = CliRunner().invoke(cli, argv, env=env)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result.exit_code, result.output
