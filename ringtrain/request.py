@@ -55,6 +55,7 @@ class LaunchRequest:
     runs_dir: Path = Path("runs")
     working_dir: Path = Path(".")
     ssh_config: Path | None = None
+    known_hosts: Path | None = None  # mpirun's ssh verifies keys against it too
     network_interface: str | None = None
     dry_run: bool = False
     python: str | None = None

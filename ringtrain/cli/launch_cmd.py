@@ -199,6 +199,7 @@ def command(
         runs_dir=runs_dir,
         working_dir=Path.cwd(),
         ssh_config=ssh_config,
+        known_hosts=known_hosts,
         network_interface=network_interface,
         python=python,
         checkpoint_url=checkpoint_url,

@@ -160,8 +160,8 @@ def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> 
     )
     command = backend_for(request.backend).build(alloc, ctx)
     ssh_text = ""
-    if needs_ssh_config(alloc.hosts):
-        ssh_text = render_ssh_config(alloc.hosts, request.ssh_config)
+    if _own_ssh_config(request, alloc):
+        ssh_text = render_ssh_config(alloc.hosts, request.ssh_config, request.known_hosts)
     return LaunchPlan(
         ssh_config_text=ssh_text,
         run_id=inputs.run_id,
@@ -177,9 +177,16 @@ def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> 
     )
 
 
+def _own_ssh_config(request: LaunchRequest, alloc: Allocation) -> bool:
+    if alloc.is_local_only:
+        return False
+    return needs_ssh_config(alloc.hosts) or request.known_hosts is not None
+
+
 def _ssh_config_path(request: LaunchRequest, alloc: Allocation, attempt_dir: Path) -> Path | None:
-    """The ssh_config mpirun's ssh uses: ours when the inventory carries SSH coordinates."""
-    if needs_ssh_config(alloc.hosts):
+    """The ssh_config mpirun's ssh uses: ours when the inventory carries SSH coordinates or
+    --known-hosts names the file host keys are checked against."""
+    if _own_ssh_config(request, alloc):
         return attempt_dir / "ssh_config"
     return request.ssh_config.absolute() if request.ssh_config else None
 

@@ -5,6 +5,8 @@ with plain ``ssh HOST``. When any allocated host carries such coordinates, the p
 file to the attempt directory and gives mpirun ``plm_rsh_agent "ssh -F <it>"``. ssh_config takes
 the first value it finds, so the per-host lines come first and the user's own configuration
 (``--ssh-config``, else ``~/.ssh/config``) is included after them for everything else.
+With ``--known-hosts``, mpirun's ssh checks host keys against that same file, strictly: the
+probe already verified (or, with ``--accept-new-host-keys``, recorded) every key there.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ def needs_ssh_config(hosts: tuple[Host, ...]) -> bool:
     return any(h.user or h.port or h.identity_file for h in hosts if not h.is_local)
 
 
-def render_ssh_config(hosts: tuple[Host, ...], base: Path | None) -> str:
+def render_ssh_config(
+    hosts: tuple[Host, ...], base: Path | None, known_hosts: Path | None = None
+) -> str:
     lines = ["# Written by ringtrain from the inventory's SSH settings, for mpirun's ssh."]
     for h in hosts:
         if h.is_local or not (h.user or h.port or h.identity_file):
@@ -36,6 +40,10 @@ def render_ssh_config(hosts: tuple[Host, ...], base: Path | None) -> str:
             lines.append("    IdentitiesOnly yes")
     lines.append("")
     lines.append("Host *")
+    if known_hosts is not None:  # the file the probe verified (and --accept-new-host-keys grew)
+        path = _checked(str(known_hosts.absolute()), "known_hosts")
+        lines.append(f'    UserKnownHostsFile "{path}"')
+        lines.append("    StrictHostKeyChecking yes")
     included = base.absolute() if base is not None else Path("~/.ssh/config")
     lines.append(f'    Include "{_checked(str(included), "ssh config")}"')
     return "\n".join(lines) + "\n"

@@ -44,3 +44,19 @@ def test_plan_points_mpirun_at_the_generated_config() -> None:
 def test_quotes_in_paths_are_refused() -> None:
     with pytest.raises(UsageError, match="quotes"):
         render_ssh_config((Host("gpu01", 1, identity_file='/k/"x'),), None)
+
+
+def test_known_hosts_reaches_mpiruns_ssh_for_plain_hosts() -> None:
+    """--known-hosts: the probe verified keys against that file, so mpirun's own ssh must too
+    (strictly), or it would consult ~/.ssh/known_hosts and ask or trust on its own."""
+    inv = allocate(parse_yaml_inventory("hosts: [gpu01, gpu02]\n", "inv.yaml"))
+    request = LaunchRequest(script="t.py", working_dir=Path("/w"), runs_dir=Path("/w/runs"),
+                            known_hosts=Path("/etc/rt/known_hosts"))
+    plan = make_plan(request, inv, PlanInputs("R", {"PATH": "/bin"}, False, "/py"))
+    assert "ssh -F /w/runs/R/attempt-1/ssh_config" in plan.command.argv
+    text = plan.ssh_config_text
+    assert '    UserKnownHostsFile "/etc/rt/known_hosts"\n    StrictHostKeyChecking yes\n' in text
+    assert text.index("UserKnownHostsFile") < text.index("Include")  # ssh: first value wins
+    local = make_plan(request, allocate(parse_yaml_inventory("hosts: [localhost]\n", "i.yaml")),
+                      PlanInputs("R", {"PATH": "/bin"}, False, "/py"))
+    assert local.ssh_config_text == ""  # no ssh at all
