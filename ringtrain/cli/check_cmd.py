@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ringtrain.cli.launch_preflight import gpu_rule
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
 from ringtrain.launch.preflight import (
@@ -64,7 +65,11 @@ _STYLE = {HostStatus.OK: "green", HostStatus.WARN: "yellow", HostStatus.EXCLUDED
 @click.option("--busy-memory-mib", type=click.IntRange(min=0), default=1024, show_default=True)
 @click.option("--busy-util", type=click.IntRange(0, 100), default=10, show_default=True,
               help="GPU utilization (%) above which a GPU counts as busy.")
-@click.option("--cpu", is_flag=True, help="CPU-only job: GPUs and nvidia-smi do not matter.")
+@click.option("--gpus", "gpu_mode", flag_value="required",
+              help="Require GPUs (default, as launch: required unless no host has an NVIDIA "
+              "driver).")
+@click.option("--cpu", "gpu_mode", flag_value="ignored",
+              help="CPU-only job: GPUs and nvidia-smi do not matter.")
 @click.option("--allow-mixed-versions", is_flag=True,
               help="Warn instead of refusing when software versions differ across hosts.")
 @click.option("--python", help="Python on the hosts (default: this one, same path everywhere).")
@@ -79,7 +84,8 @@ def command(
     hosts_file: str | None, host_spec: str | None, hosts_format: str | None, np: int | None,
     ssh_config: Path | None, known_hosts: Path | None, accept_new_host_keys: bool,
     on_bad_host: str, min_hosts: int, on_busy: str, busy_memory_mib: int, busy_util: int,
-    cpu: bool, allow_mixed_versions: bool, python: str | None, network_interface: str | None,
+    gpu_mode: str | None, allow_mixed_versions: bool, python: str | None,
+    network_interface: str | None,
     timeout: float, connect_timeout: float, concurrency: int, as_json: bool,
 ) -> None:
     """Probe every host over SSH: GPUs, software versions, network; report what a launch would do.
@@ -92,8 +98,7 @@ def command(
         on_bad_host="exclude" if on_bad_host == "exclude" else "fail",
         min_hosts=min_hosts, np=np, busy_memory_mib=busy_memory_mib, busy_util_pct=busy_util,
         on_busy="exclude" if on_busy == "exclude" else "warn",
-        require_same_versions=not allow_mixed_versions, require_gpus=not cpu,
-        network_interface=network_interface)
+        require_same_versions=not allow_mixed_versions, network_interface=network_interface)
     remote: Remote
     if inventory.is_local_only:
         remote = LocalRemote()
@@ -102,6 +107,11 @@ def command(
         remote = SshRemote(ssh_config, known_hosts, accept_new_host_keys=accept_new_host_keys,
                            connect_timeout=connect_timeout, concurrency=concurrency)
     report = probe(inventory, remote, python=python, timeout=timeout)
+
+    def note(text: str) -> None:
+        click.echo(f"ringtrain: {text}", err=True)
+
+    policy = gpu_rule(gpu_mode or "auto", report, policy, note)
     verdict = evaluate(inventory, report, policy)
     if as_json:
         click.echo(json.dumps(verdict_to_dict(inventory, report, verdict), indent=2))

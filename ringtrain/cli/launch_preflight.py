@@ -47,15 +47,8 @@ def make_preflight(
             note("pre-flight probe skipped (--no-probe)")
             return Preflight(inventory, control_host=control_host(inventory, None))
         # need: -np on a first attempt, the restart's floor (--min-np) on a later one
-        policy = dataclasses.replace(
-            options.policy, require_gpus=options.gpus != "ignored", np=need
-        )
         report = probe(inventory, remote, python=options.python, timeout=options.timeout)
-        if options.gpus == "auto" and all(
-            r.reachable and r.gpu.status in _NO_DRIVER for r in report.results
-        ):
-            note("no host has an NVIDIA driver: a CPU job (pass --gpus to require GPUs)")
-            policy = dataclasses.replace(policy, require_gpus=False)
+        policy = gpu_rule(options.gpus, report, dataclasses.replace(options.policy, np=need), note)
         verdict = evaluate(inventory, report, policy)
         show(inventory, report, verdict, policy)
         verdict.raise_if_refused()
@@ -68,6 +61,19 @@ def make_preflight(
         )
 
     return preflight
+
+
+def gpu_rule(
+    gpus: str, report: ProbeReport, policy: PreflightPolicy, note: Callable[[str], None]
+) -> PreflightPolicy:
+    """GPUs required (``required``), ignored (``ignored``), or ``auto``: required unless no
+    host has an NVIDIA driver at all (a CPU cluster). Shared by launch and check."""
+    if gpus == "ignored":
+        return dataclasses.replace(policy, require_gpus=False)
+    if gpus == "auto" and all(r.reachable and r.gpu.status in _NO_DRIVER for r in report.results):
+        note("no host has an NVIDIA driver: a CPU job (pass --gpus to require GPUs)")
+        return dataclasses.replace(policy, require_gpus=False)
+    return dataclasses.replace(policy, require_gpus=True)
 
 
 def control_host(inventory: Inventory, net: NetworkChoice | None) -> str:

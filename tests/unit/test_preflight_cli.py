@@ -68,3 +68,19 @@ def test_ok_summary(use_remote: Any) -> None:
     result = CliRunner().invoke(cli, ["check", "-H", "gpu01:4,gpu02:4", "-np", "8"])
     assert result.exit_code == 0, result.stderr
     assert "ok: a launch would use 2 hosts, 8 slots" in result.stdout
+
+
+def test_cpu_cluster_passes_like_launch_unless_gpus_are_required(use_remote: Any) -> None:
+    """check applies launch's GPU rule: no host with an NVIDIA driver = a CPU job."""
+    remote = FakeRemote()
+    for i, host in enumerate(("cpu01", "cpu02"), start=1):
+        remote.on(host, ARGV, stdout=probe_stdout(
+            host, gpu=("nvidia-smi: command not found", 127),
+            net=ip_lines(("eth0", f"10.0.0.{i}/24"))))
+    use_remote(remote)
+    auto = CliRunner().invoke(cli, ["check", "-H", "cpu01:2,cpu02:2"])
+    assert auto.exit_code == 0, auto.stderr
+    assert "no host has an NVIDIA driver: a CPU job" in auto.stderr
+    required = CliRunner().invoke(cli, ["check", "-H", "cpu01:2,cpu02:2", "--gpus"])
+    assert required.exit_code == 4
+    assert "nvidia-smi not found" in required.stdout + required.stderr
