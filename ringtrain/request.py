@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringtrain.errors import UsageError
+from ringtrain.hostfile.allocate import AllocationPolicy
 
 
 class Backend(enum.Enum):
@@ -56,6 +57,8 @@ class LaunchRequest:
     working_dir: Path = Path(".")
     ssh_config: Path | None = None
     known_hosts: Path | None = None  # mpirun's ssh verifies keys against it too
+    # --include/--exclude/--slots/--min-hosts/--ring-label
+    allocation: AllocationPolicy = field(default_factory=AllocationPolicy)
     network_interface: str | None = None
     dry_run: bool = False
     python: str | None = None

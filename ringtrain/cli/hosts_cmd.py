@@ -35,7 +35,7 @@ Examples:
 """
 
 
-def _slot_override(
+def slot_override(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> tuple[tuple[str, int], ...]:
     out = []
@@ -58,7 +58,7 @@ def _slot_override(
 @click.option("--include", multiple=True, metavar="PATTERN", help="Use only matching hosts.")
 @click.option("--exclude", multiple=True, metavar="PATTERN", help="Leave matching hosts out.")
 @click.option(
-    "--slots", "slots", multiple=True, callback=_slot_override, metavar="PATTERN=N",
+    "--slots", "slots", multiple=True, callback=slot_override, metavar="PATTERN=N",
     help="Override the slots of matching hosts.",
 )
 @click.option("--min-hosts", type=int, default=1, show_default=True, help="Fewest hosts to use.")

@@ -16,10 +16,11 @@ from types import FrameType
 import click
 
 from ringtrain.cli.check_cmd import print_verdict, quiet_paramiko
+from ringtrain.cli.hosts_cmd import slot_override
 from ringtrain.cli.launch_preflight import PreflightOptions, make_preflight
 from ringtrain.cli.live import LiveView
 from ringtrain.errors import JobFailed, UsageError
-from ringtrain.hostfile import Host, Inventory, resolve_hosts
+from ringtrain.hostfile import AllocationPolicy, Host, Inventory, resolve_hosts
 from ringtrain.launch import run
 from ringtrain.launch.preflight import PreflightPolicy
 from ringtrain.launch.remote import SshRemote
@@ -35,6 +36,7 @@ Examples:
   ringtrain launch ringtrain/models/digits.py                  all local slots
   ringtrain launch -H localhost:2 ringtrain/models/digits.py --epochs 3
   ringtrain launch --hosts gpu.txt -np 8 train.py --batch-size 64
+  ringtrain launch --hosts cluster.yaml --exclude gpu03 --ring-label rack train.py
   ringtrain launch --backend horovodrun --gloo -H localhost:2 train.py
   ringtrain launch --dry-run -H localhost:2 train.py   print the plan; run nothing
 
@@ -97,7 +99,24 @@ def _env_specs(
     show_default=True,
     help="A host failing the probe stops the launch, or is left out.",
 )
-@click.option("--min-hosts", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--min-hosts",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Refuse when fewer hosts are usable, or when the ranks would fill fewer.",
+)
+@click.option("--include", multiple=True, metavar="PATTERN", help="Use only matching hosts.")
+@click.option("--exclude", multiple=True, metavar="PATTERN", help="Leave matching hosts out.")
+@click.option(
+    "--slots",
+    "slots",
+    multiple=True,
+    callback=slot_override,
+    metavar="PATTERN=N",
+    help="Override the slots of matching hosts (glob or host list, e.g. gpu03=2).",
+)
+@click.option("--ring-label", metavar="LABEL", help="Keep ring neighbours within this label.")
 @click.option(
     "--allow-mixed-versions",
     is_flag=True,
@@ -171,6 +190,10 @@ def command(
     gpu_mode: str | None,
     on_bad_host: str,
     min_hosts: int,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    slots: tuple[tuple[str, int], ...],
+    ring_label: str | None,
     allow_mixed_versions: bool,
     network_interface: str | None,
     python: str | None,
@@ -200,6 +223,13 @@ def command(
         working_dir=Path.cwd(),
         ssh_config=ssh_config,
         known_hosts=known_hosts,
+        allocation=AllocationPolicy(
+            include=include,
+            exclude=exclude,
+            slot_overrides=slots,
+            min_hosts=min_hosts,
+            ring_label=ring_label,
+        ),
         network_interface=network_interface,
         python=python,
         checkpoint_url=checkpoint_url,

@@ -41,7 +41,14 @@ plus ``hosts``. Precedence: host over group over defaults. In TOML the same tree
 ``[[hosts]]`` tables. See ``hosts/`` for one example of every format.
 """
 
-from ringtrain.hostfile.allocate import Allocation, AllocationPolicy, RankAssignment, allocate
+from ringtrain.hostfile.allocate import (
+    Allocation,
+    AllocationPolicy,
+    RankAssignment,
+    allocate,
+    placement_only,
+    select,
+)
 from ringtrain.hostfile.load import (
     FORMATS,
     detect_format,
@@ -95,6 +102,7 @@ __all__ = [
     "parse_slurm_env",
     "parse_toml_inventory",
     "parse_yaml_inventory",
+    "placement_only",
     "render_horovod_hosts",
     "render_inventory",
     "render_json",
@@ -103,4 +111,5 @@ __all__ = [
     "render_openmpi_hostfile",
     "render_pbs_nodefile",
     "resolve_hosts",
+    "select",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ringtrain.errors import AllocationError
 from ringtrain.hostfile.model import Host, Inventory
@@ -130,6 +130,23 @@ def allocate(
         hosts=tuple(used), ranks=_assign_ranks(tuple(used)), dropped=tuple(dropped),
         ring_label=policy.ring_label,
     )
+
+
+def select(inventory: Inventory, policy: AllocationPolicy) -> Inventory:
+    """The inventory after --include/--exclude and --slots overrides: the hosts a launch may
+    probe and use. Follow with ``allocate(selected, np, policy=placement_only(policy))``."""
+    hosts, dropped, _ = _candidates(inventory, policy, {})
+    if not hosts:
+        raise AllocationError(
+            f"no host of {inventory.source} is left" + _why([f"{h} {why}" for h, why in dropped]),
+            "loosen --include / --exclude",
+        )
+    return replace(inventory, hosts=tuple(hosts))
+
+
+def placement_only(policy: AllocationPolicy) -> AllocationPolicy:
+    """``policy`` without the host selection that ``select`` already applied."""
+    return replace(policy, include=(), exclude=(), slot_overrides=())
 
 
 def _why(reasons: list[str]) -> str:

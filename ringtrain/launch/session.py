@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ringtrain.errors import AllocationError, RingtrainError
-from ringtrain.hostfile import Allocation, Inventory, allocate
+from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
 from ringtrain.launch import run
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
@@ -183,7 +183,9 @@ class Session:
     def _allocation(self) -> tuple[Allocation, Preflight]:
         now = time.monotonic()
         resting = {h for h, until in self._cooldown.items() if until > now}
-        hosts = tuple(h for h in self.inventory.hosts if h.name not in resting)
+        selected = select(self.inventory, self.request.allocation)  # --include/--exclude/--slots
+        placement = placement_only(self.request.allocation)  # --min-hosts, --ring-label
+        hosts = tuple(h for h in selected.hosts if h.name not in resting)
         if not hosts:
             raise AllocationError(
                 "every host is excluded after failures", "fix the hosts and relaunch"
@@ -192,8 +194,9 @@ class Session:
         # a restart may shrink down to --min-np; without it, to the size of the first attempt
         floor = (self.restart.min_np or self._first_np) if self.results else want
         if not self.results:
-            allocate(replace(self.inventory, hosts=hosts), want)  # -np fits: say so before SSH
-        checked = self.hooks.preflight(replace(self.inventory, hosts=hosts), floor)
+            # -np and --min-hosts fit: say so before any SSH
+            allocate(replace(selected, hosts=hosts), want, policy=placement)
+        checked = self.hooks.preflight(replace(selected, hosts=hosts), floor)
         inventory = checked.inventory
         if self.results and floor is not None and inventory.total_slots < (want or floor):
             if inventory.total_slots < floor:
@@ -204,7 +207,7 @@ class Session:
                     "fix or replace the excluded hosts, or allow a smaller job with --min-np",
                 )
             want = inventory.total_slots
-        alloc = allocate(inventory, want)
+        alloc = allocate(inventory, want, policy=placement)
         if self._first_np is None:
             self._first_np = alloc.np
         return alloc, checked

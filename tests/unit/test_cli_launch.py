@@ -89,3 +89,40 @@ def test_every_help_renders_without_escapes_showing(path: tuple[str, ...]) -> No
     assert exit_code == 0, output
     assert "\\b" not in output and "\\\\" not in output, output  # click's \b marker, doubled \
     assert "Usage: " in output
+
+
+@pytest.mark.parametrize(
+    ("args", "hostfile"),
+    [
+        (["--exclude", "gpu02"], "gpu01 slots=4\ngpu03 slots=4\n"),
+        (["--include", "gpu0[2-3]", "-np", "5"], "gpu02 slots=4\ngpu03 slots=1\n"),
+        (["--slots", "gpu0*=1"], "gpu01 slots=1\ngpu02 slots=1\ngpu03 slots=1\n"),
+        (["-np", "6", "--min-hosts", "2"], "gpu01 slots=4\ngpu02 slots=2\n"),
+    ],
+)
+def test_launch_applies_the_allocation_policy(
+    script: Path, tmp_path: Path, args: list[str], hostfile: str
+) -> None:
+    exit_code, output = _invoke("launch", "--dry-run", "--no-probe", "--runs-dir",
+                                str(tmp_path / "runs"), "-H", "gpu01:4,gpu02:4,gpu03:4", *args,
+                                str(script))
+    assert exit_code == 0, output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert (run_dir / "attempt-1" / "hostfile").read_text() == hostfile
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["-np", "4", "--min-hosts", "2"], "4 ranks fill only 1 host(s), --min-hosts is 2"),
+        (["--exclude", "gpu09"], "--exclude 'gpu09' matches no host"),
+        (["--include", "gpu01", "-np", "8"], "asked for 8 ranks, 4 slots left"),
+    ],
+)
+def test_allocation_mistakes_are_said_before_any_ssh(
+    script: Path, tmp_path: Path, args: list[str], needle: str
+) -> None:
+    # no --no-probe: the hosts do not exist, so reaching the probe would fail differently
+    exit_code, output = _invoke("launch", "--dry-run", "--runs-dir", str(tmp_path / "runs"),
+                                "-H", "gpu01:4,gpu02:4,gpu03:4", *args, str(script))
+    assert exit_code == 2 and needle in output, output
