@@ -15,7 +15,7 @@ VENV="${RINGTRAIN_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 CONSTRAINTS=requirements/constraints.txt
 APT_PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 procps make
-              slurm-wlm munge libpmix-dev)
+              slurm-wlm munge libpmix-dev g++ python3-dev python3-venv)
 EXTRAS="train,s3,hdfs,bench,dev"
 STAMP="$VENV/.ringtrain-bootstrap"
 

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RT="${RINGTRAIN_VENV:-.venv}/bin/ringtrain"
 DIGITS=ringtrain/models/digits.py
-TARGET=0.95
+TARGET=0.97  # measured: 98.6-98.9% on 2 local ranks, 99.2% on 8 simulated hosts
 SIM=.sim/demo
 
 local_demo() {

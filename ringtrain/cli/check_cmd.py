@@ -50,7 +50,8 @@ _STYLE = {HostStatus.OK: "green", HostStatus.WARN: "yellow", HostStatus.EXCLUDED
 @click.option("-H", "host_spec", metavar="h1:N,h2:N", help="Hosts inline, horovodrun style.")
 @click.option("--hosts-format", help="Force the inventory format instead of detecting it.")
 @click.option("-np", "--np", "np", type=click.IntRange(min=1), help="Ranks the launch would ask.")
-@click.option("--ssh-config", type=click.Path(path_type=Path), help="ssh_config (like ssh -F).")
+@click.option("-F", "--ssh-config", type=click.Path(path_type=Path),
+              help="ssh_config (like ssh -F).")
 @click.option("--known-hosts", type=click.Path(path_type=Path),
               help="known_hosts file (default: UserKnownHostsFile or ~/.ssh/known_hosts).")
 @click.option("--accept-new-host-keys", is_flag=True,

@@ -77,7 +77,9 @@ def _env_specs(
     metavar="NAME[=VALUE]",
     help="Forward NAME to every rank, or set it to VALUE. Repeatable.",
 )
-@click.option("--ssh-config", type=click.Path(path_type=Path), help="ssh_config for remote hosts.")
+@click.option(
+    "-F", "--ssh-config", type=click.Path(path_type=Path), help="ssh_config for remote hosts."
+)
 @click.option("--known-hosts", type=click.Path(path_type=Path), help="known_hosts to verify keys.")
 @click.option(
     "--accept-new-host-keys",
