@@ -70,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     from horovod.runner.launch import _check_all_hosts_ssh_successful
 
     with tempfile.TemporaryDirectory(prefix="rt-probe-bench-") as tmp:
+        small = sim.SimConfig(name="pbench4", hosts=4, state_dir=Path(tmp) / "sim4")
+        started = time.perf_counter()
+        four = sim.up(small)
+        print(f"sim: 4 hosts up in {time.perf_counter() - started:.2f} s (goal <= 5 s)", flush=True)
+        sim.down(four.config, purge=True)
         cfg = sim.SimConfig(name="pbench", hosts=max(sizes), state_dir=Path(tmp) / "sim")
         started = time.perf_counter()
         cluster = sim.up(cfg)

@@ -44,7 +44,9 @@ class RdmaInfo:
     def summary(self) -> str:
         if self.available:
             names = ", ".join(f"{p.device}:{p.port} ({p.link_layer})" for p in self.ports)
-            return f"available ({names}; UCX: {', '.join(self.ucx_transports)})"
+            return (f"available ({names}; UCX: {', '.join(self.ucx_transports)}), not measured: "
+                    "this suite pins TCP (pml ob1, btl tcp) so every cell compares the same "
+                    "transport")
         return f"not available on this machine ({self.reason})"
 
     def as_dict(self) -> dict[str, Any]:

@@ -337,8 +337,10 @@ def _run(session: Session, options: PreflightOptions) -> None:
     view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
 
     def stop(signum: int) -> None:
-        view.note(f"{signal.Signals(signum).name}: stopping the job on every host")
-        session.stop(signum)
+        try:
+            view.note(f"{signal.Signals(signum).name}: stopping the job on every host")
+        finally:  # whatever the view does, the job stops
+            session.stop(signum)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         # A handler runs on the main thread between two bytecodes, possibly while that thread

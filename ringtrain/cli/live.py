@@ -113,6 +113,12 @@ class LiveView:
             self._log(text)
 
     def _log(self, text: str) -> None:
-        if self.events is not None:
+        if self.events is None:
+            return
+        try:
             with self.events.open("a", encoding="utf-8") as fh:
                 fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
+        except OSError as err:  # run dir deleted or disk full: the terminal still has it all
+            self.console.print(f"ringtrain: warning: cannot write {self.events} ({err}); "
+                               "events go to this terminal only", markup=False)
+            self.events = None

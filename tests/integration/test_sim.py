@@ -9,10 +9,13 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -303,3 +306,41 @@ def test_up_then_down_leaves_nothing(tmp_path: Path) -> None:
     assert not sim.status(cfg).up
     sim.down(cfg, purge=True)  # idempotent
     assert not (tmp_path / "sim").exists()
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+@pytest.mark.s3
+def test_cli_up_with_s3_then_down(tmp_path: Path) -> None:
+    """`ringtrain sim up --s3` (what the demo runs): the S3 server answers on the bridge
+    address the hosts reach; `sim down` stops it with the cluster."""
+    reason = sim_unavailable()
+    if reason:
+        pytest.skip(reason)
+    name, state = f"s{os.getpid()}", str(tmp_path / "sim")
+    up = CliRunner().invoke(cli, ["sim", "up", "--name", name, "--hosts", "2", "--s3",
+                                  "--state-dir", state])
+    try:
+        assert up.exit_code == 0, up.output
+        match = re.search(r"^s3 \S+: (http://[\d.]+:\d+), bucket (\S+)", up.output, re.M)
+        assert match, up.output
+        endpoint = match.group(1)
+        cluster = sim.load(sim.SimConfig(name=name, state_dir=Path(state)))
+        assert cluster is not None and f"//{cluster.bridge_address}:" in endpoint
+        assert "\n  export " in up.output and "ringtrain launch --checkpoint s3://" in up.output
+        assert _http_status(endpoint) is not None  # an S3 answer (any status), not a refusal
+    finally:
+        down = CliRunner().invoke(cli, ["sim", "down", "--name", name, "--purge",
+                                        "--state-dir", state])
+    assert down.exit_code == 0 and f"s3 {name}: stopped" in down.output, down.output
+    assert _http_status(endpoint) is None
+
+
+def _http_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError:
+        return None
