@@ -89,3 +89,32 @@ def test_csv_and_rerender_agree(run_dir: Path) -> None:
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert (run_dir / "report.md").read_text() == before
+
+
+def test_project_from_the_runs_fit(run_dir: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "ringtrain", "bench", "project", "--run",
+                           str(run_dir), "--images-per-sec", "200"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    rows = [ln for ln in done.stdout.splitlines() if ln.startswith("| resnet101 |")]
+    assert len(rows) == 2 and all("user-given 200 img/s" in r for r in rows), done.stdout
+    effs = [float(cell.strip().rstrip("%")) for r in rows for cell in r.split("|")[7:9]]
+    assert all(0 < e <= 100 for e in effs), rows
+
+
+def test_train_scaling_on_local_slots(tmp_path: Path) -> None:
+    """`bench train` with the small digits CNN: one round per N, efficiency against N=1."""
+    argv = [sys.executable, "-m", "ringtrain", "bench", "train", "--model", "digits", "-n", "1,2",
+            "--batch-size", "64", "--batches", "2", "--iters", "2", "--quiet-wait", "0",
+            "--runs-dir", str(tmp_path)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600,
+                          check=False, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (train_dir,) = tmp_path.iterdir()
+    rows = json.loads((train_dir / "train.json").read_text())["rows"]
+    assert [r["ranks"] for r in rows] == [1, 2]
+    assert rows[0]["scaling_efficiency"] == 1.0 and rows[1]["scaling_efficiency"] > 0
+    for r in rows:
+        assert r["img_per_sec_per_worker"] > 0 and r["device"] == "CPU"
+        assert r["total_img_per_sec"] == pytest.approx(r["img_per_sec_per_worker"] * r["ranks"])
+    assert "| 2 |" in (train_dir / "train.md").read_text()

@@ -372,3 +372,21 @@ def test_tensorboard_command_serves_the_run_logdir(tmp_path: Path) -> None:
     assert latest.exit_code == 2 and "wrote no TensorBoard logs" in latest.output
     missing = runner.invoke(cli, [*args, "nope"])
     assert missing.exit_code == 2 and "no run 'nope'" in missing.output
+
+
+def test_runs_shows_the_checkpoint_result_json_recorded_on_any_storage(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    s3_run = runs / "20260101-000000-aaaa"
+    (s3_run / "attempt-1").mkdir(parents=True)
+    (s3_run / "result.json").write_text(json.dumps({
+        "state": "succeeded", "exit_code": 0, "duration_s": 12.5, "attempts": [{}],
+        "last_checkpoint": {"url": "s3://ckpt/run1", "step": 138, "epoch": 6, "name": "x"}}))
+    local_run = runs / "20260102-000000-bbbb"  # launcher killed: no result.json
+    (local_run / "attempt-1").mkdir(parents=True)
+    (local_run / "checkpoints" / "manifests").mkdir(parents=True)
+    (local_run / "checkpoints" / "manifests" / "ckpt-000000000023.json").write_text("{}")
+    out = CliRunner().invoke(cli, ["runs", "--runs-dir", str(runs), "--json"])
+    assert out.exit_code == 0, out.output
+    by_id = {r["run_id"]: r["last_checkpoint"] for r in json.loads(out.output)}
+    assert by_id == {"20260101-000000-aaaa": "step 138 (epoch 6) at s3://ckpt/run1",
+                     "20260102-000000-bbbb": "ckpt-000000000023"}
