@@ -34,13 +34,16 @@ def _samples(cells: Iterable[dict[str, Any]]) -> list[model.Sample]:
             for c in cells]
 
 
-def _fit_group(cells: list[dict[str, Any]], g: float) -> model.Fit | None:
+def _fit_group(cells: list[dict[str, Any]], g: float) -> model.Fit | str:
+    """The fit, or why there is none (said in the report, never silently dropped)."""
     if len({c["bytes"] for c in cells}) < 2:
-        return None
+        return "one message size only: nothing to fit B against"
     try:
         return model.fit(_samples(cells), g=g)
-    except ValueError:
-        return None
+    except ValueError as err:
+        disturbed = sum(1 for c in cells if not c["accepted"])
+        return str(err) + (f" ({disturbed} of {len(cells)} cells disturbed)" if disturbed else
+                           " (noise: more --reps or a quieter machine)")
 
 
 PS_KEYS = {"ps": "ps-sync", "ps_pipe": "ps-pipe"}
@@ -51,9 +54,11 @@ def fit_key(c: dict[str, Any]) -> str:
     return str(PS_KEYS.get(c["algo"], c["impl"]))
 
 
-def fit_all(cells: Sequence[dict[str, Any]], g: float) -> dict[str, model.Fit]:
+def fit_all(cells: Sequence[dict[str, Any]], g: float,
+            errors: dict[str, str] | None = None) -> dict[str, model.Fit]:
     """One fit per transport over the sweep cells (a round still disturbed after all its
-    attempts is kept, least disturbed attempt, and flagged in the report)."""
+    attempts is kept, least disturbed attempt, and flagged in the report). Transports that
+    cannot be fitted go to ``errors`` with the reason."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in cells:
         if c["kind"] == "sweep" and c["algo"] != "p2p":
@@ -61,7 +66,10 @@ def fit_all(cells: Sequence[dict[str, Any]], g: float) -> dict[str, model.Fit]:
     fits = {}
     for key, group in groups.items():
         fitted = _fit_group(group, g)
-        if fitted is not None:
+        if isinstance(fitted, str):
+            if errors is not None:
+                errors[key] = fitted
+        else:
             fits[key] = fitted
     return fits
 
@@ -213,10 +221,12 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
     """Fit, annotate cells in place, and compute crossovers and targets."""
     cells = results["cells"]
     g = results["ceilings"]["reduce_g"]
-    fits = fit_all(cells, g)
+    errors: dict[str, str] = {}
+    fits = fit_all(cells, g, errors)
     annotate(cells, fits)
     shaped = results["target"].get("link_Bps") is not None
-    return {"fits": fit_summary(fits), "crossover": crossover(cells, fits),
+    return {"fits": fit_summary(fits), "fit_errors": errors,
+            "crossover": crossover(cells, fits),
             "targets": {"horovod_vs_mpi4py": horovod_target(cells),
                         "model_within_5pct": model_target(cells, shaped),
                         "pipelined_ps_beats_ring": pipelined_target(cells, fits,

@@ -140,8 +140,10 @@ def _fits(res: dict[str, Any]) -> list[str]:
               str(c["predicted_k"]), str(c["observed_k"]),
               ", ".join(f"k={k}: {v:.2f}" for k, v in c["pipe_over_ring"].items())]
              for c in res["analysis"]["crossover"]]
+    unfitted = [f"- no fit for {k}: {why}" for k, why in
+                res["analysis"].get("fit_errors", {}).items()]
     return ["## Cost model fits (least squares on relative error)", "",
-            *_table(head, rows),
+            *_table(head, rows), *unfitted, *([""] if unfitted else []),
             "## Ring / pipelined-PS crossover (smallest k where PS wins)", "",
             *_table(["N", "size", "ideal: k >", "predicted k", "observed k",
                      "pipelined PS / ring"], cross)]
@@ -186,6 +188,9 @@ def render_markdown(res: dict[str, Any]) -> str:
     lines += _targets(res) + _ceilings(res)
     if res["analysis"]["fits"]:
         lines += _fits(res)
+    elif res["analysis"].get("fit_errors"):
+        lines += ["## Cost model fits", "", *(f"- no fit for {k}: {why}" for k, why in
+                                              res["analysis"]["fit_errors"].items()), ""]
     cells = [c for c in res["cells"] if c["kind"] != "ceiling"]
     for kind, title in (("sweep", "Sweep cells"), ("target", "Target rounds (64 MiB)")):
         sel = [c for c in cells if c["kind"] == kind]

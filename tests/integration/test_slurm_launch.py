@@ -22,6 +22,7 @@ from tests.integration.slurm_fixture import (
     job_env,
     job_state,
     run_processes,
+    sbatch,
     slurm_cluster,
     wait_job,
 )
@@ -148,3 +149,25 @@ def test_mpirun_backend_inside_the_allocation(slurm_cluster: slurm_sim.SlurmSim,
     ranks = sorted(line.split("RANK ", 1)[1] for line in out.splitlines() if "RANK " in line)
     assert ranks == ["0 3 gpu01 3", "1 3 gpu01 3", "2 3 gpu01 3"]
     assert job_state(slurm_cluster, job_id) == "COMPLETED"
+
+
+def test_uneven_tasks_per_node_place_ranks_as_slurm_did(slurm_cluster: slurm_sim.SlurmSim,
+                                                         tmp_path: Path) -> None:
+    """sbatch --nodes 2 --ntasks 3: SLURM_TASKS_PER_NODE=2,1 (not expressible with
+    `ringtrain slurm submit`, which asks for tasks per node); srun places 2 ranks on gpu01 and
+    1 on gpu02, the way ringtrain read the allocation."""
+    where = _script(tmp_path, WHERE)
+    batch = tmp_path / "uneven.sh"
+    batch.write_text(
+        "#!/bin/bash\n"
+        f"exec {sys.executable} -m ringtrain launch --no-probe --runs-dir {tmp_path / 'runs'} "
+        f"{where}\n"
+    )
+    job_id = sbatch(slurm_cluster, ["--nodes", "2", "--ntasks", "3", "-o",
+                                    str(tmp_path / "uneven-%j.out"), str(batch)], cwd=tmp_path)
+    state = wait_job(slurm_cluster, job_id, timeout=120)
+    out = (tmp_path / f"uneven-{job_id}.out").read_text()
+    assert state == "COMPLETED", out
+    assert "SLURM_TASKS_PER_NODE=2,1" in out, out
+    ranks = sorted(line.split("RANK ", 1)[1] for line in out.splitlines() if "RANK " in line)
+    assert ranks == ["0 3 gpu01 3", "1 3 gpu01 3", "2 3 gpu02 3"], out

@@ -62,6 +62,23 @@ def test_fits_recover_the_parameters_and_ratios_are_one() -> None:
     assert all(c["model_ratio"] == pytest.approx(1.0, abs=1e-6) for c in cells)
 
 
+def test_a_transport_that_does_not_grow_with_size_is_reported_not_fitted(tmp_path: Path) -> None:
+    """What CI saw under load: Horovod at 49, 50 and 31 ms for 4K, 256K, 4M."""
+    cells = _cells()
+    for s, t in zip(SIZES[:3], (0.049, 0.050, 0.031), strict=True):
+        cell = _cell("ring", "horovod", 2, 0, s, t)
+        cell["accepted"] = False
+        cells.append(cell)
+    res = _results(cells)
+    res["analysis"] = analysis.analyse(res)
+    assert "horovod" not in res["analysis"]["fits"]
+    why = res["analysis"]["fit_errors"]["horovod"]
+    assert "do not grow with size" in why and "3 of 3 cells disturbed" in why
+    assert all(c["model_ratio"] is None for c in cells if c["impl"] == "horovod")
+    report.write_all(tmp_path, res)
+    assert "- no fit for horovod: " in (tmp_path / "report.md").read_text()
+
+
 def test_crossover_observed_matches_predicted_and_ideal() -> None:
     cells = _cells()
     out = analysis.crossover(cells, analysis.fit_all(cells, G))
