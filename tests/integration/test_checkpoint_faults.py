@@ -268,12 +268,15 @@ def _timed_kills(
                   events=str(tmp_path / "ev"))
     full = time.monotonic() - started
     outcomes = set()
-    for i in range(8):
+    # spread over the dry run's duration, plus one at once: a loaded machine can make the dry
+    # run slow and the others fast, and the kill-before-the-commit-point case must be seen
+    delays = [1e-4] + [full * (i + 0.5) / 8 for i in range(8)]
+    for i, delay in enumerate(delays):
         url = f"{base_url}/t{i:02d}"
         store = store_for(url)
         commit(store, sources[1], step=1, epoch=1)
         out = zygote.commit(url=url, src=str(sources[2]), step=2, keep=1, kill_at=0,
-                            kill_after_s=full * (i + 0.5) / 8, events=str(tmp_path / "ev"))
+                            kill_after_s=delay, events=str(tmp_path / "ev"))
         listed = list_checkpoints(store)
         assert listed and all(c.ok for c in listed)
         restored = find_latest(store, tmp_path / f"t{i}")
