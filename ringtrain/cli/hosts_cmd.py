@@ -66,7 +66,10 @@ def slot_override(
 @click.option("--discovery-timeout", type=float, default=30.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print inventory and allocation as JSON.")
 @click.option(
-    "--render", type=click.Choice(RENDER_FORMATS), help="Print the allocated hosts in a format."
+    "--render",
+    type=click.Choice(RENDER_FORMATS),
+    help="Print the allocated hosts in a format. Every format but json reads back as an "
+    "inventory (yaml/toml keep labels and SSH settings); json is a report for tools.",
 )
 def command(
     source: str | None,
