@@ -61,10 +61,11 @@ def _inject(
     fault: str, cluster: sim.SimCluster, proc: subprocess.Popen[str], trigger: Path
 ) -> None:
     if fault == "rank-kill":
+        # one scan: this runs inside the timed window
         (rank,) = [
-            p
-            for p in _procs(cluster, "gpu03", "rankexec")
-            if p not in _procs(cluster, "gpu03", "orted")
+            pid
+            for pid, cmd in sim.host_processes(cluster.config, "gpu03")
+            if "rankexec" in cmd and "orted" not in cmd
         ]
         os.kill(rank, signal.SIGKILL)
     elif fault == "exception":
@@ -141,8 +142,9 @@ def run_one(fault: str, cluster: sim.SimCluster, work: Path, hb_timeout: float) 
 
 def _leftovers(cluster: sim.SimCluster) -> int:
     return sum(
-        len(_procs(cluster, h, "rankexec")) + len(_procs(cluster, h, "orted"))
+        ("rankexec" in cmd) + ("orted" in cmd)
         for h in cluster.names
+        for _, cmd in sim.host_processes(cluster.config, h)
     )
 
 

@@ -23,43 +23,26 @@ from pathlib import Path
 
 import psutil
 
+from ringtrain.sim.proc import netns_id
+
 
 def _busy_seconds() -> float:
     t = psutil.cpu_times()
     return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
 
 
-def _own_seconds() -> float:
+def own_seconds() -> float:
     """CPU of this process and of every descendant it (or they) waited for."""
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def _netns_id(pid: int) -> tuple[int, int] | None:
-    try:
-        st = os.stat(f"/proc/{pid}/ns/net")
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def _ids(paths: Sequence[Path]) -> set[tuple[int, int]]:
-    out = set()
-    for p in paths:
-        try:
-            st = os.stat(p)
-        except OSError:
-            continue
-        out.add((st.st_dev, st.st_ino))
-    return out
-
-
 class CpuMonitor:
     """``with CpuMonitor(root_pid, netns_paths) as m: ...``; then ``m.foreign``, ``m.ours``."""
 
     def __init__(self, netns_paths: Sequence[Path] = (), interval: float = 0.25) -> None:
-        self.netns = _ids(netns_paths)
+        self.netns = {i for p in netns_paths if (i := netns_id(p)) is not None}
         self.interval = interval
         self.root: int | None = None
         self.cpu: dict[int, float] = {}  # our pid -> last seen CPU seconds
@@ -71,7 +54,8 @@ class CpuMonitor:
     def _ours(self) -> list[psutil.Process]:
         if not self.netns:
             return []
-        return [p for p in psutil.process_iter() if _netns_id(p.pid) in self.netns]
+        return [p for p in psutil.process_iter()
+                if netns_id(Path(f"/proc/{p.pid}/ns/net")) in self.netns]
 
     def sample(self) -> None:
         for p in self._ours():
@@ -87,7 +71,7 @@ class CpuMonitor:
 
     def __enter__(self) -> CpuMonitor:
         self._t0, self._busy0 = time.monotonic(), _busy_seconds()
-        self._self0 = _own_seconds()
+        self._self0 = own_seconds()
         self._thread.start()
         return self
 
@@ -100,6 +84,6 @@ class CpuMonitor:
         self._thread.join(timeout=5)
         wall = max(time.monotonic() - self._t0, 1e-9)
         busy = _busy_seconds() - self._busy0
-        self.ours = sum(self.cpu.values()) + _own_seconds() - self._self0
+        self.ours = sum(self.cpu.values()) + own_seconds() - self._self0
         cores = os.cpu_count() or 1
         self.foreign = max(0.0, busy - self.ours) / (wall * cores)

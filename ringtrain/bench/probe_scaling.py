@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ringtrain import sim
+from ringtrain.bench.monitor import own_seconds
 from ringtrain.hostfile import Host, Inventory
 from ringtrain.launch.probe import probe
 from ringtrain.launch.remote import SshRemote
@@ -45,18 +45,12 @@ def _median_time(fn: Callable[[], object], repeats: int) -> tuple[float, float, 
     including its threads; children (horovod's ssh processes) are added for the other side."""
     times, cpus = [], []
     for _ in range(repeats):
-        cpu0 = _cpu()
+        cpu0 = own_seconds()
         started = time.perf_counter()
         fn()
         times.append(time.perf_counter() - started)
-        cpus.append(_cpu() - cpu0)
+        cpus.append(own_seconds() - cpu0)
     return statistics.median(times), min(times), statistics.median(cpus)
-
-
-def _cpu() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,12 +20,11 @@ from ringtrain.errors import UsageError
 
 def load_fit(run_dir: Path, key: str) -> Params:
     res = json.loads((run_dir / "results.json").read_text())
-    fits = analysis.analyse(res)["fits"]
+    fits = analysis.fit_all(res["cells"], res["ceilings"]["reduce_g"])
     if key not in fits:
         raise UsageError(f"{run_dir} has no fit for {key!r} (has {', '.join(fits) or 'none'})",
                          "pass --fit with one of those, or a run that measured it")
-    f = fits[key]
-    return Params(a=f["a"], B=f["B"], g=f["g"])
+    return fits[key].params
 
 
 def measured_steps(train_dirs: Sequence[Path]) -> dict[str, dict[str, Any]]:

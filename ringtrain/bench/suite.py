@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringtrain.bench import model
+from ringtrain.bench.analysis import TARGET_BYTES
 from ringtrain.bench.harness import Job, Round, Target, env_tuple, run_round, sizes_arg
 from ringtrain.errors import UsageError
 
@@ -29,7 +30,6 @@ log = logging.getLogger(__name__)
 RING = "ringtrain.bench.ring_runner"
 PS = "ringtrain.bench.ps_runner"
 MIB = 1024 * 1024
-TARGET_BYTES = 64 * MIB
 
 # Found by the tuning ladder (tuning.py, `ringtrain bench tune`, docs/BENCH.md): malloc asks for
 # transparent huge pages. Set for every job (mpi4py and PS too), so the baseline is tuned alike.

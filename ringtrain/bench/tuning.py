@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from ringtrain.bench import model
-from ringtrain.bench.harness import Job, Round, Target, env_tuple, run_round
+from ringtrain.bench.harness import Job, Round, Target, env_tuple, run_round, sizes_arg
+from ringtrain.bench.suite import COMMON_ENV as THP  # the suite's baseline: huge pages
 
-THP = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
 SIZES = (4096, 64 * 1024 * 1024)
 
 
@@ -60,7 +60,7 @@ LADDER: tuple[Variant, ...] = (
 
 
 def variant_job(v: Variant, n: int, sizes: Sequence[int], reps: int, mpi_ring: bool) -> Job:
-    argv = ("--impl", v.impl, "--sizes", ",".join(map(str, sizes)), "--warmup", "3",
+    argv = ("--impl", v.impl, "--sizes", sizes_arg(sizes), "--warmup", "3",
             "--reps", str(reps), *v.args)
     return Job("ringtrain.bench.ring_runner", argv, n, env=v.env, timeout=600,
                mpi_ring=mpi_ring)
