@@ -20,18 +20,12 @@ from rich.text import Text
 from ringtrain.hostfile import Allocation
 from ringtrain.launch.control import Snapshot
 from ringtrain.launch.run import OutputLine
-from ringtrain.launch.supervise import rank_hosts
+from ringtrain.launch.supervise import arrivals, rank_hosts
 
 
 def describe_arrivals(snap: Snapshot, alloc: Allocation) -> str:
-    arrived = {h.name: 0 for h in alloc.hosts}
-    ready = 0
-    where = rank_hosts(alloc)
-    for r in snap.ranks:
-        host = where.get(r.rank, "?")
-        if host in arrived:
-            arrived[host] += 1
-        ready += r.initialized
+    arrived = arrivals(snap, alloc, rank_hosts(alloc))
+    ready = sum(r.initialized for r in snap.ranks)
     per_host = " ".join(f"{h.name} {arrived[h.name]}/{h.slots}" for h in alloc.hosts[:8])
     more = f" (+{len(alloc.hosts) - 8} hosts)" if len(alloc.hosts) > 8 else ""
     text = f"ranks arrived {len(snap.ranks)}/{alloc.np} [{per_host}{more}]"

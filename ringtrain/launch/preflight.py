@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -128,10 +128,11 @@ def evaluate(inventory: Inventory, report: ProbeReport,
     verdicts = tuple(_host_verdict(h, problems[h.name], warnings[h.name], h.name in busy, policy)
                      for h in inventory.hosts)
     usable = [results[v.host] for v in verdicts if v.usable]
-    job_warnings += _gpu_warnings(usable, inventory) if policy.require_gpus else []
+    by_name = {h.name: h for h in inventory.hosts}  # one lookup table, not a scan per host
+    job_warnings += _gpu_warnings(usable, by_name) if policy.require_gpus else []
     network = choose_network({r.host: r.interfaces for r in usable}, policy.network_interface,
                              all_local=bool(usable) and all(
-                                 inventory.host(r.host).is_local for r in usable))
+                                 by_name[r.host].is_local for r in usable))
     if network.warning:
         job_warnings.append(network.warning)
     return PreflightVerdict(verdicts, tuple(_job_problems(verdicts, policy)),
@@ -238,12 +239,12 @@ def _majority(values: Sequence[str | None]) -> str | None:
     return next(v for v in values if counts[v] == best)
 
 
-def _gpu_warnings(usable: Sequence[ProbeResult], inventory: Inventory) -> list[str]:
+def _gpu_warnings(usable: Sequence[ProbeResult], by_name: Mapping[str, Host]) -> list[str]:
     out = []
     models: dict[str, list[str]] = {}
     drivers: dict[str, list[str]] = {}
     for r in usable:
-        gpus = sorted(r.gpu.healthy, key=lambda g: g.index)[: inventory.host(r.host).slots]
+        gpus = sorted(r.gpu.healthy, key=lambda g: g.index)[: by_name[r.host].slots]
         for name in dict.fromkeys(g.name for g in gpus):
             models.setdefault(name, []).append(r.host)
         if r.driver_version:

@@ -36,10 +36,11 @@ def find(run_id: str, pids: dict[int, int]) -> list[tuple[int, str]]:
     me, my_uts = os.getpid(), procfs.uts_namespace("self")
     found = []
     for pid in procfs.pids():
-        if pid == me or procfs.uts_namespace(pid) != my_uts:
+        if pid == me:
             continue
         listed = pid in pids and procfs.start_time(pid) == pids[pid]
-        if listed or procfs.environ_has(pid, marker):
+        # the namespace check (a readlink) only for the few processes that match
+        if (listed or procfs.environ_has(pid, marker)) and procfs.uts_namespace(pid) == my_uts:
             found.append((pid, procfs.cmdline(pid)))
     return found
 

@@ -289,7 +289,7 @@ class Session:
         alloc = plan.allocation
         reachable = replace(alloc, hosts=tuple(h for h in alloc.hosts if h.name not in lost))
         rows = reap_hosts(
-            self.remote, reachable, plan_python(plan), plan.run_id, control.snapshot()
+            self.remote, reachable, self._python, plan.run_id, control.snapshot()
         )
         skipped = tuple(
             HostTeardown(
@@ -305,6 +305,11 @@ class Session:
         if not alloc.is_local_only:
             local = (local_teardown("(launcher)", plan.run_id, {}),)
         return rows + skipped + local
+
+    @property
+    def _python(self) -> str:
+        """The Python the ranks run, as make_plan picks it (the reaper runs with it too)."""
+        return self.request.python or self.env.python
 
     @property
     def checkpoint_url(self) -> str:
@@ -342,12 +347,6 @@ class Session:
         tmp = self.run_dir / "result.json.tmp"
         tmp.write_text(json.dumps(summary, indent=2))
         os.replace(tmp, self.run_dir / "result.json")
-
-
-def plan_python(plan: LaunchPlan) -> str:
-    """The Python the ranks run (the reaper runs with the same one on every host)."""
-    argv = plan.command.argv
-    return argv[argv.index("-m") - 1]
 
 
 def _merge(

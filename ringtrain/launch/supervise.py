@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from ringtrain.hostfile import Allocation
 from ringtrain.launch import reaper
@@ -67,9 +68,10 @@ def check(
     snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy, started: float
 ) -> Fault | None:
     """The first fault the snapshot shows, or None. Pure."""
+    where = rank_hosts(alloc)
     return (
-        _lost_host(snap, alloc, policy)
-        or _start_hang(snap, alloc, policy, started)
+        _lost_host(snap, where, policy)
+        or _start_hang(snap, alloc, where, policy, started)
         or _stall(snap, policy)
     )
 
@@ -81,8 +83,19 @@ def rank_hosts(alloc: Allocation) -> dict[int, str]:
     return {a.rank: a.host for a in alloc.ranks}
 
 
-def _lost_host(snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy) -> Fault | None:
-    where = rank_hosts(alloc)
+def arrivals(snap: Snapshot, alloc: Allocation, where: Mapping[int, str]) -> dict[str, int]:
+    """host -> ranks that checked in, every allocated host listed (``where``: rank_hosts)."""
+    arrived = {h.name: 0 for h in alloc.hosts}
+    for r in snap.ranks:
+        host = where.get(r.rank, "?")
+        if host in arrived:
+            arrived[host] += 1
+    return arrived
+
+
+def _lost_host(
+    snap: Snapshot, where: Mapping[int, str], policy: SupervisionPolicy
+) -> Fault | None:
     by_host: dict[str, list[float]] = {}
     for r in snap.ranks:
         if r.connected:
@@ -102,11 +115,14 @@ def _lost_host(snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy) -> 
 
 
 def _start_hang(
-    snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy, started: float
+    snap: Snapshot,
+    alloc: Allocation,
+    where: Mapping[int, str],
+    policy: SupervisionPolicy,
+    started: float,
 ) -> Fault | None:
     if snap.now - started <= policy.start_timeout:
         return None
-    where = rank_hosts(alloc)
     seen = {r.rank for r in snap.ranks}
     missing = tuple(r.rank for r in alloc.ranks if r.rank not in seen)
     what = "have not started (no check-in)"
@@ -121,9 +137,7 @@ def _start_hang(
     if not missing:
         return None
     hosts = tuple(sorted({where[r] for r in missing if r in where}))
-    arrived = {
-        h.name: sum(1 for r in snap.ranks if where.get(r.rank) == h.name) for h in alloc.hosts
-    }
+    arrived = arrivals(snap, alloc, where)
     per_host = ", ".join(f"{h.name} {arrived[h.name]}/{h.slots}" for h in alloc.hosts)
     return Fault(
         FaultKind.START_TIMEOUT,
@@ -202,9 +216,13 @@ def reap_hosts(
 
 
 def local_teardown(host: str, run_id: str, pids: dict[int, int]) -> HostTeardown:
-    found = reaper.reap(run_id, pids, kill=True)
-    left = tuple(f"{pid} {cmd[:80]}" for pid, cmd in found["left"])
-    return HostTeardown(host, len(found["found"]), left)
+    return _teardown_row(host, reaper.reap(run_id, pids, kill=True))
+
+
+def _teardown_row(host: str, data: Mapping[str, Any]) -> HostTeardown:
+    """A reaper's answer ({"found": [...], "left": [[pid, cmd], ...]}) as a report row."""
+    left = tuple(f"{pid} {cmd[:80]}" for pid, cmd in data.get("left", []))
+    return HostTeardown(host, len(data.get("found", [])), left)
 
 
 def _host_teardown(host: str, res: CmdResult | None) -> HostTeardown:
@@ -217,8 +235,7 @@ def _host_teardown(host: str, res: CmdResult | None) -> HostTeardown:
         return HostTeardown(
             host, 0, (), f"could not verify: unreadable reaper output {res.stdout!r:.200}"
         )
-    left = tuple(f"{pid} {cmd[:80]}" for pid, cmd in data.get("left", []))
-    return HostTeardown(host, len(data.get("found", [])), left)
+    return _teardown_row(host, data)
 
 
 def wait_or_fault(
