@@ -265,7 +265,7 @@ def running_server(state_dir: Path) -> S3Server | None:
     pid, endpoint = state.get("pid"), state.get("endpoint_url")
     if not isinstance(pid, int) or not isinstance(endpoint, str):
         return None
-    if not _alive(pid) or not _is_weed(pid) or str(state_dir / "data") not in _cmdline(pid):
+    if not _alive(pid) or not _is_weed(pid) or str(state_dir / "data") not in procfs.cmdline(pid):
         return None
     key, secret = _credentials(state_dir, None, None)
     return S3Server(
@@ -277,13 +277,6 @@ def running_server(state_dir: Path) -> S3Server | None:
         str(state.get("region", "us-east-1")),
         state_dir,
     )
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 def _fatal(path: Path) -> str | None:
@@ -376,10 +369,7 @@ def _alive(pid: int) -> bool:
 
 
 def _is_weed(pid: int) -> bool:
-    try:
-        return b"weed" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-    except OSError:
-        return False
+    return b"weed" in procfs.read(f"/proc/{pid}/cmdline").split(b"\0")[0]
 
 
 def stop_pid(pid: int, *, timeout: float = 15.0) -> None:

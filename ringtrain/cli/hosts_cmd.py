@@ -181,9 +181,10 @@ def _allocation_table(alloc: Allocation) -> Table:
     if alloc.ring_label is not None:
         title += f", grouped by {alloc.ring_label} ({alloc.ring_crossings} boundary crossings)"
     used = list(alloc.hosts)
+    by_host = alloc.ranks_by_host()
     columns: dict[str, list[str]] = {
         "host": [h.name for h in used] + [name for name, _ in alloc.dropped],
-        "ranks": [_span(alloc.ranks_on(h.name)) for h in used] + ["-"] * len(alloc.dropped),
+        "ranks": [_span(by_host[h.name]) for h in used] + ["-"] * len(alloc.dropped),
         "local ranks": [_span(tuple(range(h.slots))) for h in used] + ["-"] * len(alloc.dropped),
     }
     if alloc.ring_label is not None:

@@ -74,6 +74,13 @@ class Allocation:
     def ranks_on(self, host: str) -> tuple[int, ...]:
         return tuple(r.rank for r in self.ranks if r.host == host)
 
+    def ranks_by_host(self) -> dict[str, tuple[int, ...]]:
+        """host -> its ranks, in one pass (ranks_on per host would be quadratic)."""
+        out: dict[str, list[int]] = {h.name: [] for h in self.hosts}
+        for r in self.ranks:
+            out.setdefault(r.host, []).append(r.rank)
+        return {h: tuple(ranks) for h, ranks in out.items()}
+
     @property
     def ring_crossings(self) -> int:
         """How many ring links join hosts with different ``ring_label`` values (0 without one)."""

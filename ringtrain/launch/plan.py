@@ -75,9 +75,9 @@ class LaunchPlan:
         out.append(f"hostfile ({self.hostfile_path}):")
         out += [f"    {line}" for line in self.hostfile_text.splitlines()]
         out.append("ranks:")
+        by_host = self.allocation.ranks_by_host()
         for host in self.allocation.hosts:
-            ranks = self.allocation.ranks_on(host.name)
-            out.append(f"    {host.name}: ranks {_ranges(ranks)}")
+            out.append(f"    {host.name}: ranks {_ranges(by_host[host.name])}")
         out.append("environment set by ringtrain (secrets redacted):")
         out += [
             f"    {k}={v if v == REDACTED else shlex.quote(v)}"

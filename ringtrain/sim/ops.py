@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringtrain.errors import SimError
+from ringtrain.procfs import cmdline
 from ringtrain.sim import netns, sshd
 from ringtrain.sim.cluster import cluster, load, require_root
 from ringtrain.sim.config import SimConfig
@@ -22,7 +23,7 @@ from ringtrain.sim.gpus import (
     updated_state,
     write_state,
 )
-from ringtrain.sim.proc import cmdline, pids_in_netns
+from ringtrain.sim.proc import pids_in_netns
 
 log = logging.getLogger(__name__)
 

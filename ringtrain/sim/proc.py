@@ -67,14 +67,6 @@ def netns_id(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
-
-
 def pids_in_netns(ns_path: Path) -> list[int]:
     """Every live process whose network namespace is the one at ``ns_path``."""
     target = netns_id(ns_path)

@@ -18,12 +18,11 @@ def job_processes(state: Path) -> list[int]:
     mine = {me, *_ancestors(me)}
     parents: dict[int, int] = {}
     found: set[int] = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) in mine:
+    for pid in procfs.pids():
+        if pid in mine:
             continue
-        pid = int(entry.name)
         parents[pid] = procfs.parent(pid)
-        if procfs.read(f"/proc/{pid}/comm").strip() == b"slurmstepd" and _holds_file_in(pid, state):
+        if procfs.comm(pid) == "slurmstepd" and _holds_file_in(pid, state):
             found.add(pid)
             continue
         env = procfs.read(f"/proc/{pid}/environ").split(b"\0")
