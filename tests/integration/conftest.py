@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain import sim
+from ringtrain import procfs, sim
 
 SIM_HOSTS = 4
 SIM_GPUS = 4
@@ -54,10 +54,7 @@ def remove_stale_test_clusters() -> None:
     names = [e["name"] for e in json.loads(out or "[]")]
     owners = {int(m.group(1)) for n in names if (m := _TEST_NAME.match(n))}
     for pid in owners:
-        try:
-            alive = b"pytest" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            alive = False
+        alive = b"pytest" in procfs.read(f"/proc/{pid}/cmdline")
         if not alive:
             sim.down(sim.SimConfig(name=f"t{pid}"), purge=False)
 

@@ -7,10 +7,15 @@ children instead of failing the test on the race.
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
+
+from ringtrain.bench.harness import parse_results
 
 
 def descendants(pid: int, needle: str) -> list[psutil.Process]:
@@ -51,3 +56,14 @@ def describe(procs: list[psutil.Process]) -> list[str]:
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             out.append(f"{p.pid}: (gone)")
     return out
+
+
+def results_by_rank(output: str) -> dict[int, dict[str, Any]]:
+    """The ``RESULT {json}`` lines ranks print (ringtrain.bench.harness.parse_results), by rank."""
+    return {int(r["rank"]): r for r in parse_results(output)}
+
+
+def run_result(tmp_path: Path) -> dict[str, Any]:
+    """result.json of the one run under ``tmp_path/runs``."""
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return json.loads((run_dir / "result.json").read_text())  # type: ignore[no-any-return]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from ringtrain import procfs
 from ringtrain.sim import slurm as slurm_sim
 from ringtrain.sim.config import RUN_DIR
 
@@ -42,10 +43,7 @@ def remove_stale_clusters() -> None:
         if m is None:
             continue
         pid = int(m.group(1))
-        try:
-            alive = b"pytest" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            alive = False
+        alive = b"pytest" in procfs.read(f"/proc/{pid}/cmdline")
         if not alive:
             state = Path(entry.read_text().strip())
             slurm_sim.slurm_down(slurm_sim.SlurmSimConfig(name=f"t{pid}", state_dir=state))
@@ -101,15 +99,4 @@ def wait_job(cluster: slurm_sim.SlurmSim, job_id: str, timeout: float = 240) -> 
 def run_processes(run_id: str) -> list[tuple[int, str]]:
     """Processes whose environment holds RINGTRAIN_RUN_ID=<run_id> (any job process)."""
     marker = f"RINGTRAIN_RUN_ID={run_id}".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = Path(entry.path, "environ").read_bytes()
-            cmd = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0"):
-            found.append((int(entry.name), cmd))
-    return found
+    return [(pid, procfs.cmdline(pid)) for pid in procfs.pids() if procfs.environ_has(pid, marker)]

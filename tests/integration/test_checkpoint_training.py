@@ -22,6 +22,7 @@ import pytest
 from ringtrain.checkpoint import list_checkpoints, open_store
 from ringtrain.checkpoint.s3server import S3Server
 from tests.integration import s3_fixture
+from tests.integration.procs import results_by_rank
 from tests.integration.s3_fixture import client_env, needs_weed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,11 +49,7 @@ def launch(tmp: Path, env: dict[str, str], *args: str) -> Run:
         [*RINGTRAIN, "launch", "--runs-dir", str(runs), "-H", "localhost:2", *args],
         cwd=tmp, env=env, capture_output=True, text=True, timeout=240, check=False,
     )
-    results = {}
-    for line in proc.stdout.splitlines():
-        if "RESULT " in line:
-            data = json.loads(line.split("RESULT ", 1)[1])
-            results[int(data["rank"])] = data
+    results = results_by_rank(proc.stdout)
     (run_dir,) = set(runs.iterdir()) - before
     return Run(proc, results, run_dir)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.procs import describe, wait_for_descendants
+from tests.integration.procs import describe, results_by_rank, wait_for_descendants
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "ringtrain" / "models" / "digits.py"
@@ -35,15 +35,6 @@ def _launch(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.Comp
     )
 
 
-def _results(stdout: str) -> dict[int, dict[str, object]]:
-    out = {}
-    for line in stdout.splitlines():
-        if "RESULT " in line:
-            data = json.loads(line.split("RESULT ", 1)[1])
-            out[int(data["rank"])] = data
-    return out
-
-
 def _run_dir(tmp_path: Path) -> Path:
     (run_dir,) = (tmp_path / "runs").iterdir()
     return run_dir
@@ -57,7 +48,7 @@ def _run_dir(tmp_path: Path) -> Path:
 def test_digits_two_ranks_agree_and_checkpoint(tmp_path: Path, backend_args: list[str]) -> None:
     proc = _launch(tmp_path, *backend_args, "-H", "localhost:2", str(DIGITS), "--epochs", "3")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = _results(proc.stdout)
+    results = results_by_rank(proc.stdout)
     assert set(results) == {0, 1}, proc.stdout[-2000:]
     assert results[0]["size"] == 2
     # Same weights after training (broadcast + averaged gradients) -> same held-out loss.
@@ -89,11 +80,7 @@ def test_dry_run_argv_runs_by_hand(tmp_path: Path) -> None:
         argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
     )
     assert by_hand.returncode == 0, by_hand.stdout[-2000:] + by_hand.stderr[-2000:]
-    results = {}
-    for line in by_hand.stdout.splitlines():
-        if "RESULT " in line:
-            data = json.loads(line.split("RESULT ", 1)[1])
-            results[data["rank"]] = data
+    results = results_by_rank(by_hand.stdout)
     assert set(results) == {0, 1}
     assert results[0]["test_loss"] == pytest.approx(results[1]["test_loss"], rel=1e-6)
     # the environment in front of the command: checkpoints land in the run dir, as in a launch

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ringtrain import sim
+from tests.integration.procs import parse_results, run_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
 REPO = Path(__file__).resolve().parents[2]
@@ -68,11 +69,6 @@ def _argv(cluster: sim.SimCluster, tmp_path: Path, hosts: str, *args: str) -> li
         str(cluster.known_hosts),
         *args,
     ]
-
-
-def _result(tmp_path: Path) -> dict:
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    return json.loads((run_dir / "result.json").read_text())
 
 
 def _assert_no_job_processes(cluster: sim.SimCluster, timeout: float = 30) -> None:
@@ -140,11 +136,7 @@ def test_digits_trains_across_four_hosts(sim_cluster: sim.SimCluster, tmp_path: 
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    results = [
-        json.loads(line.split("RESULT ", 1)[1])
-        for line in proc.stdout.splitlines()
-        if "RESULT " in line
-    ]
+    results = parse_results(proc.stdout)
     assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
     assert len({round(r["test_loss"], 6) for r in results}) == 1
     assert results[0]["size"] == 4 and results[0]["test_accuracy"] > 0.8
@@ -192,7 +184,7 @@ def test_link_down_is_detected_and_torn_down(sim_cluster: sim.SimCluster, tmp_pa
         ended = time.time()
     finally:
         sim.set_link(sim_cluster.config, "gpu02", up=True)
-    result = _result(tmp_path)
+    result = run_result(tmp_path)
     assert proc.returncode != 0
     assert result["fault_kind"] == "host-lost" and result["fault_hosts"] == ["gpu02"], err[-2000:]
     # heartbeat timeout 5 s: detected in ~6 s, ended a few s later (bench/faults.py times it)
@@ -220,7 +212,7 @@ def test_killed_sshd_session_ends_the_job_cleanly(
     assert proc.returncode != 0, err[-2000:]
     assert time.time() - killed < 45  # typical: 2 s
     _assert_no_job_processes(sim_cluster)
-    assert all(t["left"] == [] for t in _result(tmp_path)["teardown"])
+    assert all(t["left"] == [] for t in run_result(tmp_path)["teardown"])
 
 
 def test_kill_9_of_a_remote_rank(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
@@ -234,7 +226,7 @@ def test_kill_9_of_a_remote_rank(sim_cluster: sim.SimCluster, tmp_path: Path) ->
     killed = time.time()
     os.kill(rank, signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
-    result = _result(tmp_path)
+    result = run_result(tmp_path)
     assert proc.returncode == 137, err[-2000:]
     assert result["failed_rank"] == 2 and result["failed_host"] == "gpu03"
     assert result["torn_down_at"] - killed < 25  # typical: 3 s
@@ -259,7 +251,7 @@ def test_restart_excludes_the_lost_host(sim_cluster: sim.SimCluster, tmp_path: P
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
         sim.set_link(sim_cluster.config, "gpu03", up=True)
-    result = _result(tmp_path)
+    result = run_result(tmp_path)
     assert result["attempts"][0]["fault_kind"] == "host-lost"
     assert result["state"] == "interrupted" and proc.returncode == 130
     _assert_no_job_processes(sim_cluster)

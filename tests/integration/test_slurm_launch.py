@@ -18,6 +18,7 @@ import pytest
 
 from ringtrain.sim import slurm as slurm_sim
 from ringtrain.sim.slurm_procs import job_processes
+from tests.integration.procs import parse_results, run_result
 from tests.integration.slurm_fixture import (
     job_env,
     job_state,
@@ -72,11 +73,6 @@ def _script(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def _result(tmp_path: Path) -> dict[str, object]:
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    return json.loads((run_dir / "result.json").read_text())  # type: ignore[no-any-return]
-
-
 def test_wrapper_job_trains_digits_on_2_nodes_x_2_tasks(slurm_cluster: slurm_sim.SlurmSim,
                                                          tmp_path: Path) -> None:
     job_id = _submit(slurm_cluster, tmp_path, "digits", DIGITS, "--nodes", "2",
@@ -86,12 +82,11 @@ def test_wrapper_job_trains_digits_on_2_nodes_x_2_tasks(slurm_cluster: slurm_sim
     out = (tmp_path / f"digits-{job_id}.out").read_text()
     assert state == "COMPLETED", out
     assert f"inside slurm job {job_id}: 2 node(s), 4 slots" in out
-    results = [json.loads(line.split("RESULT ", 1)[1]) for line in out.splitlines()
-               if "RESULT " in line]
+    results = parse_results(out)
     assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
     assert {r["size"] for r in results} == {4}
     assert len({round(r["test_accuracy"], 6) for r in results}) == 1  # one model on all ranks
-    result = _result(tmp_path)
+    result = run_result(tmp_path)
     assert result["state"] == "succeeded" and result["np"] is None
     plan = json.loads(next((tmp_path / "runs").glob("*/attempt-1/plan.json")).read_text())
     assert plan["backend"] == "srun" and plan["argv"][0] == "srun"

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from ringtrain.launch import reaper
-from tests.integration.procs import describe, wait_for_descendants
+from tests.integration.procs import describe, parse_results, run_result, wait_for_descendants
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 RINGTRAIN = [sys.executable, "-m", "ringtrain"]
@@ -63,11 +63,6 @@ def _launch(tmp_path: Path, script: Path, *args: str, timeout: float = 120):
     return proc, time.monotonic() - started
 
 
-def _result(tmp_path: Path) -> dict:
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    return json.loads((run_dir / "result.json").read_text())
-
-
 def _assert_nothing_left(result: dict) -> None:
     assert reaper.find(result["run_id"], {}) == []
     for host in result["teardown"]:
@@ -89,7 +84,7 @@ while True:
     # a killed rank makes its host suspect: with one host, the restart cannot be placed, and
     # the job stops with the failed attempt's report
     proc, _ = _launch(tmp_path, script, "--max-restarts", "1")
-    result = _result(tmp_path)
+    result = run_result(tmp_path)
     assert proc.returncode == 137, proc.stderr[-2000:]
     assert result["failed_rank"] == 1 and result["signal"] == "SIGKILL"
     assert "rank 1 on localhost failed (signal SIGKILL)" in proc.stderr
@@ -111,7 +106,7 @@ time.sleep(600)
 """,
     )
     proc, elapsed = _launch(tmp_path, script, "--start-timeout", "12")
-    result = _result(tmp_path)
+    result = run_result(tmp_path)
     assert proc.returncode != 0
     assert result["fault_kind"] == "start-timeout" and result["failed_rank"] == 1
     assert "ranks 1 on localhost have not reached hvd.init()" in proc.stderr
@@ -130,7 +125,7 @@ time.sleep(600)
 """,
     )
     proc, elapsed = _launch(tmp_path, script, "--stall-timeout", "4")
-    result = _result(tmp_path)
+    result = run_result(tmp_path)
     assert result["fault_kind"] == "stall", proc.stderr[-2000:]
     assert "no training progress for" in proc.stderr and elapsed < 90  # not hung
     _assert_nothing_left(result)
@@ -148,7 +143,7 @@ print("finished attempt", attempt, flush=True)
     )
     proc, _ = _launch(tmp_path, script, "--max-restarts", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = _result(tmp_path)
+    result = run_result(tmp_path)
     assert [a["state"] for a in result["attempts"]] == ["failed", "succeeded"]
     assert "restarting: attempt 2 of 3" in proc.stderr
     _assert_nothing_left(result)
@@ -205,11 +200,10 @@ def test_restart_resumes_digits_from_the_committed_checkpoint(tmp_path: Path) ->
     proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=400,
                           check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    result = _result(tmp_path)
+    result = run_result(tmp_path)
     assert [a["state"] for a in result["attempts"]] == ["failed", "succeeded"]
     assert "restarting: attempt 2 of 2 from step" in proc.stderr
-    results = [json.loads(line.split("RESULT ", 1)[1]) for line in proc.stdout.splitlines()
-               if "RESULT " in line]
+    results = parse_results(proc.stdout)
     assert {r["rank"] for r in results} == {0, 1}
     resumed = {json.dumps(r["resumed_from"], sort_keys=True) for r in results}
     assert len(resumed) == 1 and results[0]["resumed_from"] is not None
