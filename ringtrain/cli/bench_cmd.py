@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ringtrain.bench.units import parse_ints, parse_sizes
+from ringtrain.cli.options import stacked
 from ringtrain.errors import UsageError
 
 if TYPE_CHECKING:  # the bench modules need numpy (the [bench] extra): imported when run
@@ -69,9 +70,7 @@ def _sweep_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--timeout", default=900.0, show_default=True,
                      help="Seconds one mpirun may take."),
     ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+    return stacked(*opts)(fn)
 
 
 def _config(opts: dict[str, Any], **extra: Any) -> suite.BenchConfig:
@@ -171,9 +170,7 @@ def _ps_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--window", default=4, show_default=True,
                      help="RPCs in flight per worker and shard."),
     ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+    return stacked(*opts)(fn)
 
 
 def _ps_config(opts: dict[str, Any], **extra: Any) -> suite.BenchConfig:

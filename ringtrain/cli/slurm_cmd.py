@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ringtrain.cli.options import stacked
 from ringtrain.launch.schedulers import Scheduler
 from ringtrain.launch.schedulers_io import submit
 from ringtrain.launch.schedulers_render import BatchJob, render_sbatch
@@ -50,9 +51,7 @@ def batch_options(fn: click.decorators.FC) -> click.decorators.FC:
         click.argument("script"),
         click.argument("script_args", nargs=-1, type=click.UNPROCESSED),
     ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+    return stacked(*options)(fn)
 
 
 def make_batch_job(opts: dict[str, Any], queue: str | None) -> BatchJob:

@@ -25,7 +25,7 @@ FIRST_HOST_OFFSET = 11  # gpu01 gets network+11, the bridge (root namespace) net
 AUTO_SUBNETS = tuple(f"10.213.{i}.0/24" for i in range(7, 255))
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
-_SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@-]+$")
+SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@-]+$")
 
 
 RUN_DIR = Path("/run/ringtrain-sim")  # locks and the name -> state dir registry (gone at reboot)
@@ -84,7 +84,7 @@ class SimConfig:
         if self.subnet is not None:
             check_subnet(self.subnet, self.hosts)
         path = str(self.resolved_state_dir)
-        if not _SAFE_PATH_RE.match(path):
+        if not SAFE_PATH_RE.match(path):
             raise SimError(
                 f"sim state dir {path!r} contains spaces or shell-special characters",
                 hint="ssh -F and mpirun's plm_rsh_agent take this path unquoted; "

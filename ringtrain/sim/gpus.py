@@ -151,8 +151,13 @@ def parse_count(text: str) -> int | str:
                    hint="e.g. ringtrain sim set-gpus gpu03 2")
 
 
+def _norm(dist: str) -> str:
+    """A distribution name as dist-info directories spell it (PEP 503 runs to '_')."""
+    return re.sub(r"[-_.]+", "_", dist).lower()
+
+
 def _dist_dir_name(dist: str, version: str) -> str:
-    return f"{re.sub(r'[-_.]+', '_', dist).lower()}-{version}.dist-info"
+    return f"{_norm(dist)}-{version}.dist-info"
 
 
 def set_fake_versions(site_dir: Path, bin_dir: Path, versions: Mapping[str, str | None]) -> None:
@@ -166,7 +171,7 @@ def set_fake_versions(site_dir: Path, bin_dir: Path, versions: Mapping[str, str 
         if dist == MPIRUN_KEY:
             _set_fake_mpirun(bin_dir, version)
             continue
-        norm = re.sub(r"[-_.]+", "_", dist).lower()
+        norm = _norm(dist)
         for old in site_dir.glob("*.dist-info"):
             if old.name.split("-", 1)[0] == norm:
                 shutil.rmtree(old)

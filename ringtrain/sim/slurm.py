@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -31,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringtrain.errors import SimError
-from ringtrain.sim.config import default_state_dir, registry_file
-from ringtrain.sim.proc import locked, stop_pids
+from ringtrain.sim.config import SAFE_PATH_RE, default_state_dir, registry_file
+from ringtrain.sim.proc import locked, read_pid, stop_pids
 from ringtrain.sim.slurm_procs import job_processes, same_process, start_time
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,6 @@ CLIENTS = ("sbatch", "srun", "scontrol", "squeue", "scancel", "sinfo")
 PMIX_PLUGIN = Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix.so")
 APT_HINT = "apt-get install -y slurm-wlm munge libpmix-dev"
 READY_TIMEOUT_S = 30.0
-_SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@-]+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +263,7 @@ def _free_ports_at(base: int, count: int) -> None:
 
 def _start(cfg: SlurmSimConfig) -> SlurmSim:
     state = cfg.resolved_state_dir
-    if len(f"{state}/run/munge.socket") > 100 or not _SAFE_PATH_RE.match(str(state)):
+    if len(f"{state}/run/munge.socket") > 100 or not SAFE_PATH_RE.match(str(state)):
         raise SimError(f"Slurm sim state dir {state} is too long or has special characters "
                        "(the munge socket path must stay under 108 bytes)",
                        hint="pass a short plain --state-dir such as /tmp/rts")
@@ -320,9 +318,8 @@ def _client(sim: SlurmSim, argv: list[str]) -> subprocess.CompletedProcess[str]:
 def _pid_from(path: Path, timeout: float = 10.0) -> tuple[int, int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            pid = int(path.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
+        pid = read_pid(path)
+        if pid is None:
             time.sleep(0.05)
             continue
         start = start_time(pid)
