@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ringtrain import procfs
 from ringtrain.checkpoint import (
     CommitConflict,
     Committed,
@@ -54,8 +55,7 @@ def test_starting_a_running_server_again_returns_it(s3_server: S3Server) -> None
         s3_server.pid, s3_server.endpoint_url, s3_server.access_key, s3_server.secret_key)
     with pytest.raises(CheckpointError, match="running with bucket"):
         start_s3_server(s3_server.state_dir, bucket="other")
-    assert s3_server.secret_key not in " ".join(
-        Path(f"/proc/{s3_server.pid}/cmdline").read_bytes().decode().split("\0"))
+    assert s3_server.secret_key not in procfs.cmdline(s3_server.pid)
 
 
 def test_the_server_checks_signatures(s3_server: S3Server, s3_url: str) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain import sim
+from ringtrain import procfs, sim
 from tests.integration.procs import parse_results, run_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
@@ -203,9 +203,9 @@ def test_killed_sshd_session_ends_the_job_cleanly(
     _wait_for_steps(proc)
     orted = [pid for pid, cmd in sim.host_processes(sim_cluster.config, "gpu03") if "orted" in cmd]
     assert len(orted) == 1
-    session = int(Path(f"/proc/{orted[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    while "sshd" not in Path(f"/proc/{session}/comm").read_text():
-        session = int(Path(f"/proc/{session}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    session = procfs.parent(orted[0])
+    while "sshd" not in procfs.comm(session):
+        session = procfs.parent(session)
     killed = time.time()
     os.kill(session, signal.SIGKILL)
     _, err = proc.communicate(timeout=90)

@@ -26,6 +26,7 @@ from ringtrain.cli import cli
 from ringtrain.sim import netns
 from ringtrain.sim.fake_nvidia_smi import DRIVER_FAILED, render
 from ringtrain.sim.gpus import make_state
+from ringtrain.sim.proc import alive
 
 from .conftest import sim_unavailable
 
@@ -276,8 +277,7 @@ def test_cli_refuses_without_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 
 def leftovers(cfg: sim.SimConfig, pids: list[int]) -> list[str]:
     found = netns.existing_netns(cfg.name) + netns.existing_links(cfg.name)
-    found += [f"pid {p}" for p in pids if Path(f"/proc/{p}").exists()
-              and "Z" not in Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[:1]]
+    found += [f"pid {p}" for p in pids if alive(p)]
     found += [line for line in Path("/etc/hosts").read_text().splitlines() if cfg.name in line]
     found += [line for line in Path("/proc/mounts").read_text().splitlines()
               if f"/{cfg.name}-" in line]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ringtrain import procfs
 from ringtrain.launch.schedulers import slurm_job
 from ringtrain.sim import slurm as slurm_sim
 from ringtrain.sim.slurm_procs import job_processes, same_process
@@ -101,13 +102,6 @@ def test_job_environments_agree_with_slurm(slurm_cluster: slurm_sim.SlurmSim,
     assert any("(x" in f for f in forms) and any("," in f for f in forms), forms
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def test_down_stops_daemons_and_jobs(tmp_path: Path) -> None:
     """A second, one-node cluster with a running job: down leaves nothing of it behind."""
     cfg = slurm_sim.SlurmSimConfig(name=f"t{os.getpid()}d", nodes=1, gpus_per_node=1,
@@ -116,7 +110,7 @@ def test_down_stops_daemons_and_jobs(tmp_path: Path) -> None:
     try:
         job_id = sbatch(cluster, ["-o", "/dev/null", "--wrap", "sleep 300"], cluster.environ())
         deadline = time.monotonic() + 30
-        while not any("sleep" in _cmdline(p) for p in job_processes(cluster.state_dir)):
+        while not any("sleep" in procfs.cmdline(p) for p in job_processes(cluster.state_dir)):
             assert time.monotonic() < deadline, job_state(cluster, job_id)
             time.sleep(0.2)
         assert len(job_processes(cluster.state_dir)) >= 2  # slurmstepd, the job's shell, sleep
