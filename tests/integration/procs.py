@@ -8,7 +8,10 @@ children instead of failing the test on the race.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +70,14 @@ def run_result(tmp_path: Path) -> dict[str, Any]:
     """result.json of the one run under ``tmp_path/runs``."""
     (run_dir,) = (tmp_path / "runs").iterdir()
     return json.loads((run_dir / "result.json").read_text())  # type: ignore[no-any-return]
+
+
+@contextmanager
+def killed_on_failure(proc: subprocess.Popen[str] | subprocess.Popen[bytes]) -> Iterator[None]:
+    """Inside: waiting for a launcher started by hand. A failure there (pytest.fail included)
+    SIGKILLs it, so a failed test leaves nothing running; its ranks' dead-man switch ends them."""
+    try:
+        yield
+    except BaseException:
+        proc.kill()
+        raise

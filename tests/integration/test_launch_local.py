@@ -15,7 +15,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.procs import describe, results_by_rank, wait_for_descendants
+from tests.integration.procs import (
+    describe,
+    killed_on_failure,
+    results_by_rank,
+    wait_for_descendants,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "ringtrain" / "models" / "digits.py"
@@ -165,11 +170,8 @@ def test_sigint_stops_the_whole_job(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+    with killed_on_failure(proc):
         wait_for_descendants(proc.pid, "sleepy.py", 2)
-    except BaseException:  # pytest.fail included: leave no launcher behind
-        proc.kill()
-        raise
     kids = psutil.Process(proc.pid).children(recursive=True)
     sent = time.monotonic()
     os.kill(proc.pid, signal.SIGINT)

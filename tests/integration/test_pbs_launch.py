@@ -34,17 +34,25 @@ def _pbs_env(tmp_path: Path, nodefile: Path) -> dict[str, str]:
     return env
 
 
-def test_launch_reads_the_pbs_nodefile(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
-    nodefile = tmp_path / "4711.pbs-server"
-    nodefile.write_text("gpu02\ngpu02\ngpu04\ngpu04\n")
+def _launch_in_pbs(cluster: sim.SimCluster, tmp_path: Path, job: str, nodes: str,
+                   timeout: float) -> tuple[subprocess.CompletedProcess[str], str, Path]:
+    """`ringtrain launch where.py` with no hosts given, inside PBS job ``job`` whose nodefile
+    holds ``nodes``; (process, stdout+stderr, nodefile)."""
+    nodefile = tmp_path / job
+    nodefile.write_text(nodes)
     script = tmp_path / "where.py"
     script.write_text(WHERE)
     argv = [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
-            "--ssh-config", str(sim_cluster.ssh_config), "--known-hosts",
-            str(sim_cluster.known_hosts), str(script)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False,
+            "--ssh-config", str(cluster.ssh_config), "--known-hosts",
+            str(cluster.known_hosts), str(script)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
                           cwd=tmp_path, env=_pbs_env(tmp_path, nodefile))
-    output = proc.stdout + proc.stderr
+    return proc, proc.stdout + proc.stderr, nodefile
+
+
+def test_launch_reads_the_pbs_nodefile(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
+    proc, output, nodefile = _launch_in_pbs(sim_cluster, tmp_path, "4711.pbs-server",
+                                            "gpu02\ngpu02\ngpu04\ngpu04\n", 240)
     assert proc.returncode == 0, output[-4000:]
     assert f"inside pbs job 4711.pbs-server: 2 node(s), 4 slots (PBS_NODEFILE={nodefile})" in output
     ranks = sorted(line.split("RANK ", 1)[1] for line in proc.stdout.splitlines()
@@ -55,15 +63,7 @@ def test_launch_reads_the_pbs_nodefile(sim_cluster: sim.SimCluster, tmp_path: Pa
 
 def test_pbs_nodefile_naming_an_unknown_host_fails_the_probe(sim_cluster: sim.SimCluster,
                                                              tmp_path: Path) -> None:
-    nodefile = tmp_path / "4712.pbs-server"
-    nodefile.write_text("gpu01\nnode-not-in-this-cluster\n")
-    script = tmp_path / "where.py"
-    script.write_text(WHERE)
-    argv = [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
-            "--ssh-config", str(sim_cluster.ssh_config), "--known-hosts",
-            str(sim_cluster.known_hosts), str(script)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False,
-                          cwd=tmp_path, env=_pbs_env(tmp_path, nodefile))
-    output = proc.stdout + proc.stderr
+    proc, output, _ = _launch_in_pbs(sim_cluster, tmp_path, "4712.pbs-server",
+                                     "gpu01\nnode-not-in-this-cluster\n", 120)
     assert proc.returncode == 4, output[-3000:]
     assert "node-not-in-this-cluster" in output and "fix:" in output

@@ -18,7 +18,13 @@ import psutil
 import pytest
 
 from ringtrain.launch import reaper
-from tests.integration.procs import describe, parse_results, run_result, wait_for_descendants
+from tests.integration.procs import (
+    describe,
+    killed_on_failure,
+    parse_results,
+    run_result,
+    wait_for_descendants,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 RINGTRAIN = [sys.executable, "-m", "ringtrain"]
@@ -169,15 +175,12 @@ def test_launcher_killed_ranks_end_themselves(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    try:
+    with killed_on_failure(proc):
         wait_for_descendants(proc.pid, "job.py", 2)
         deadline = time.monotonic() + 120
         while not all((tmp_path / f"inited.{r}").exists() for r in (0, 1)):  # past hvd.init
             assert time.monotonic() < deadline, "hvd.init did not finish on both ranks"
             time.sleep(0.2)
-    except BaseException:  # leave nothing running: the ranks' dead-man switch ends the rest
-        proc.kill()
-        raise
     survivors = psutil.Process(proc.pid).children(recursive=True)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
