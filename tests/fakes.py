@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ringtrain.hostfile.model import Host
-from ringtrain.launch.remote import CmdResult
+from ringtrain.remote import CmdResult
 
 SECTIONS = ("host", "gpu", "python", "mpi", "net")
 
@@ -48,6 +48,14 @@ class FakeRemote:
             if key not in self.answers:
                 raise AssertionError(f"FakeRemote: no answer for {h.name} running {argv[:2]}...")
             out[h.name] = self.answers[key]
+        return out
+
+    def run_each(
+        self, commands: Sequence[tuple[Host, Sequence[str]]], timeout: float
+    ) -> Mapping[str, CmdResult]:
+        out: dict[str, CmdResult] = {}
+        for host, argv in commands:
+            out.update(self.run([host], argv, timeout))
         return out
 
 

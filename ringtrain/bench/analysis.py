@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ringtrain.bench import model
+from ringtrain.bench import costmodel as model
 
 MB4 = 4 * 1024 * 1024
 TARGET_BYTES = 64 * 1024 * 1024

@@ -31,7 +31,8 @@ import threading
 import time
 from pathlib import Path
 
-from ringtrain import procfs, sim
+from ringtrain import sim
+from ringtrain.rank import procfs
 
 LOOP = """\
 import os, time
@@ -65,7 +66,7 @@ def _inject(
         (rank,) = [
             pid
             for pid, cmd in sim.host_processes(cluster.config, "gpu03")
-            if "rankexec" in cmd and "orted" not in cmd
+            if "ringtrain.rank.entry" in cmd and "orted" not in cmd
         ]
         os.kill(rank, signal.SIGKILL)
     elif fault == "exception":
@@ -142,7 +143,7 @@ def run_one(fault: str, cluster: sim.SimCluster, work: Path, hb_timeout: float) 
 
 def _leftovers(cluster: sim.SimCluster) -> int:
     return sum(
-        ("rankexec" in cmd) + ("orted" in cmd)
+        ("ringtrain.rank.entry" in cmd) + ("orted" in cmd)
         for h in cluster.names
         for _, cmd in sim.host_processes(cluster.config, h)
     )

@@ -15,6 +15,8 @@ import contextlib
 import threading
 from collections.abc import Iterator, Mapping
 
+from ringtrain.rank import envvars
+
 NODE = "node{}"
 
 
@@ -45,7 +47,7 @@ def rendezvous(bind: str, np: int, ranks_per_host: int, iface: str
         yield {"HOROVOD_GLOO_RENDEZVOUS_ADDR": bind,
                "HOROVOD_GLOO_RENDEZVOUS_PORT": str(server.server_address[1]),
                "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
-               "HOROVOD_GLOO_IFACE": iface, "RINGTRAIN_GLOO_PER_HOST": str(ranks_per_host)}
+               "HOROVOD_GLOO_IFACE": iface, envvars.GLOO_PER_HOST: str(ranks_per_host)}
     finally:
         server.shutdown()
         server.server_close()
@@ -55,7 +57,7 @@ def rendezvous(bind: str, np: int, ranks_per_host: int, iface: str
 def rank_env_from_ompi(env: Mapping[str, str]) -> dict[str, str]:
     """Horovod's per-rank variables from Open MPI's (ranks are placed host by host)."""
     rank, size = int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_SIZE"])
-    per_host = int(env.get("RINGTRAIN_GLOO_PER_HOST", env["OMPI_COMM_WORLD_LOCAL_SIZE"]))
+    per_host = int(env.get(envvars.GLOO_PER_HOST, env["OMPI_COMM_WORLD_LOCAL_SIZE"]))
     cross = rank // per_host
     return {"HOROVOD_RANK": str(rank), "HOROVOD_SIZE": str(size),
             "HOROVOD_LOCAL_RANK": str(rank % per_host), "HOROVOD_LOCAL_SIZE": str(per_host),

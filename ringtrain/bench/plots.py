@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import model
+from ringtrain.bench import costmodel as model
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from ringtrain import sim
 from ringtrain.bench.monitor import own_seconds
 from ringtrain.hostfile import Host, Inventory
 from ringtrain.launch.probe import probe
-from ringtrain.launch.remote import SshRemote
+from ringtrain.remote.ssh import SshRemote
 
 
 def _ssh_wrapper(directory: Path, ssh_config: Path) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ringtrain.bench import analysis, projection
-from ringtrain.bench.model import Params
+from ringtrain.bench.costmodel import Params
 from ringtrain.errors import UsageError
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ringtrain.bench import model
+from ringtrain.bench import costmodel as model
 from ringtrain.bench.analysis import TARGET_BYTES
 from ringtrain.bench.harness import Job, Round, Target, env_tuple, run_round, sizes_arg
 from ringtrain.errors import UsageError

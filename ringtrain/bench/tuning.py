@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import model
+from ringtrain.bench import costmodel as model
 from ringtrain.bench.harness import Job, Round, Target, env_tuple, run_round, sizes_arg
 from ringtrain.bench.suite import COMMON_ENV as THP  # the suite's baseline: huge pages
 
@@ -121,7 +121,7 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
 def run_and_write(target: Target, n: int, rounds: int, reps: int, *, quiet_wait: float,
                   runs_dir: Path, on_round: Callable[[Round], None] | None = None
                   ) -> tuple[Path, list[dict[str, Any]]]:
-    from ringtrain.bench import session
+    from ringtrain.bench import benchrun as session
 
     run_id, run_dir = session.new_run_dir(runs_dir, "bench-tune")
     rows = run_ladder(target, n, rounds, reps, quiet_wait=quiet_wait, on_round=on_round)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ringtrain.checkpoint.backends import (
+from ringtrain.checkpoint.filesystems import (
     Location,
     create_exclusive,
     make_filesystem,

@@ -92,7 +92,8 @@ def _echo_round(rnd: harness.Round) -> None:
 
 @contextlib.contextmanager
 def _target(opts: dict[str, Any], hosts_needed: int) -> Iterator[harness.Target]:
-    from ringtrain.bench import harness, session  # noqa: PLC0415 - see _config
+    from ringtrain.bench import benchrun as session  # noqa: PLC0415 - see _config
+    from ringtrain.bench import harness  # noqa: PLC0415 - see _config
 
     if opts["sim_name"] is None:
         if opts["link_rate"]:
@@ -123,7 +124,7 @@ def _terminable() -> Iterator[None]:
 
 def _run(parts: tuple[str, ...], cfg: suite.BenchConfig, opts: dict[str, Any],
          hosts_needed: int) -> None:
-    from ringtrain.bench import session  # noqa: PLC0415 - see _config
+    from ringtrain.bench import benchrun as session  # noqa: PLC0415 - see _config
 
     command = "ringtrain " + shlex.join(sys.argv[1:])
     with _terminable(), _target(opts, hosts_needed) as target:
@@ -211,7 +212,7 @@ def compare_cmd(impl: str, target_pairs: int, **opts: Any) -> None:
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def report_cmd(run_dir: Path) -> None:
     """Re-analyse RUN_DIR/results.json and rewrite report.md, cells.csv and the plots."""
-    from ringtrain.bench import session  # noqa: PLC0415 - see _config
+    from ringtrain.bench import benchrun as session  # noqa: PLC0415 - see _config
 
     for path in session.rerender(run_dir):
         click.echo(str(path))

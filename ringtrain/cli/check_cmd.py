@@ -5,7 +5,6 @@ go ahead. One table row per host; exit 0 when it would, 4 (ProbeError) when it w
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ringtrain.cli.launch_preflight import gpu_rule
+from ringtrain.cli.context import SshOptions, cli_context
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
+from ringtrain.launch.gate import gpu_rule
 from ringtrain.launch.preflight import (
     HostStatus,
     HostVerdict,
@@ -25,7 +25,8 @@ from ringtrain.launch.preflight import (
     evaluate,
 )
 from ringtrain.launch.probe import GpuStatus, ProbeReport, ProbeResult, probe
-from ringtrain.launch.remote import LocalRemote, Remote, SshRemote
+from ringtrain.remote import LocalRemote, Remote
+from ringtrain.spec import GpuRule, SshSpec
 
 _EPILOG = """\b
 Examples:
@@ -104,15 +105,14 @@ def command(
     if inventory.is_local_only:
         remote = LocalRemote()
     else:
-        quiet_paramiko()
-        remote = SshRemote(ssh_config, known_hosts, accept_new_host_keys=accept_new_host_keys,
-                           connect_timeout=connect_timeout, concurrency=concurrency)
+        ssh = SshSpec(ssh_config, known_hosts, accept_new_host_keys)
+        remote = cli_context().remote_factory(SshOptions(ssh, connect_timeout, concurrency))
     report = probe(inventory, remote, python=python, timeout=timeout)
 
     def note(text: str) -> None:
         click.echo(f"ringtrain: {text}", err=True)
 
-    policy = gpu_rule(gpu_mode or "auto", report, policy, note)
+    policy = gpu_rule(GpuRule(gpu_mode or "auto"), report, policy, note)
     verdict = evaluate(inventory, report, policy)
     if as_json:
         click.echo(json.dumps(verdict_to_dict(inventory, report, verdict), indent=2))
@@ -121,12 +121,6 @@ def command(
     err: RingtrainError | None = verdict.error()
     if err is not None:
         raise err
-
-
-def quiet_paramiko() -> None:
-    # paramiko logs tracebacks for failures we already report per host
-    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
-        logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 
 def print_verdict(inventory: Inventory, report: ProbeReport, verdict: PreflightVerdict,

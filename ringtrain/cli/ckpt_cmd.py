@@ -125,7 +125,7 @@ def bench_cmd(urls: tuple[str, ...], size_mb: int, files: int, repeats: int, no_
 
     Without URLs: a temporary local directory and a temporary SeaweedFS S3 server on 127.0.0.1.
     """
-    from ringtrain.checkpoint.bench import run_bench  # noqa: PLC0415 - starts servers
+    from ringtrain.bench.checkpoint_io import run_bench  # noqa: PLC0415 - starts servers
 
     results = run_bench(urls, size_mb=size_mb, files=files, repeats=repeats, with_s3=not no_s3)
     table = Table(title=f"checkpoint commit/restore, {size_mb} MB in {files} files, "

@@ -2,34 +2,32 @@
 
 from __future__ import annotations
 
-import functools
+import json
 import os
-import secrets
 import signal
-import sys
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
 
-from ringtrain.cli.check_cmd import print_verdict, quiet_paramiko
+from ringtrain.cli.check_cmd import print_verdict
+from ringtrain.cli.context import SshOptions, cli_context
 from ringtrain.cli.hosts_cmd import slot_override
-from ringtrain.cli.launch_preflight import PreflightOptions, make_preflight
+from ringtrain.cli.launch_spec import LaunchOptions, build_spec
 from ringtrain.cli.live import LiveView
 from ringtrain.errors import JobFailed, UsageError
-from ringtrain.hostfile import AllocationPolicy, Host, Inventory, resolve_hosts
+from ringtrain.hostfile import Host, Inventory, resolve_hosts
 from ringtrain.launch import run
-from ringtrain.launch.preflight import PreflightPolicy
-from ringtrain.launch.remote import SshRemote
+from ringtrain.launch.plan import read_recorded_spec
+from ringtrain.launch.reporter import NullReporter
 from ringtrain.launch.result import JobResult, JobState
-from ringtrain.launch.schedulers import SchedulerJob
-from ringtrain.launch.schedulers_io import inventory_from_scheduler, remote_for
-from ringtrain.launch.session import Hooks, RestartPolicy, Session, SessionEnv
-from ringtrain.launch.supervise import SupervisionPolicy
-from ringtrain.request import Backend, EnvSpec, LaunchRequest
+from ringtrain.launch.session import Session
+from ringtrain.schedulers.calls import inventory_from_scheduler, remote_for
+from ringtrain.schedulers.jobenv import SchedulerJob
+from ringtrain.spec import Backend, EnvSpec, LaunchSpec
 
 _EPILOG = """\b
 Examples:
@@ -39,6 +37,7 @@ Examples:
   ringtrain launch --hosts cluster.yaml --exclude gpu03 --ring-label rack train.py
   ringtrain launch --backend horovodrun --gloo -H localhost:2 train.py
   ringtrain launch --dry-run -H localhost:2 train.py   print the plan; run nothing
+  ringtrain launch --from runs/20261124-010203-ab12   launch again what that run ran
 
 Everything after SCRIPT is passed to the script. Per-rank logs, the hostfile, plan.json and
 result.json go to RUNS_DIR/<run id>/. Exit code: the job's own (a rank's exit code, or
@@ -175,135 +174,102 @@ def _env_specs(
     is_flag=True,
     help="Write the run dir (hostfile, plan.json), print the plan (env, argv); start nothing.",
 )
-@click.argument("script")
+@click.option(
+    "--from",
+    "from_run",
+    metavar="RUN_DIR",
+    type=click.Path(path_type=Path),
+    help="Launch again exactly what RUN_DIR (runs/<id>) ran: its plan.json records the whole "
+    "launch spec. Takes no other launch option but --dry-run.",
+)
+@click.argument("script", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def command(
-    hosts_file: str | None,
-    host_spec: str | None,
-    hosts_format: str | None,
-    np: int | None,
-    backend: str | None,
-    gloo: bool,
-    env: tuple[EnvSpec, ...],
-    ssh_config: Path | None,
-    known_hosts: Path | None,
-    accept_new_host_keys: bool,
-    no_probe: bool,
-    gpu_mode: str | None,
-    on_bad_host: str,
-    min_hosts: int,
-    include: tuple[str, ...],
-    exclude: tuple[str, ...],
-    slots: tuple[tuple[str, int], ...],
-    ring_label: str | None,
-    allow_mixed_versions: bool,
-    network_interface: str | None,
-    python: str | None,
-    checkpoint_url: str | None,
-    runs_dir: Path,
-    max_restarts: int,
-    min_np: int | None,
-    start_timeout: float,
-    stall_timeout: float,
-    heartbeat_timeout: float,
-    dry_run: bool,
-    script: str,
-    script_args: tuple[str, ...],
-) -> None:
+@click.pass_context
+def command(ctx: click.Context, /, dry_run: bool, from_run: Path | None, **options: Any) -> None:
     """Train SCRIPT on every rank with Horovod: resolve hosts, plan, run and supervise."""
-    request = LaunchRequest(
-        script=script,
-        script_args=script_args,
-        hosts_file=hosts_file,
-        host_spec=host_spec,
-        hosts_format=hosts_format,
-        np=np,
-        backend=Backend(backend or Backend.MPIRUN.value),
-        gloo=gloo,
-        env=env,
-        runs_dir=runs_dir,
-        working_dir=Path.cwd(),
-        ssh_config=ssh_config,
-        known_hosts=known_hosts,
-        allocation=AllocationPolicy(
-            include=include,
-            exclude=exclude,
-            slot_overrides=slots,
-            min_hosts=min_hosts,
-            ring_label=ring_label,
-        ),
-        network_interface=network_interface,
-        python=python,
-        checkpoint_url=checkpoint_url,
-        dry_run=dry_run,
-    )
-    if not Path(script).is_file():
+    spec = _spec_from_run(ctx, from_run) if from_run else _spec_from_options(options)
+    if not (spec.working_dir / spec.script).is_file():
         raise UsageError(
-            f"script {script!r} not found", "give the path of a Python training script"
+            f"script {spec.script!r} not found", "give the path of a Python training script"
         )
-    inventory, sched = _inventory(request)
-    if backend is None and sched is not None:
-        request = replace(request, backend=sched.default_backend)
-    if request.backend is Backend.SRUN and "SLURM_JOB_ID" not in os.environ and not dry_run:
+    inventory, sched = _inventory(spec)
+    if spec.backend is None and sched is not None:
+        spec = replace(spec, backend=sched.default_backend)
+    if spec.launcher is Backend.SRUN and "SLURM_JOB_ID" not in os.environ and not dry_run:
         raise UsageError(
             "--backend srun needs a Slurm allocation",
             "run inside sbatch/salloc (see `ringtrain slurm render`), or use --backend mpirun",
         )
-    senv = SessionEnv(
-        run_id=_new_run_id(),
-        environ=dict(os.environ),
-        is_root=os.geteuid() == 0,
-        python=sys.executable,
-    )
-    supervision = SupervisionPolicy(
-        start_timeout=start_timeout,
-        stall_timeout=stall_timeout,
-        heartbeat_timeout=heartbeat_timeout,
-    )
-    restart = RestartPolicy(max_restarts=max_restarts, min_np=min_np)
-    quiet_paramiko()
-    remote = remote_for(sched) or SshRemote(
-        request.ssh_config, known_hosts, accept_new_host_keys=accept_new_host_keys
-    )
-    options = PreflightOptions(
-        enabled=not no_probe,
-        gpus=gpu_mode or "auto",
-        policy=PreflightPolicy(
-            on_bad_host="exclude" if on_bad_host == "exclude" else "fail",
-            min_hosts=min_hosts,
-            np=np,
-            require_same_versions=not allow_mixed_versions,
-            network_interface=network_interface,
-        ),
-        python=python,
-    )
-    session = Session(request, inventory, remote, senv, supervision, restart, Hooks())
-    if request.dry_run:
-        _dry_run(session, options)
+    remote = remote_for(sched) or cli_context().remote_factory(SshOptions(spec.ssh))
+    if dry_run:
+        _dry_run(Session(spec, inventory, remote, _DryRunReporter()))
     else:
-        _run(session, options)
+        view = LiveView()
+        _run(Session(spec, inventory, remote, view), view)
 
 
-def _dry_run(session: Session, options: PreflightOptions) -> None:
-    """Print the plan attempt 1 would run: same pre-flight (unless --no-probe), same placement
-    and network settings; the probe table goes to stderr, the plan to stdout."""
+def _spec_from_options(options: dict[str, Any]) -> LaunchSpec:
+    if options["script"] is None:
+        raise UsageError(
+            "no training script given",
+            "ringtrain launch [OPTIONS] SCRIPT [ARGS], or --from RUN_DIR",
+        )
+    return build_spec(LaunchOptions(**options), Path.cwd())
 
-    def note(text: str) -> None:
+
+def _spec_from_run(ctx: click.Context, run_dir: Path) -> LaunchSpec:
+    given = [
+        p.opts[0]
+        for p in ctx.command.params
+        if p.name not in ("from_run", "dry_run", "script_args")
+        and ctx.get_parameter_source(p.name or "") is click.core.ParameterSource.COMMANDLINE
+    ]
+    if given or ctx.params.get("script_args"):
+        raise UsageError(
+            f"--from reruns the launch recorded in {run_dir}; it takes no "
+            f"{' '.join(given) or 'script arguments'}",
+            "drop those options, or launch without --from and write every option out",
+        )
+    candidates = [run_dir / "attempt-1" / "plan.json", run_dir / "plan.json"]
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
+        raise UsageError(
+            f"--from {run_dir}: no plan.json there (looked for attempt-1/plan.json)",
+            "pass a run directory, e.g. runs/20261124-010203-ab12 (see `ringtrain runs`)",
+        )
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot read {path}: {err}", "pass another run directory") from err
+    spec = read_recorded_spec(data)
+    click.echo(f"ringtrain: launching again what {run_dir} ran ({spec.script})", err=True)
+    return spec
+
+
+class _DryRunReporter(NullReporter):
+    """The dry run's pre-flight table and notes go to stderr; the plan alone to stdout."""
+
+    def note(self, text: str) -> None:
         click.echo(f"ringtrain: {text}", err=True)
 
-    show = functools.partial(print_verdict, stderr=True)
-    session.hooks.preflight = make_preflight(options, session.remote, show, note)
+    def verdict(self, *args: Any) -> None:
+        print_verdict(*args, stderr=True)
+
+
+def _dry_run(session: Session) -> None:
+    """Print the plan attempt 1 would run: same pre-flight (unless --no-probe), same placement
+    and network settings; the probe table goes to stderr, the plan to stdout."""
     plan = session.dry_plan()
     run.prepare(plan)  # the hostfile the argv names exists, so the argv runs as printed
     click.echo(plan.describe())
-    note(
+    session.reporter.note(
         "a real launch adds RINGTRAIN_CONTROL_ADDR and RINGTRAIN_CONTROL_TOKEN for "
         "supervision; the command above also runs as is, unsupervised"
     )
 
 
-def _inventory(request: LaunchRequest) -> tuple[Inventory, SchedulerJob | None]:
-    inventory = resolve_hosts(request.hosts_file, request.host_spec, request.hosts_format)
+def _inventory(spec: LaunchSpec) -> tuple[Inventory, SchedulerJob | None]:
+    inventory = resolve_hosts(spec.hosts_file, spec.host_spec, spec.hosts_format)
     if inventory is not None:
         return inventory, None
     sched = inventory_from_scheduler(os.environ)
@@ -322,16 +288,7 @@ def _inventory(request: LaunchRequest) -> tuple[Inventory, SchedulerJob | None]:
     return local, None
 
 
-def _new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def _run(session: Session, options: PreflightOptions) -> None:
-    view = LiveView()
-    session.hooks.sink = view.line
-    session.hooks.on_tick = view.tick
-    session.hooks.notify = view.note
-    session.hooks.preflight = make_preflight(options, session.remote, print_verdict, view.note)
+def _run(session: Session, view: LiveView) -> None:
     session.run_dir.mkdir(parents=True, exist_ok=True)
     view.events = session.run_dir / "events.log"
     view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
@@ -360,7 +317,9 @@ def _run(session: Session, options: PreflightOptions) -> None:
         view.note(f"job succeeded in {result.duration_s:.1f} s; logs in {session.run_dir}")
         return
     message = _failure_message(result) + "\n" + _what_ringtrain_did(session, result)
-    raise JobFailed(message, _failure_hint(result), exit_code=result.exit_code)
+    hint = result.failure.hint(result.attempt_dir) if result.failure else (
+        f"see the logs in {result.attempt_dir}")
+    raise JobFailed(message, hint, exit_code=result.exit_code)
 
 
 def _report_teardown(view: LiveView, result: JobResult) -> None:
@@ -378,19 +337,9 @@ def _report_teardown(view: LiveView, result: JobResult) -> None:
 def _failure_message(result: JobResult) -> str:
     if result.state is JobState.INTERRUPTED:
         return f"job interrupted after {result.duration_s:.1f} s and stopped on every host"
-    who = "the job"
-    if result.failed_rank is not None:
-        who = f"rank {result.failed_rank}" + (
-            f" on {result.failed_host}" if result.failed_host else ""
-        )
-    how = f"signal {result.signal_name}" if result.signal_name else f"exit code {result.exit_code}"
-    lines = [f"{who} failed ({how}) after {result.duration_s:.1f} s"]
-    if result.fault:
-        lines = [f"{result.fault} (attempt {result.attempt})"]
-    if result.log_tail:
-        lines.append(f"last lines of rank {result.failed_rank}'s log:")
-        lines += [f"    {t}" for t in result.log_tail[-10:]]
-    return "\n".join(lines)
+    if result.failure is None:  # pragma: no cover - a failed result always carries one
+        return f"the job failed (exit code {result.exit_code}) after {result.duration_s:.1f} s"
+    return result.failure.describe(result.attempt)
 
 
 def _what_ringtrain_did(session: Session, result: JobResult) -> str:
@@ -400,11 +349,12 @@ def _what_ringtrain_did(session: Session, result: JobResult) -> str:
     did = f"ringtrain: tore the job down; {len(clean)} host(s) verified clean"
     if unverified:
         did += f", not verified: {', '.join(unverified)}"
-    did += f". Attempt {result.attempt} of {session.restart.max_restarts + 1}"
+    did += f". Attempt {result.attempt} of {session.spec.restart.max_restarts + 1}"
     if result.state is JobState.INTERRUPTED:
         did += " (stopped by the user: no restart)"
     else:
-        did += " (no restart asked)" if not session.restart.max_restarts else " (restarts used up)"
+        asked = session.spec.restart.max_restarts
+        did += " (restarts used up)" if asked else " (no restart asked)"
     ckpt = session.last_checkpoint
     if ckpt:
         did += (
@@ -414,12 +364,3 @@ def _what_ringtrain_did(session: Session, result: JobResult) -> str:
     else:
         did += ". No committed checkpoint."
     return did
-
-
-def _failure_hint(result: JobResult) -> str:
-    logs = result.run_dir / f"attempt-{result.attempt}"
-    if result.fault_kind == "host-lost":
-        return f"check {', '.join(result.fault_hosts)} (ringtrain check), or pass --max-restarts"
-    if result.failed_rank is not None:
-        return f"see {logs}/rank.{result.failed_rank}.log for the full log"
-    return f"see the logs in {logs}"

@@ -17,8 +17,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from ringtrain.hostfile import Allocation
+from ringtrain.cli.check_cmd import print_verdict
+from ringtrain.hostfile import Allocation, Inventory
 from ringtrain.launch.control import Snapshot
+from ringtrain.launch.preflight import PreflightPolicy, PreflightVerdict
+from ringtrain.launch.probe_parse import ProbeReport
 from ringtrain.launch.run import OutputLine
 from ringtrain.launch.supervise import arrivals, rank_hosts
 
@@ -82,6 +85,17 @@ class LiveView:
         text = line.text if line.rank is None else f"[{line.rank}] {line.text}"
         with self._lock:
             (self.console if line.stream == "stderr" else self.out).print(text, markup=False)
+
+    def verdict(
+        self,
+        inventory: Inventory,
+        report: ProbeReport,
+        verdict: PreflightVerdict,
+        policy: PreflightPolicy,
+    ) -> None:
+        """The pre-flight table, on stderr like every ringtrain line (launch and dry run)."""
+        with self._lock:
+            print_verdict(inventory, report, verdict, policy, stderr=True)
 
     def tick(self, snap: Snapshot, alloc: Allocation) -> None:
         arrivals = describe_arrivals(snap, alloc)

@@ -8,9 +8,9 @@ from typing import Any
 import click
 
 from ringtrain.cli.slurm_cmd import batch_options, make_batch_job, write_script
-from ringtrain.launch.schedulers import Scheduler
-from ringtrain.launch.schedulers_io import submit
-from ringtrain.launch.schedulers_render import render_qsub
+from ringtrain.schedulers.batch import render_qsub
+from ringtrain.schedulers.calls import submit
+from ringtrain.schedulers.jobenv import Scheduler
 
 _EPILOG = """\b
 Examples:

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ringtrain import sim
-from ringtrain.checkpoint.s3server import start_s3_server, stop_s3_server
 from ringtrain.sim.config import DEFAULT_MODEL, DEFAULT_NAME
 from ringtrain.sim.gpus import parse_count
+from ringtrain.sim.s3server import start_s3_server, stop_s3_server
 from ringtrain.sim.slurm import SlurmSimConfig, slurm_down, slurm_up
 from ringtrain.sim.slurm import load as load_slurm
 

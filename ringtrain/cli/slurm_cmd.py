@@ -10,9 +10,9 @@ from typing import Any
 import click
 
 from ringtrain.cli.options import stacked
-from ringtrain.launch.schedulers import Scheduler
-from ringtrain.launch.schedulers_io import submit
-from ringtrain.launch.schedulers_render import BatchJob, render_sbatch
+from ringtrain.schedulers.batch import BatchJob, render_sbatch
+from ringtrain.schedulers.calls import submit
+from ringtrain.schedulers.jobenv import Scheduler
 from ringtrain.sim import slurm as slurm_sim
 
 _EPILOG = """\b

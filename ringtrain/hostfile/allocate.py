@@ -20,7 +20,6 @@ the last rank back to rank 0 included).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ringtrain.errors import AllocationError
@@ -95,19 +94,15 @@ def allocate(
     np: int | None = None,
     *,
     policy: AllocationPolicy | None = None,
-    usable_slots: Mapping[str, int] | None = None,
 ) -> Allocation:
-    """Place ``np`` ranks (default: every usable slot) on the inventory's hosts in ring order.
-
-    ``usable_slots`` (host -> GPUs the probe found usable) caps each host's slots; 0 drops it;
-    hosts missing from the mapping keep their inventory slots.
-    """
+    """Place ``np`` ranks (default: every slot) on the inventory's hosts in ring order. The
+    pre-flight's verdict has already capped each host to the slots its probe found usable."""
     policy = policy or AllocationPolicy()
     if policy.min_hosts < 1:
         raise AllocationError(
             f"--min-hosts must be at least 1, got {policy.min_hosts}", "pass --min-hosts 1 or more"
         )
-    hosts, dropped, notes = _candidates(inventory, policy, usable_slots or {})
+    hosts, dropped = _candidates(inventory, policy)
     total = sum(h.slots for h in hosts)
     want = total if np is None else np
     if want <= 0:
@@ -115,7 +110,7 @@ def allocate(
     if want > total:
         raise AllocationError(
             f"asked for {want} ranks, {total} slots left in {inventory.source}"
-            + _why([f"{h} {why}" for h, why in dropped] + notes),
+            + _why([f"{h} {why}" for h, why in dropped]),
             f"pass -np {total} or fewer, or add hosts" if total
             else "include or fix hosts so some slots remain",
         )
@@ -142,7 +137,7 @@ def allocate(
 def select(inventory: Inventory, policy: AllocationPolicy) -> Inventory:
     """The inventory after --include/--exclude and --slots overrides: the hosts a launch may
     probe and use. Follow with ``allocate(selected, np, policy=placement_only(policy))``."""
-    hosts, dropped, _ = _candidates(inventory, policy, {})
+    hosts, dropped = _candidates(inventory, policy)
     if not hosts:
         raise AllocationError(
             f"no host of {inventory.source} is left" + _why([f"{h} {why}" for h, why in dropped]),
@@ -183,34 +178,23 @@ def _patterns(texts: tuple[str, ...], flag: str, inventory: Inventory) -> list[H
 
 
 def _candidates(
-    inventory: Inventory, policy: AllocationPolicy, usable: Mapping[str, int]
-) -> tuple[list[Host], list[tuple[str, str]], list[str]]:
-    """Hosts left after include/exclude, slot overrides and probe caps; those dropped; notes."""
+    inventory: Inventory, policy: AllocationPolicy
+) -> tuple[list[Host], list[tuple[str, str]]]:
+    """Hosts left after include/exclude and slot overrides, and those dropped with why."""
     include = _patterns(policy.include, "--include", inventory)
     exclude = _patterns(policy.exclude, "--exclude", inventory)
     override_patterns = _patterns(tuple(t for t, _ in policy.slot_overrides), "--slots", inventory)
     overrides = [(p, n) for p, (_, n) in zip(override_patterns, policy.slot_overrides, strict=True)]
     kept: list[Host] = []
     dropped: list[tuple[str, str]] = []
-    notes: list[str] = []
     for host in inventory.hosts:
         if include and not any(p.matches(host.name) for p in include):
             dropped.append((host.name, f"not matched by --include ({host.slots} slots)"))
         elif any(p.matches(host.name) for p in exclude):
             dropped.append((host.name, f"excluded by --exclude ({host.slots} slots)"))
         else:
-            wanted = _override(host, overrides)
-            cap = usable.get(host.name)
-            if cap is not None and cap <= 0:
-                why = f"has no usable GPUs per the probe ({wanted.slots} expected)"
-                dropped.append((host.name, why))
-            elif cap is not None and cap < wanted.slots:
-                log.info("%s: capped to %d slots by the probe", host.name, cap)
-                notes.append(f"{host.name} capped to {cap} of {wanted.slots} slots by the probe")
-                kept.append(wanted.with_slots(cap))
-            else:
-                kept.append(wanted)
-    return kept, dropped, notes
+            kept.append(_override(host, overrides))
+    return kept, dropped
 
 
 def _override(host: Host, overrides: list[tuple[HostPattern, int]]) -> Host:

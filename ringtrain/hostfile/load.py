@@ -1,7 +1,7 @@
 """Entry points: a host source (file, discovery script or -H spec) -> Inventory.
 
 The only I/O in ``ringtrain.hostfile``: reading the source file, and running a discovery script
-through ``ringtrain.launch.discover`` (the one module allowed to execute it).
+through ``ringtrain.hostfile.discover`` (the one module allowed to execute it).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ringtrain.errors import InventoryError, UsageError
+from ringtrain.hostfile.discover import run_discovery_script
 from ringtrain.hostfile.model import Inventory
 from ringtrain.hostfile.nodeset import is_host_list
 from ringtrain.hostfile.parse import (
@@ -23,7 +24,6 @@ from ringtrain.hostfile.parse import (
     parse_pbs_nodefile,
 )
 from ringtrain.hostfile.structured import parse_toml_inventory, parse_yaml_inventory
-from ringtrain.launch.discover import run_discovery_script
 
 log = logging.getLogger(__name__)
 

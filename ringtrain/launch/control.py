@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ringtrain.launch.events import HEARTBEAT_S, RankEvent, decode, encode, to_event
+from ringtrain.rank.events import HEARTBEAT_S, RankEvent, decode, encode, to_event
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""make_plan: LaunchRequest + Allocation -> LaunchPlan, the exact thing that will run. Pure.
+"""make_plan: LaunchSpec + Allocation -> LaunchPlan, the exact thing that will run. Pure.
 
 ``ringtrain launch --dry-run`` prints ``LaunchPlan.describe()``; ``ringtrain launch`` hands the
 very same object to ``run.start``. Everything that differs between machines (environment, uid,
@@ -17,9 +17,10 @@ from typing import Any
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_openmpi_hostfile
-from ringtrain.launch.backends import Command, LaunchContext, backend_for, forwarded_names
-from ringtrain.launch.sshconf import needs_ssh_config, render_ssh_config
-from ringtrain.request import Backend, LaunchRequest
+from ringtrain.launch.launchers import Command, LaunchContext, backend_for, forwarded_names
+from ringtrain.rank import envvars
+from ringtrain.remote.sshconf import needs_ssh_config, render_ssh_config
+from ringtrain.spec import Backend, LaunchSpec
 
 _SECRET_RE = re.compile(
     r"(SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|_KEY$|_KEY_ID$|^AUTH)", re.IGNORECASE
@@ -46,6 +47,7 @@ class LaunchPlan:
     working_dir: Path
     allocation: Allocation
     backend: Backend
+    spec: LaunchSpec
     attempt: int = 1
     ssh_config_text: str = ""  # written to attempt_dir/ssh_config when the inventory needs it
 
@@ -103,10 +105,32 @@ class LaunchPlan:
             "env": dict(redact_env(self.command.env)),
             "forwarded": list(self.forwarded),
             "working_dir": str(self.working_dir),
+            "spec": recorded_spec(self.spec),
         }
 
     def to_json_text(self) -> str:
         return json.dumps(self.to_json(), indent=2)
+
+
+def recorded_spec(spec: LaunchSpec) -> dict[str, Any]:
+    """The spec as plan.json records it: ``--env NAME=VALUE`` with a secret name keeps only its
+    name, so ``launch --from`` forwards that variable from the launcher's environment."""
+    data = spec.to_json()
+    data["env"] = [
+        {"name": e.name, "value": None if is_secret_name(e.name) else e.value} for e in spec.env
+    ]
+    return data
+
+
+def read_recorded_spec(data: Mapping[str, Any]) -> LaunchSpec:
+    """The LaunchSpec a plan.json recorded (``launch --from``)."""
+    spec = data.get("spec")
+    if not isinstance(spec, dict):
+        raise UsageError(
+            "this plan.json records no launch spec (written by an older ringtrain)",
+            "relaunch with the options written out",
+        )
+    return LaunchSpec.from_json(spec)
 
 
 def _ranges(ranks: tuple[int, ...]) -> str:
@@ -131,13 +155,13 @@ class PlanInputs:
     launcher_timeout: float | None = None
 
 
-def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> LaunchPlan:
-    run_dir = (request.runs_dir / inputs.run_id).absolute()
-    script = _script_path(request)
-    delta = _env_delta(request, inputs, run_dir)
-    extra = [e.name for e in request.env]
+def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> LaunchPlan:
+    run_dir = (spec.runs_dir / inputs.run_id).absolute()
+    script = _script_path(spec)
+    delta = _env_delta(spec, inputs, run_dir)
+    extra = [e.name for e in spec.env]
     forward = forwarded_names(inputs.environ, delta, extra)
-    missing = [e.name for e in request.env if e.value is None and e.name not in inputs.environ]
+    missing = [e.name for e in spec.env if e.value is None and e.name not in inputs.environ]
     if missing:
         raise UsageError(
             f"--env {missing[0]}: the variable is not set in this shell, so there is nothing "
@@ -145,23 +169,23 @@ def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> 
             f"set it first (export {missing[0]}=...) or pass --env {missing[0]}=VALUE",
         )
     ctx = LaunchContext(
-        python=request.python or inputs.python,
+        python=spec.python or inputs.python,
         script=script,
-        script_args=request.script_args,
+        script_args=spec.script_args,
         hostfile=run_dir / f"attempt-{inputs.attempt}" / "hostfile",
         env_delta=tuple(sorted(delta.items())),
         forward=forward,
         is_root=inputs.is_root,
-        ssh_config=_ssh_config_path(request, alloc, run_dir / f"attempt-{inputs.attempt}"),
-        tcp_include=request.network_interface or inputs.tcp_include,
-        network_interface=request.network_interface,
-        gloo=request.gloo,
+        ssh_config=_ssh_config_path(spec, alloc, run_dir / f"attempt-{inputs.attempt}"),
+        tcp_include=spec.network_interface or inputs.tcp_include,
+        network_interface=spec.network_interface,
+        gloo=spec.gloo,
         user_btl="OMPI_MCA_btl" in inputs.environ,
     )
-    command = backend_for(request.backend).build(alloc, ctx)
+    command = backend_for(spec.launcher).build(alloc, ctx)
     ssh_text = ""
-    if _own_ssh_config(request, alloc):
-        ssh_text = render_ssh_config(alloc.hosts, request.ssh_config, request.known_hosts)
+    if _own_ssh_config(spec, alloc):
+        ssh_text = render_ssh_config(alloc.hosts, spec.ssh.config, spec.ssh.known_hosts)
     return LaunchPlan(
         ssh_config_text=ssh_text,
         run_id=inputs.run_id,
@@ -170,52 +194,53 @@ def make_plan(request: LaunchRequest, alloc: Allocation, inputs: PlanInputs) -> 
         hostfile_text=render_openmpi_hostfile(alloc.hosts),
         command=command,
         forwarded=forward,
-        working_dir=request.working_dir.absolute(),
+        working_dir=spec.working_dir.absolute(),
         allocation=alloc,
-        backend=request.backend,
+        backend=spec.launcher,
+        spec=spec,
         attempt=inputs.attempt,
     )
 
 
-def _own_ssh_config(request: LaunchRequest, alloc: Allocation) -> bool:
+def _own_ssh_config(spec: LaunchSpec, alloc: Allocation) -> bool:
     if alloc.is_local_only:
         return False
-    return needs_ssh_config(alloc.hosts) or request.known_hosts is not None
+    return needs_ssh_config(alloc.hosts) or spec.ssh.known_hosts is not None
 
 
-def _ssh_config_path(request: LaunchRequest, alloc: Allocation, attempt_dir: Path) -> Path | None:
+def _ssh_config_path(spec: LaunchSpec, alloc: Allocation, attempt_dir: Path) -> Path | None:
     """The ssh_config mpirun's ssh uses: ours when the inventory carries SSH coordinates or
     --known-hosts names the file host keys are checked against."""
-    if _own_ssh_config(request, alloc):
+    if _own_ssh_config(spec, alloc):
         return attempt_dir / "ssh_config"
-    return request.ssh_config.absolute() if request.ssh_config else None
+    return spec.ssh.config.absolute() if spec.ssh.config else None
 
 
-def _script_path(request: LaunchRequest) -> str:
-    path = Path(request.script)
+def _script_path(spec: LaunchSpec) -> str:
+    path = Path(spec.script)
     if not path.is_absolute():
-        path = (request.working_dir / path).absolute()
+        path = (spec.working_dir / path).absolute()
     return str(path)
 
 
-def _env_delta(request: LaunchRequest, inputs: PlanInputs, run_dir: Path) -> dict[str, str]:
+def _env_delta(spec: LaunchSpec, inputs: PlanInputs, run_dir: Path) -> dict[str, str]:
     delta = {
-        "RINGTRAIN_RUN_DIR": str(run_dir),
-        "RINGTRAIN_RUN_ID": inputs.run_id,
-        "RINGTRAIN_ATTEMPT": str(inputs.attempt),
+        envvars.RUN_DIR: str(run_dir),
+        envvars.RUN_ID: inputs.run_id,
+        envvars.ATTEMPT: str(inputs.attempt),
     }
     if inputs.control_addr and inputs.control_token:
-        delta["RINGTRAIN_CONTROL_ADDR"] = inputs.control_addr
-        delta["RINGTRAIN_CONTROL_TOKEN"] = inputs.control_token
+        delta[envvars.CONTROL_ADDR] = inputs.control_addr
+        delta[envvars.CONTROL_TOKEN] = inputs.control_token
         if inputs.launcher_timeout is not None:
-            delta["RINGTRAIN_LAUNCHER_TIMEOUT"] = f"{inputs.launcher_timeout:g}"
+            delta[envvars.LAUNCHER_TIMEOUT] = f"{inputs.launcher_timeout:g}"
     if "TF_CPP_MIN_LOG_LEVEL" not in inputs.environ:
         delta["TF_CPP_MIN_LOG_LEVEL"] = "1"
     for name, value in inputs.extra_env:
         delta.setdefault(name, value)
-    if request.checkpoint_url is not None:
-        delta["RINGTRAIN_CHECKPOINT_URL"] = request.checkpoint_url
-    for spec in request.env:
-        if spec.value is not None:
-            delta[spec.name] = spec.value
+    if spec.checkpoint is not None:
+        delta[envvars.CHECKPOINT_URL] = spec.checkpoint.url
+    for env in spec.env:
+        if env.value is not None:
+            delta[env.name] = env.value
     return delta

@@ -37,7 +37,7 @@ from ringtrain.launch.probe_parse import (
     Versions,
     parse_probe_output,
 )
-from ringtrain.launch.remote import CmdResult, Remote
+from ringtrain.remote import CmdResult, Remote
 
 __all__ = [
     "NVIDIA_SMI_QUERY",

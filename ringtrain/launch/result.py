@@ -1,4 +1,4 @@
-"""The outcome of a job: JobResult (one per attempt) and RunResult (all attempts). Pure values."""
+"""The outcome of a job: JobResult (one per attempt) and its Failure. Pure values."""
 
 from __future__ import annotations
 
@@ -36,19 +36,94 @@ class HostTeardown:
         }
 
 
+class FailureKind(enum.Enum):
+    """Why an attempt failed. The first three come from the job itself; the rest are faults
+    ringtrain detected (and then tore the job down)."""
+
+    RANK_EXIT = "rank-exit"  # a rank exited non-zero
+    RANK_SIGNAL = "rank-signal"  # a rank was killed by a signal that was not ringtrain's
+    LAUNCHER = "launcher"  # mpirun/horovodrun/srun failed and named no rank
+    START_TIMEOUT = "start-timeout"
+    HOST_LOST = "host-lost"
+    STALL = "stall"
+
+    @property
+    def detected(self) -> bool:
+        """A fault ringtrain saw and acted on (its own teardown's signals follow)."""
+        return self in (FailureKind.START_TIMEOUT, FailureKind.HOST_LOST, FailureKind.STALL)
+
+
+@dataclass(frozen=True, slots=True)
+class RankFailure:
+    """One failed rank: where it ran, how it ended (when known) and its last log lines."""
+
+    rank: int
+    host: str | None = None
+    exit_code: int | None = None
+    signal_name: str | None = None
+    log_tail: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "exit_code": self.exit_code,
+            "signal": self.signal_name,
+            "log_tail": list(self.log_tail),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why an attempt failed, built once (``run`` for the job's own failures, ``Session`` for
+    faults it detected): the kind, the hosts involved, every failed rank with the root cause
+    (the first observed) first."""
+
+    kind: FailureKind
+    message: str  # one line, phrased for the user
+    hosts: tuple[str, ...] = ()
+    ranks: tuple[RankFailure, ...] = ()
+
+    @property
+    def root(self) -> RankFailure | None:
+        return self.ranks[0] if self.ranks else None
+
+    def describe(self, attempt: int) -> str:
+        """The root-cause report: what failed, then the root rank's last log lines."""
+        lines = [f"{self.message} (attempt {attempt})"]
+        others = [r.rank for r in self.ranks[1:]]
+        if others:
+            lines.append(f"also failed: ranks {', '.join(map(str, others[:16]))}")
+        root = self.root
+        if root is not None and root.log_tail:
+            lines.append(f"last lines of rank {root.rank}'s log:")
+            lines += [f"    {t}" for t in root.log_tail[-10:]]
+        return "\n".join(lines)
+
+    def hint(self, attempt_dir: Path) -> str:
+        if self.kind is FailureKind.HOST_LOST:
+            return f"check {', '.join(self.hosts)} (ringtrain check), or pass --max-restarts"
+        if self.root is not None:
+            return f"see {attempt_dir}/rank.{self.root.rank}.log for the full log"
+        return f"see the logs in {attempt_dir}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "message": self.message,
+            "hosts": list(self.hosts),
+            "ranks": [r.to_json() for r in self.ranks],
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class JobResult:
     state: JobState
     exit_code: int
     run_dir: Path
     duration_s: float
-    failed_rank: int | None = None
-    failed_host: str | None = None
-    signal_name: str | None = None
-    log_tail: tuple[str, ...] = ()
-    fault: str | None = None
-    fault_kind: str | None = None
-    fault_hosts: tuple[str, ...] = ()
+    failure: Failure | None = None
+    signal_name: str | None = None  # the launcher's own end by signal (an interrupt's)
     detected_at: float | None = None  # wall clock (time.time()): fault seen, or the job's end
     torn_down_at: float | None = None  # wall clock when every host was verified clean
     teardown: tuple[HostTeardown, ...] = ()
@@ -59,24 +134,31 @@ class JobResult:
     def clean_teardown(self) -> bool:
         return all(t.clean for t in self.teardown)
 
+    @property
+    def attempt_dir(self) -> Path:
+        return self.run_dir / f"attempt-{self.attempt}"
+
     def to_json(self) -> dict[str, Any]:
+        f, root = self.failure, self.failure.root if self.failure else None
         return {
             "attempt": self.attempt,
             "state": self.state.value,
             "exit_code": self.exit_code,
             "run_dir": str(self.run_dir),
             "duration_s": round(self.duration_s, 3),
-            "failed_rank": self.failed_rank,
-            "failed_host": self.failed_host,
-            "signal": self.signal_name,
-            "fault": self.fault,
-            "fault_kind": self.fault_kind,
-            "fault_hosts": list(self.fault_hosts),
+            "failure": f.to_json() if f else None,
+            # flat views of the failure, kept for scripts that read result.json
+            "failed_rank": root.rank if root else None,
+            "failed_host": (root.host if root else None) or (f.hosts[0] if f and f.hosts else None),
+            "signal": (root.signal_name if root else None) or self.signal_name,
+            "fault": f.message if f and f.kind.detected else None,
+            "fault_kind": f.kind.value if f else None,
+            "fault_hosts": list(f.hosts) if f else [],
+            "log_tail": list(root.log_tail) if root else [],
             "detected_at": _round(self.detected_at),
             "torn_down_at": _round(self.torn_down_at),
             "teardown_s": _round(self.teardown_s),
             "teardown": [t.to_json() for t in self.teardown],
-            "log_tail": list(self.log_tail),
         }
 
 

@@ -24,7 +24,7 @@ from typing import IO
 
 from ringtrain.errors import LaunchError
 from ringtrain.launch.plan import LaunchPlan
-from ringtrain.launch.result import JobResult, JobState
+from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
 
 log = logging.getLogger(__name__)
 
@@ -179,8 +179,6 @@ class Job:
         self._logs.close()
 
     def _result(self, rc: int, duration: float) -> JobResult:
-        exit_code = 128 - rc if rc < 0 else rc
-        signame = _signal_name(-rc) if rc < 0 else None
         if self.interrupted:
             # The conventional status of a program stopped by a signal: 130 for Ctrl-C.
             return JobResult(
@@ -190,35 +188,68 @@ class Job:
                 duration,
                 signal_name=_signal_name(self.stop_signal),
             )
-        state = JobState.SUCCEEDED if rc == 0 else JobState.FAILED
-        if state is JobState.SUCCEEDED:
-            return JobResult(state, 0, self.plan.run_dir, duration)
-        rank, host, code = find_failed_rank(self._logs.launcher_lines, self._logs.tails)
-        if rank is not None:  # the inventory's name for the host, which the user knows
-            host = next((r.host for r in self.plan.allocation.ranks if r.rank == rank), host)
-        tail = tuple(self._logs.tails.get(rank, [])) if rank is not None else ()
-        if code is not None and code > 128 and signame is None:
-            signame = _signal_name(code - 128)
-        return JobResult(state, exit_code, self.plan.run_dir, duration, rank, host, signame, tail)
+        if rc == 0:
+            return JobResult(JobState.SUCCEEDED, 0, self.plan.run_dir, duration)
+        exit_code = 128 - rc if rc < 0 else rc
+        failure = failure_from_output(
+            self._logs.launcher_lines,
+            self._logs.tails,
+            {r.rank: r.host for r in self.plan.allocation.ranks},
+            exit_code,
+        )
+        return JobResult(JobState.FAILED, exit_code, self.plan.run_dir, duration, failure)
 
 
-def find_failed_rank(
+def failure_from_output(
+    launcher_lines: list[str],
+    tails: Mapping[int | None, list[str]],
+    hosts: Mapping[int, str],
+    exit_code: int,
+) -> Failure:
+    """The job's own failure, read from what the launcher and the ranks printed. Pure.
+
+    Open MPI names the first failing rank (its exit code or signal); every other rank that
+    printed a traceback failed too. ``hosts``: rank -> inventory host name (the user's name,
+    not the one Open MPI prints)."""
+    ranks: list[RankFailure] = []
+    for rank, code in find_failed_ranks(launcher_lines, tails):
+        signame = _signal_name(code - 128) if code is not None and code > 128 else None
+        ranks.append(RankFailure(rank, hosts.get(rank), code, signame, tuple(tails.get(rank, ()))))
+    if not ranks:
+        how = f"exit code {exit_code}"
+        return Failure(FailureKind.LAUNCHER, f"the job failed ({how}); no rank was named")
+    root = ranks[0]
+    kind = FailureKind.RANK_SIGNAL if root.signal_name else FailureKind.RANK_EXIT
+    code = root.exit_code or exit_code
+    how = f"signal {root.signal_name}" if root.signal_name else f"exit code {code}"
+    where = f" on {root.host}" if root.host else ""
+    return Failure(
+        kind, f"rank {root.rank}{where} failed ({how})", (root.host,) if root.host else (),
+        tuple(ranks),
+    )
+
+
+def find_failed_ranks(
     launcher_lines: list[str], tails: Mapping[int | None, list[str]]
-) -> tuple[int | None, str | None, int | None]:
-    """First failing rank from Open MPI's own messages, else the first rank with a traceback."""
+) -> list[tuple[int, int | None]]:
+    """(rank, exit code or 128+signal when known): the rank Open MPI names first, then every
+    other rank whose output holds a traceback, in rank order."""
     text = "\n".join(launcher_lines)
+    found: list[tuple[int, int | None]] = []
     for regex in (_SIGNAL_RE, _ABORT_RE, _MPI_FAIL_RE):
         m = regex.search(text)
         if m is not None:
-            host = m.groupdict().get("host")
             if m.groupdict().get("signum"):
-                return int(m.group("rank")), host, 128 + int(m.group("signum"))
-            code_m = _MPI_EXIT_RE.search(text, m.end())
-            return int(m.group("rank")), host, int(code_m.group("code")) if code_m else None
+                found.append((int(m.group("rank")), 128 + int(m.group("signum"))))
+            else:
+                code_m = _MPI_EXIT_RE.search(text, m.end())
+                found.append((int(m.group("rank")), int(code_m.group("code")) if code_m else None))
+            break
+    named = {r for r, _ in found}
     for rank in sorted(r for r in tails if r is not None):
-        if any(line.startswith("Traceback") for line in tails[rank]):
-            return rank, None, None
-    return None, None, None
+        if rank not in named and any(line.startswith("Traceback") for line in tails[rank]):
+            found.append((rank, None))
+    return found
 
 
 def prepare(plan: LaunchPlan) -> None:

@@ -1,11 +1,21 @@
-"""A launch session: attempts of one job, each supervised and torn down, restarted on request.
+"""A launch session: the attempts of one job, read top to bottom as the documented line.
 
-For every attempt: resolve the usable hosts (the preflight hook re-probes them; hosts that failed
-an earlier attempt sit out a cooldown), allocate, start a control server, plan, run, supervise,
-tear down on every host and verify, then ``decide()`` (pure) whether to go again. A restarted
-job resumes from its newest committed checkpoint: the training script finds it through
-``RINGTRAIN_CHECKPOINT_URL`` or ``$RINGTRAIN_RUN_DIR/checkpoints``, which stay the same across
-attempts.
+``Session(spec, inventory, remote, reporter).run()`` loops over attempts, each:
+
+    pre-flight -> place -> plan -> start -> supervise -> tear down -> decide
+
+* pre-flight: the gate probes the candidate hosts (hosts that failed an earlier attempt sit out
+  a cooldown) through the ``Remote`` seam and trims or refuses them;
+* place: ``allocate`` (pure), -np on the first attempt, down to the restart's floor after;
+* plan: ``make_plan`` (pure) with this attempt's control server address and token;
+* start: ``run.start``, the one process starter;
+* supervise: ``wait_or_fault`` polls the control server's snapshot (pure ``check``);
+* tear down: the reaper on every host through the ``Remote`` seam, and on this machine;
+* decide: ``decide()`` (pure) whether to go again and without which hosts.
+
+A restarted job resumes from its newest committed checkpoint: the training script finds it
+through ``RINGTRAIN_CHECKPOINT_URL`` or ``$RINGTRAIN_RUN_DIR/checkpoints``, which stay the same
+across attempts. The Session never prints: everything goes to the ``Reporter``.
 """
 
 from __future__ import annotations
@@ -13,9 +23,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import signal
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,29 +35,25 @@ from typing import Any
 from ringtrain.errors import AllocationError, RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
 from ringtrain.launch import run
-from ringtrain.launch.control import ControlServer, Snapshot
+from ringtrain.launch.control import ControlServer
+from ringtrain.launch.gate import Preflight, run_gate
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
-from ringtrain.launch.remote import Remote
-from ringtrain.launch.result import HostTeardown, JobResult, JobState
-from ringtrain.launch.supervise import (
-    Fault,
-    FaultKind,
-    SupervisionPolicy,
-    local_teardown,
-    reap_hosts,
-    wait_or_fault,
+from ringtrain.launch.reporter import NullReporter, Reporter
+from ringtrain.launch.result import (
+    Failure,
+    FailureKind,
+    HostTeardown,
+    JobResult,
+    JobState,
+    RankFailure,
 )
-from ringtrain.request import LaunchRequest
+from ringtrain.launch.run import Job
+from ringtrain.launch.supervise import Fault, local_teardown, reap_hosts, wait_or_fault
+from ringtrain.remote import Remote
+from ringtrain.spec import CheckpointLocation, LaunchSpec, RestartPolicy
 
 log = logging.getLogger(__name__)
 FAULT_GRACE_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class RestartPolicy:
-    max_restarts: int = 0
-    min_np: int | None = None
-    cooldown_s: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,16 +70,18 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
     if result.state is JobState.INTERRUPTED:
         return Decision(False, "stopped by the user")
     exclude: tuple[str, ...] = ()
-    if result.fault_kind in (FaultKind.HOST_LOST.value, FaultKind.START_TIMEOUT.value):
-        exclude = result.fault_hosts
+    failure = result.failure
+    if failure is not None and failure.kind in (FailureKind.HOST_LOST, FailureKind.START_TIMEOUT):
+        exclude = failure.hosts
     elif (
-        result.fault_kind is None
-        and result.signal_name is not None
-        and result.failed_host is not None
+        failure is not None
+        and failure.kind is FailureKind.RANK_SIGNAL
+        and failure.root is not None
+        and failure.root.host is not None
     ):
         # killed by something other than ringtrain (OOM killer, hardware): suspect the host;
         # after a fault ringtrain detected, the signals are its own teardown's
-        exclude = (result.failed_host,)
+        exclude = (failure.root.host,)
     if attempt > policy.max_restarts:
         spent = f"restart budget spent ({policy.max_restarts} of {policy.max_restarts})"
         return Decision(
@@ -84,63 +94,56 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
 
 
 @dataclass(frozen=True, slots=True)
-class Preflight:
-    """What the pre-flight check decided for one attempt: the usable hosts, the network for MPI
-    traffic (``tcp_include``, extra variables such as NCCL_SOCKET_IFNAME) and the address of
-    this machine that every host can reach (the control server binds there)."""
-
-    inventory: Inventory
-    tcp_include: str | None = None
-    env: tuple[tuple[str, str], ...] = ()
-    control_host: str | None = None
-
-
-@dataclass
-class Hooks:
-    """How the session talks to the outside: all optional."""
-
-    sink: run.LineSink = lambda line: None
-    on_tick: Callable[[Snapshot, Allocation], None] | None = None
-    notify: Callable[[str], None] = lambda text: None
-    # (inventory, slots the attempt needs: -np, or --min-np on a restart) -> usable hosts
-    preflight: Callable[[Inventory, int | None], Preflight] = lambda inv, _need: Preflight(inv)
-
-
-@dataclass(frozen=True, slots=True)
 class SessionEnv:
+    """The facts of the machine the launcher runs on, gathered once at the edge."""
+
     run_id: str
-    environ: dict[str, str]
+    environ: Mapping[str, str]
     is_root: bool
     python: str
-    control_bind: str = "127.0.0.1"
-    tcp_include: str | None = None
+
+    @classmethod
+    def here(cls, run_id: str | None = None) -> SessionEnv:
+        return cls(
+            run_id=run_id or new_run_id(),
+            environ=dict(os.environ),
+            is_root=os.geteuid() == 0,
+            python=sys.executable,
+        )
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 class Session:
     def __init__(
         self,
-        request: LaunchRequest,
+        spec: LaunchSpec,
         inventory: Inventory,
         remote: Remote,
-        env: SessionEnv,
-        supervision: SupervisionPolicy,
-        restart: RestartPolicy,
-        hooks: Hooks,
+        reporter: Reporter | None = None,
+        env: SessionEnv | None = None,
     ) -> None:
-        self.request, self.inventory, self.remote, self.env = request, inventory, remote, env
-        self.supervision, self.restart, self.hooks = supervision, restart, hooks
+        self.spec, self.inventory, self.remote = spec, inventory, remote
+        self.reporter: Reporter = reporter or NullReporter()
+        self.env = env or SessionEnv.here()
         self.results: list[JobResult] = []
         self.last_checkpoint: dict[str, Any] | None = None
         self.stop_reason: str | None = None
         self._cooldown: dict[str, float] = {}
-        self._job: run.Job | None = None
+        self._job: Job | None = None
         self._control: ControlServer | None = None
         self._stopped: int | None = None
         self._first_np: int | None = None
 
     @property
     def run_dir(self) -> Path:
-        return (self.request.runs_dir / self.env.run_id).absolute()
+        return (self.spec.runs_dir / self.env.run_id).absolute()
+
+    @property
+    def checkpoint(self) -> CheckpointLocation:
+        return self.spec.checkpoint or CheckpointLocation.in_run_dir(self.run_dir)
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Stop the whole job now (from a signal handler): no restart follows."""
@@ -148,149 +151,134 @@ class Session:
         if self._control is not None:
             self._control.broadcast("stop")
         if self._job is not None:
-            self._job.request_stop(self.supervision.teardown_grace, signum=signum)
+            self._job.request_stop(self.spec.supervision.teardown_grace, signum=signum)
 
     def run(self) -> JobResult:
         attempt = 1
         while True:
             try:
-                result = self._attempt(attempt)
-            except RingtrainError as err:  # AllocationError, PreflightRefused, ...
+                checked = self._preflight(attempt)
+                alloc = self._place(checked.inventory)
+            except RingtrainError as err:  # AllocationError, ProbeError, ...
                 if not self.results:
                     raise  # nothing ran: the CLI reports it as a usage error
-                # a restart that cannot be placed: the failed attempt's report still counts
-                self.stop_reason = f"no restart: {err.message}; {err.hint}"
-                self.hooks.notify(self.stop_reason)
-                self._write_summary()
-                return self.results[-1]
+                return self._no_restart(err)
+            result = self._attempt(attempt, alloc, checked)
             self.results.append(result)
             self._write_summary()
-            decision = decide(result, attempt, self.restart)
+            decision = decide(result, attempt, self.spec.restart)
             if not decision.restart or self._stopped is not None:
                 return result
-            now = time.monotonic()
-            for host in decision.exclude:
-                self._cooldown[host] = now + self.restart.cooldown_s
-            ckpt = self.last_checkpoint
-            resume = (
-                f" from step {ckpt['step']} (epoch {ckpt['epoch']})"
-                if ckpt
-                else " from the start (no committed checkpoint)"
-            )
-            self.hooks.notify(decision.reason + resume)
+            self._rest(decision.exclude)
+            self.reporter.note(decision.reason + self._resume_point())
             attempt += 1
 
-    def _allocation(self) -> tuple[Allocation, Preflight]:
+    def dry_plan(self) -> LaunchPlan:
+        """The plan attempt 1 would run, through the same pre-flight and placement, without the
+        control server's address and token (a dry run starts nothing)."""
+        checked = self._preflight(1)
+        return make_plan(self.spec, self._place(checked.inventory), self._inputs(1, None, checked))
+
+    # ------------------------------------------------------------------ the steps
+
+    def _preflight(self, attempt: int) -> Preflight:
+        """Candidate hosts (selection, cooldowns), checked by the gate for this attempt's need:
+        -np first, then the restart's floor (--min-np, or the first attempt's size)."""
         now = time.monotonic()
         resting = {h for h, until in self._cooldown.items() if until > now}
-        selected = select(self.inventory, self.request.allocation)  # --include/--exclude/--slots
-        placement = placement_only(self.request.allocation)  # --min-hosts, --ring-label
+        selected = select(self.inventory, self.spec.allocation)  # --include/--exclude/--slots
         hosts = tuple(h for h in selected.hosts if h.name not in resting)
         if not hosts:
             raise AllocationError(
                 "every host is excluded after failures", "fix the hosts and relaunch"
             )
-        want = self.request.np
-        # a restart may shrink down to --min-np; without it, to the size of the first attempt
-        floor = (self.restart.min_np or self._first_np) if self.results else want
-        if not self.results:
-            # -np and --min-hosts fit: say so before any SSH
-            allocate(replace(selected, hosts=hosts), want, policy=placement)
-        checked = self.hooks.preflight(replace(selected, hosts=hosts), floor)
-        inventory = checked.inventory
+        candidates = replace(selected, hosts=hosts)
+        # say what cannot fit before any SSH: -np and --min-hosts, or a restart's floor
+        if attempt == 1:
+            allocate(candidates, self.spec.np, policy=placement_only(self.spec.allocation))
+        else:
+            self._check_floor(candidates.total_slots, resting)
+        need = self._floor() if self.results else self.spec.np
+        return run_gate(self.spec, candidates, need, self.remote, self.reporter)
+
+    def _floor(self) -> int | None:
+        """The fewest ranks a restart may run: --min-np, else the first attempt's size."""
+        return self.spec.restart.min_np or self._first_np
+
+    def _check_floor(self, slots: int, resting: set[str]) -> None:
+        floor = self._floor()
+        if floor is not None and slots < floor:
+            left = f" after excluding {', '.join(sorted(resting))}" if resting else ""
+            raise AllocationError(
+                f"only {slots} slots left{left}; the restart needs {floor} "
+                f"({'--min-np' if self.spec.restart.min_np else 'the first attempt'})",
+                "fix or replace the excluded hosts, or allow a smaller job with --min-np",
+            )
+
+    def _place(self, inventory: Inventory) -> Allocation:
+        want, floor = self.spec.np, self._floor()
         if self.results and floor is not None and inventory.total_slots < (want or floor):
-            if inventory.total_slots < floor:
-                left = f" after excluding {', '.join(sorted(resting))}" if resting else ""
-                raise AllocationError(
-                    f"only {inventory.total_slots} slots left{left}; the restart needs {floor} "
-                    f"({'--min-np' if self.restart.min_np else 'the first attempt'})",
-                    "fix or replace the excluded hosts, or allow a smaller job with --min-np",
-                )
+            self._check_floor(inventory.total_slots, set(self._cooldown))
             want = inventory.total_slots
-        alloc = allocate(inventory, want, policy=placement)
+        alloc = allocate(inventory, want, policy=placement_only(self.spec.allocation))
         if self._first_np is None:
             self._first_np = alloc.np
-        return alloc, checked
+        return alloc
 
-    def _attempt(self, attempt: int) -> JobResult:
-        alloc, checked = self._allocation()
-        control = ControlServer(bind=checked.control_host or self.env.control_bind)
-        plan = make_plan(self.request, alloc, self._inputs(attempt, control, checked))
-        self._control = control
+    def _attempt(self, attempt: int, alloc: Allocation, checked: Preflight) -> JobResult:
+        control = self._control = ControlServer(bind=checked.control_host)
         try:
-            return self._supervise(plan, control, attempt)
+            plan = make_plan(self.spec, alloc, self._inputs(attempt, control, checked))
+            self.reporter.note(
+                f"attempt {attempt}: {alloc.np} ranks on {len(alloc.hosts)} host(s); "
+                f"logs in {plan.attempt_dir}"
+            )
+            job = self._job = run.start(plan, self.reporter.line)
+            if self._stopped is not None:  # a signal arrived while starting
+                job.request_stop(self.spec.supervision.teardown_grace, signum=self._stopped)
+            fault = self._supervise(job, control, plan)
+            detected_at = time.time()
+            result = job.wait()
+            self._job = None
+            teardown = self._tear_down(plan, control, fault)
+            job.finish()
+            log.info("hosts reaped %.2f s after detection", time.time() - detected_at)
+            tails = {r: tuple(t) for r, t in job.tails().items() if r is not None}
+            where = {r.rank: r.host for r in alloc.ranks}
+            return _merge(result, fault, teardown, attempt, detected_at, time.time(), tails, where)
         finally:
             control.close()
             self._control = None
 
-    def dry_plan(self) -> LaunchPlan:
-        """The plan attempt 1 would run, through the same pre-flight and placement, without the
-        control server's address and token (a dry run starts nothing)."""
-        alloc, checked = self._allocation()
-        return make_plan(self.request, alloc, self._inputs(1, None, checked))
-
-    def _inputs(
-        self, attempt: int, control: ControlServer | None, checked: Preflight
-    ) -> PlanInputs:
-        return PlanInputs(
-            run_id=self.env.run_id,
-            environ=self.env.environ,
-            is_root=self.env.is_root,
-            python=self.env.python,
-            tcp_include=checked.tcp_include or self.env.tcp_include,
-            extra_env=checked.env,
-            attempt=attempt,
-            control_addr=control.address if control else None,
-            control_token=control.token if control else None,
-            launcher_timeout=self.supervision.launcher_timeout,
-        )
-
-    def _supervise(self, plan: LaunchPlan, control: ControlServer, attempt: int) -> JobResult:
-        self.hooks.notify(
-            f"attempt {attempt}: {plan.allocation.np} ranks on {len(plan.allocation.hosts)} "
-            f"host(s); logs in {plan.attempt_dir}"
-        )
-        job = self._job = run.start(plan, self.hooks.sink)
-        if self._stopped is not None:
-            job.request_stop(self.supervision.teardown_grace, signum=self._stopped)
-        tick = self.hooks.on_tick
+    def _supervise(self, job: Job, control: ControlServer, plan: LaunchPlan) -> Fault | None:
+        alloc = plan.allocation
         fault = wait_or_fault(
             job.ended,
             control,
-            plan.allocation,
-            self.supervision,
+            alloc,
+            self.spec.supervision,
             job.started,
-            None if tick is None else (lambda snap: tick(snap, plan.allocation)),
+            lambda snap: self.reporter.tick(snap, alloc),
         )
-        detected_at = time.time()
         if fault is not None:
-            self.hooks.notify(f"{fault.message}; tearing the job down")
+            self.reporter.note(f"{fault.message}; tearing the job down")
             control.broadcast("stop")
             # The ranks were just told to end themselves and their daemons; mpirun, which may
             # be waiting on a daemon it lost, gets a short grace before SIGKILL.
             job.request_stop(FAULT_GRACE_S, by_user=False)
-        result = job.wait()
-        log.info("job ended %.2f s after detection; reaping every host", time.time() - detected_at)
-        self._job = None
-        teardown = self._reap(plan, control, fault)
-        job.finish()
-        log.info("hosts reaped %.2f s after detection", time.time() - detected_at)
-        tails = {r: tuple(t) for r, t in job.tails().items() if r is not None}
-        return _merge(result, fault, teardown, attempt, detected_at, time.time(), tails)
+        return fault
 
-    def _reap(
+    def _tear_down(
         self, plan: LaunchPlan, control: ControlServer, fault: Fault | None
     ) -> tuple[HostTeardown, ...]:
         """Reaper on every host (not the ones known lost: they cannot answer) and on this
         machine, where mpirun's ssh clients ran (they may leave mpirun's process group)."""
-        lost = (
-            set(fault.hosts) if fault is not None and fault.kind is FaultKind.HOST_LOST else set()
-        )
+        lost = set()
+        if fault is not None and fault.kind is FailureKind.HOST_LOST:
+            lost = set(fault.hosts)
         alloc = plan.allocation
         reachable = replace(alloc, hosts=tuple(h for h in alloc.hosts if h.name not in lost))
-        rows = reap_hosts(
-            self.remote, reachable, self._python, plan.run_id, control.snapshot()
-        )
+        rows = reap_hosts(self.remote, reachable, self._python, plan.run_id, control.snapshot())
         skipped = tuple(
             HostTeardown(
                 h,
@@ -306,31 +294,64 @@ class Session:
             local = (local_teardown("(launcher)", plan.run_id, {}),)
         return rows + skipped + local
 
+    # ------------------------------------------------------------------ helpers
+
+    def _rest(self, hosts: tuple[str, ...]) -> None:
+        until = time.monotonic() + self.spec.restart.cooldown_s
+        for host in hosts:
+            self._cooldown[host] = until
+
+    def _resume_point(self) -> str:
+        ckpt = self.last_checkpoint
+        if ckpt:
+            return f" from step {ckpt['step']} (epoch {ckpt['epoch']})"
+        return " from the start (no committed checkpoint)"
+
+    def _no_restart(self, err: RingtrainError) -> JobResult:
+        """A restart that cannot be placed: the failed attempt's report still counts."""
+        self.stop_reason = f"no restart: {err.message}; {err.hint}"
+        self.reporter.note(self.stop_reason)
+        self._write_summary()
+        return self.results[-1]
+
+    def _inputs(
+        self, attempt: int, control: ControlServer | None, checked: Preflight
+    ) -> PlanInputs:
+        return PlanInputs(
+            run_id=self.env.run_id,
+            environ=self.env.environ,
+            is_root=self.env.is_root,
+            python=self.env.python,
+            tcp_include=checked.tcp_include,
+            extra_env=checked.env,
+            attempt=attempt,
+            control_addr=control.address if control else None,
+            control_token=control.token if control else None,
+            launcher_timeout=self.spec.supervision.launcher_timeout,
+        )
+
     @property
     def _python(self) -> str:
         """The Python the ranks run, as make_plan picks it (the reaper runs with it too)."""
-        return self.request.python or self.env.python
-
-    @property
-    def checkpoint_url(self) -> str:
-        return self.request.checkpoint_url or str(self.run_dir / "checkpoints")
+        return self.spec.python or self.env.python
 
     def _find_last_checkpoint(self) -> dict[str, Any] | None:
         """The newest committed checkpoint the job's storage holds (what a restart resumes)."""
-        url = self.checkpoint_url
-        if "://" not in url and not (Path(url) / "manifests").is_dir():
+        where = self.checkpoint
+        if where.is_local and not (Path(where.url) / "manifests").is_dir():
             return None
         from ringtrain.checkpoint import list_checkpoints, open_store  # noqa: PLC0415
 
         try:
-            listed = list_checkpoints(open_store(url))
+            listed = list_checkpoints(open_store(where.url))
         except RingtrainError as err:
-            log.warning("cannot list checkpoints at %s: %s", url, err)
+            log.warning("cannot list checkpoints at %s: %s", where, err)
             return None
         best = next((c for c in listed if c.ok and c.manifest is not None), None)
         if best is None or best.manifest is None:
             return None
-        return {"url": url, "step": best.step, "epoch": best.manifest.epoch, "name": best.name}
+        epoch = best.manifest.epoch
+        return {"url": where.url, "step": best.step, "epoch": epoch, "name": best.name}
 
     def _write_summary(self) -> None:
         self.last_checkpoint = self._find_last_checkpoint()
@@ -339,7 +360,7 @@ class Session:
             **last.to_json(),
             "run_id": self.env.run_id,
             "attempts": [r.to_json() for r in self.results],
-            "np": self.request.np,
+            "np": self.spec.np,
             "last_checkpoint": self.last_checkpoint,
             "stop_reason": self.stop_reason,
         }
@@ -352,13 +373,15 @@ class Session:
 def _merge(
     result: JobResult,
     fault: Fault | None,
-    teardown: tuple[Any, ...],
+    teardown: tuple[HostTeardown, ...],
     attempt: int,
     detected_at: float,
     torn_down_at: float,
     tails: Mapping[int, tuple[str, ...]] | None = None,
+    where: Mapping[int, str] | None = None,
 ) -> JobResult:
-    tails = tails or {}
+    """The attempt's result: the job's own, with teardown and timing, and a fault ringtrain
+    detected taking the place of whatever the teardown's signals made of the job. Pure."""
     merged = replace(
         result,
         detected_at=detected_at,  # when ringtrain saw the fault, or the job's end
@@ -369,16 +392,12 @@ def _merge(
     )
     if fault is None:
         return merged
-    failed_host = fault.hosts[0] if fault.hosts else result.failed_host
+    tails, where = tails or {}, where or {}
+    ranks = tuple(RankFailure(r, where.get(r), log_tail=tails.get(r, ())) for r in fault.ranks)
     return replace(
         merged,
         state=JobState.FAILED,
         exit_code=result.exit_code or 1,
-        fault=fault.message,
-        fault_kind=fault.kind.value,
-        fault_hosts=fault.hosts,
-        failed_host=failed_host,
-        failed_rank=fault.ranks[0] if fault.ranks else result.failed_rank,
+        failure=Failure(fault.kind, fault.message, fault.hosts, ranks),
         signal_name=None,  # the signals were ringtrain's own teardown
-        log_tail=tails.get(fault.ranks[0], ()) if fault.ranks else result.log_tail,
     )

@@ -10,54 +10,34 @@ The pure part, ``check()``, reads a control-server Snapshot and says whether the
 A rank that exits non-zero or by signal needs no check: mpirun (with ranks under mpi4py's runner)
 ends the job and exits with that status within seconds.
 
-The side-effect part, ``teardown()``: tell every rank to stop over the control channel, SIGTERM
-then SIGKILL the launcher's process group, then run the reaper on every host (SSH for remote ones)
-to kill by PID whatever of this job is left and confirm nothing is.
+``wait_or_fault()`` polls ``check()`` until the job ends or a fault shows. Teardown (sequenced
+by ``Session._tear_down``): ``reap_hosts()`` runs the reaper on every host through the Remote
+seam, each host with its own PID list (``run_each``), and ``local_teardown()`` on this machine;
+each kills by PID and start time whatever of this job is left and confirms nothing is.
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import sys
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from ringtrain.hostfile import Allocation
-from ringtrain.launch import reaper
 from ringtrain.launch.control import ControlServer, Snapshot
-from ringtrain.launch.remote import CmdResult, Remote
-from ringtrain.launch.result import HostTeardown
+from ringtrain.launch.result import FailureKind, HostTeardown
+from ringtrain.rank import reaper
+from ringtrain.remote import CmdResult, Remote
+from ringtrain.spec import SupervisionPolicy
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class SupervisionPolicy:
-    start_timeout: float = 120.0
-    heartbeat_timeout: float = 10.0
-    stall_timeout: float | None = 600.0
-    teardown_grace: float = 3.0
-    poll_s: float = 0.2
-
-    @property
-    def launcher_timeout(self) -> float:
-        """How long a rank waits for the launcher before ending itself (longer than ours)."""
-        return self.heartbeat_timeout + 2.0
-
-
-class FaultKind(enum.Enum):
-    START_TIMEOUT = "start-timeout"
-    HOST_LOST = "host-lost"
-    STALL = "stall"
-
-
-@dataclass(frozen=True, slots=True)
 class Fault:
-    kind: FaultKind
+    kind: FailureKind  # one of the detected kinds
     message: str
     hosts: tuple[str, ...] = ()
     ranks: tuple[int, ...] = ()
@@ -104,7 +84,7 @@ def _lost_host(
         if min(silences) > policy.heartbeat_timeout:
             ranks = tuple(r.rank for r in snap.ranks if where.get(r.rank) == host and r.connected)
             return Fault(
-                FaultKind.HOST_LOST,
+                FailureKind.HOST_LOST,
                 f"host {host} silent for {min(silences):.0f} s (ranks {_fmt(ranks)}): "
                 "link down or host dead",
                 (host,),
@@ -140,7 +120,7 @@ def _start_hang(
     arrived = arrivals(snap, alloc, where)
     per_host = ", ".join(f"{h.name} {arrived[h.name]}/{h.slots}" for h in alloc.hosts)
     return Fault(
-        FaultKind.START_TIMEOUT,
+        FailureKind.START_TIMEOUT,
         f"after {policy.start_timeout:.0f} s, ranks {_fmt(missing)} on {', '.join(hosts)} {what} "
         f"(arrived per host: {per_host})",
         hosts,
@@ -156,7 +136,7 @@ def _stall(snap: Snapshot, policy: SupervisionPolicy) -> Fault | None:
     if idle <= policy.stall_timeout:
         return None
     return Fault(
-        FaultKind.STALL,
+        FailureKind.STALL,
         f"no training progress for {idle:.0f} s (last: epoch {snap.progress.epoch}, "
         f"step {snap.progress.step})",
         at=snap.now,
@@ -169,7 +149,7 @@ def _fmt(ranks: tuple[int, ...]) -> str:
 
 def reaper_argv(python: str, run_id: str, pids: Mapping[int, int]) -> tuple[str, ...]:
     specs = [f"--pid={pid}:{start}" for pid, start in sorted(pids.items())]
-    return (python, "-m", "ringtrain.launch.reaper", run_id, "--kill", *specs)
+    return (python, "-m", "ringtrain.rank.reaper", run_id, "--kill", *specs)
 
 
 def job_pids(snap: Snapshot, alloc: Allocation) -> dict[str, dict[int, int]]:
@@ -196,17 +176,12 @@ def reap_hosts(
     """Run the reaper on every host at once; one HostTeardown per host."""
     hosts = alloc.hosts
     pids = job_pids(snap, alloc)
-    results: dict[str, CmdResult] = {}
-    # Each host gets its own PID list, so one remote.run per host, all at once.
-    # This machine is reaped in-process (no Python to start); the others over the remote.
-    remote_hosts = [h for h in hosts if not h.is_local]
-    with ThreadPoolExecutor(max_workers=min(64, max(1, len(remote_hosts)))) as pool:
-        futures = [
-            pool.submit(remote.run, [h], reaper_argv(python, run_id, pids.get(h.name, {})), timeout)
-            for h in remote_hosts
-        ]
-        for future in futures:
-            results.update(future.result())
+    # This machine is reaped in-process (no Python to start); every other host through the
+    # remote seam, each with its own PID list, all at once.
+    results = remote.run_each(
+        [(h, reaper_argv(python, run_id, pids.get(h.name, {}))) for h in hosts if not h.is_local],
+        timeout,
+    )
     return tuple(
         local_teardown(h.name, run_id, pids.get(h.name, {}))
         if h.is_local

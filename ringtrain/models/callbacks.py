@@ -7,7 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from ringtrain import report
+from ringtrain.rank import progress
 
 
 class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
@@ -49,7 +49,7 @@ class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
         elapsed = max(now - self._window_start, 1e-9)
         rate = self._window_steps * self.samples_per_step / elapsed
         loss = (logs or {}).get("loss")
-        report.progress(
+        progress.report(
             epoch=self._epoch + (1 if epoch_done else 0),
             step=step,
             loss=None if loss is None else float(loss),

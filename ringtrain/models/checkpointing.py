@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from ringtrain.checkpoint import Store, commit, find_latest, open_store
 from ringtrain.errors import CheckpointError
+from ringtrain.rank import envvars
 
 CKPT_PREFIX = "ckpt"
 FORMAT = "tf.train.Checkpoint/keras2"
@@ -47,10 +48,10 @@ def default_checkpoint_url(flag: str | None) -> str:
     """--checkpoint, else $RINGTRAIN_CHECKPOINT_URL, else $RINGTRAIN_RUN_DIR/checkpoints."""
     if flag:
         return flag
-    env = os.environ.get("RINGTRAIN_CHECKPOINT_URL")
+    env = os.environ.get(envvars.CHECKPOINT_URL)
     if env:
         return env
-    return str(Path(os.environ.get("RINGTRAIN_RUN_DIR", ".")).absolute() / "checkpoints")
+    return str(Path(os.environ.get(envvars.RUN_DIR, ".")).absolute() / "checkpoints")
 
 
 def tf_checkpoint(model: Any, optimizer: Any) -> Any:

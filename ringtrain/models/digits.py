@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ringtrain.rank import envvars
+
 TEST_FRACTION = 0.2
 
 
@@ -122,7 +124,7 @@ def compile_model(scaled_lr: float, hvd: Any) -> tuple[Any, Any]:
 def tensorboard_dir(args: argparse.Namespace) -> Path | None:
     if args.tensorboard_dir:
         return Path(args.tensorboard_dir)
-    run_dir = os.environ.get("RINGTRAIN_RUN_DIR")
+    run_dir = os.environ.get(envvars.RUN_DIR)
     return Path(run_dir) / "tensorboard" if run_dir else None
 
 

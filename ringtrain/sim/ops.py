@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringtrain.errors import SimError
-from ringtrain.procfs import cmdline
+from ringtrain.rank.procfs import cmdline
 from ringtrain.sim import netns, sshd
 from ringtrain.sim.cluster import cluster, load, require_root
 from ringtrain.sim.config import SimConfig

@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ringtrain import procfs
 from ringtrain.errors import SimError
+from ringtrain.rank import procfs
 from ringtrain.sim.config import RUN_DIR
 
 log = logging.getLogger(__name__)

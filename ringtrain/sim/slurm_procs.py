@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ringtrain import procfs
+from ringtrain.rank import procfs
 from ringtrain.sim.proc import alive
 
 

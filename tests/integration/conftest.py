@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain import procfs, sim
+from ringtrain import sim
+from ringtrain.rank import procfs
 
 SIM_HOSTS = 4
 SIM_GPUS = 4

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ringtrain.checkpoint import RetryPolicy, Store, open_store
-from ringtrain.checkpoint.s3server import S3Server, find_weed, start_s3_server
+from ringtrain.sim.s3server import S3Server, find_weed, start_s3_server
 
 FAST_RETRY = RetryPolicy(attempts=3, initial_s=0.05, max_s=0.2)
 

@@ -6,7 +6,7 @@ and is stopped completely at the end of the session; clusters left by killed ses
 stopped first. Skips with the reason when not root or when the Slurm packages are missing.
 
 Helpers submit batch jobs and wait for them, and find a run's processes by the
-``RINGTRAIN_RUN_ID=<id>`` in their environment (as ``ringtrain.launch.reaper`` does).
+``RINGTRAIN_RUN_ID=<id>`` in their environment (as ``ringtrain.rank.reaper`` does).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain import procfs
+from ringtrain.rank import procfs
 from ringtrain.sim import slurm as slurm_sim
 from ringtrain.sim.config import RUN_DIR
 

@@ -113,9 +113,9 @@ from ringtrain.checkpoint import (  # noqa: E402
     list_checkpoints,
     open_store,
 )
-from ringtrain.checkpoint.backends import parse_url  # noqa: E402
 from ringtrain.checkpoint.catalog import load_manifest, manifest_names  # noqa: E402
-from ringtrain.checkpoint.s3server import S3Server  # noqa: E402
+from ringtrain.checkpoint.filesystems import parse_url  # noqa: E402
+from ringtrain.sim.s3server import S3Server  # noqa: E402
 from tests.integration import s3_fixture  # noqa: E402
 from tests.integration.s3_fixture import FAST_RETRY, client_env, needs_weed  # noqa: E402
 from tests.unit.test_checkpoint_store import same_tree  # noqa: E402

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain import procfs
 from ringtrain.checkpoint import (
     CommitConflict,
     Committed,
@@ -24,8 +23,9 @@ from ringtrain.checkpoint import (
     list_checkpoints,
     open_store,
 )
-from ringtrain.checkpoint.s3server import S3Server, start_s3_server
 from ringtrain.errors import CheckpointError
+from ringtrain.rank import procfs
+from ringtrain.sim.s3server import S3Server, start_s3_server
 from tests.integration import s3_fixture
 from tests.integration.s3_fixture import client_env, needs_weed
 from tests.unit.test_checkpoint_store import corrupt_one_byte, make_src, same_tree

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ringtrain.checkpoint import list_checkpoints, open_store
-from ringtrain.checkpoint.s3server import S3Server
+from ringtrain.sim.s3server import S3Server
 from tests.integration import s3_fixture
 from tests.integration.procs import results_by_rank
 from tests.integration.s3_fixture import client_env, needs_weed

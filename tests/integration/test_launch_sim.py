@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain import procfs, sim
+from ringtrain import sim
+from ringtrain.rank import procfs
 from tests.integration.procs import parse_results, run_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
@@ -40,14 +41,14 @@ import os, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf
 import horovod.tensorflow as hvd
-from ringtrain import report
+from ringtrain.rank import progress
 hvd.init()
 step = 0
 while True:
     hvd.allreduce(tf.constant([1.0]))
     step += 1
     if hvd.rank() == 0 and step % 10 == 0:
-        report.progress(epoch=1, step=step)
+        progress.report(epoch=1, step=step)
         print("step", step, flush=True)
     time.sleep(0.05)
 """
@@ -86,7 +87,7 @@ def _job_processes(cluster: sim.SimCluster) -> dict[str, list[str]]:
         found = [
             cmd
             for _, cmd in sim.host_processes(cluster.config, host)
-            if "rankexec" in cmd or "orted" in cmd
+            if "ringtrain.rank.entry" in cmd or "orted" in cmd
         ]
         if found:
             left[host] = found
@@ -221,7 +222,7 @@ def test_kill_9_of_a_remote_rank(sim_cluster: sim.SimCluster, tmp_path: Path) ->
     (rank,) = [
         pid
         for pid, cmd in sim.host_processes(sim_cluster.config, "gpu03")
-        if "rankexec" in cmd and "orted" not in cmd
+        if "ringtrain.rank.entry" in cmd and "orted" not in cmd
     ]
     killed = time.time()
     os.kill(rank, signal.SIGKILL)

@@ -15,7 +15,7 @@ import pytest
 
 from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.launch.probe import probe
-from ringtrain.launch.remote import SshRemote
+from ringtrain.remote.ssh import SshRemote
 
 SSHD = "/usr/sbin/sshd"
 pytestmark = [

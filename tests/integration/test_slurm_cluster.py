@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain import procfs
-from ringtrain.launch.schedulers import slurm_job
+from ringtrain.rank import procfs
+from ringtrain.schedulers.jobenv import slurm_job
 from ringtrain.sim import slurm as slurm_sim
 from ringtrain.sim.slurm_procs import job_processes, same_process
 from tests.integration.slurm_fixture import (

@@ -105,7 +105,7 @@ def test_scancel_mid_job_tears_everything_down(slurm_cluster: slurm_sim.SlurmSim
         time.sleep(0.3)
     (run_dir,) = (tmp_path / "runs").iterdir()
     running = run_processes(run_dir.name)
-    ranks = [c for _, c in running if "rankexec" in c and not c.startswith("srun")]
+    ranks = [c for _, c in running if "ringtrain.rank.entry" in c and not c.startswith("srun")]
     assert len(ranks) == 4, running
     subprocess.run(["scancel", job_id], env=slurm_cluster.environ(), check=True, timeout=30)
     deadline = time.monotonic() + 20

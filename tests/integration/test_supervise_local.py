@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ringtrain.launch import reaper
+from ringtrain.rank import reaper
 from tests.integration.procs import (
     describe,
     killed_on_failure,
@@ -125,8 +125,8 @@ def test_stall_after_progress_is_detected(tmp_path: Path) -> None:
         tmp_path,
         """
 hvd_init()
-from ringtrain import report
-report.progress(epoch=1, step=5, loss=0.5)
+from ringtrain.rank import progress
+progress.report(epoch=1, step=5, loss=0.5)
 time.sleep(600)
 """,
     )

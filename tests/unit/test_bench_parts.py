@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ringtrain.bench import gloo_rdzv, harness, projection, rdma, units
-from ringtrain.bench.model import Params
+from ringtrain.bench.costmodel import Params
 from ringtrain.bench.ps_grpc import Shard, pack
 from ringtrain.bench.ps_runner import split
 from ringtrain.errors import SimError, UsageError

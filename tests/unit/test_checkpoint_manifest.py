@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ringtrain.checkpoint.backends import Location, is_precondition_failed, parse_url
+from ringtrain.checkpoint.filesystems import Location, is_precondition_failed, parse_url
 from ringtrain.checkpoint.manifest import (
     FileEntry,
     Manifest,
@@ -232,7 +232,7 @@ def test_retry_gives_up_after_attempts_and_never_retries_permanent_errors() -> N
 
 
 def test_s3_server_credentials_persist_and_stay_out_of_argv_and_repr(tmp_path: Path) -> None:
-    from ringtrain.checkpoint.s3server import (
+    from ringtrain.sim.s3server import (
         S3Server,
         _argv,
         _credentials,

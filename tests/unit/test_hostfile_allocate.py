@@ -83,19 +83,14 @@ def test_slot_overrides_and_max_slots():
         allocate(inv, policy=AllocationPolicy(slot_overrides=(("b", 0),)))
 
 
-def test_probe_caps_and_drops_hosts_with_a_precise_hint():
+def test_too_many_ranks_names_every_dropped_host_and_a_fix():
     inv = parse_host_spec("gpu01:4,gpu02:4,gpu03:4,gpu04:4")
-    usable = {"gpu02": 2, "gpu03": 0, "unknown": 8}
-    alloc = allocate(inv, usable_slots=usable)
-    assert _placed(alloc) == [("gpu01", 4), ("gpu02", 2), ("gpu04", 4)]
     with pytest.raises(AllocationError) as info:
-        allocate(inv, 16, policy=AllocationPolicy(exclude=("gpu04",)), usable_slots=usable)
+        allocate(inv, 16, policy=AllocationPolicy(exclude=("gpu04",)))
     message = info.value.message
-    assert message.startswith("asked for 16 ranks, 6 slots left in -H")
+    assert message.startswith("asked for 16 ranks, 12 slots left in -H")
     assert "gpu04 excluded by --exclude (4 slots)" in message
-    assert "gpu03 has no usable GPUs per the probe (4 expected)" in message
-    assert "gpu02 capped to 2 of 4 slots by the probe" in message
-    assert info.value.hint == "pass -np 6 or fewer, or add hosts"
+    assert info.value.hint == "pass -np 12 or fewer, or add hosts"
 
 
 def test_np_bounds():

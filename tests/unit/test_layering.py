@@ -1,8 +1,17 @@
-"""Side effects stay at the edges: which modules may import what (ARCHITECTURE.md)."""
+"""Side effects stay at the edges, and the import graph runs one way (docs/ARCHITECTURE.md).
+
+* which modules may import subprocess, paramiko, TensorFlow, ...;
+* every module whose docstring claims to be pure imports nothing that touches the world;
+* the code that runs on the hosts (``ringtrain.rank``) imports the standard library only;
+* packages depend on each other only downwards (LAYERS), and no module imports itself back.
+"""
 
 from __future__ import annotations
 
 import ast
+import collections
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,21 +21,48 @@ ROOT = Path(__file__).resolve().parents[2] / "ringtrain"
 # module -> places allowed to import it (relative to ringtrain/; a trailing '/' means a directory)
 ALLOWED = {
     "subprocess": (
-        "launch/remote.py",
+        "remote/base.py",
+        "remote/ssh.py",
         "launch/run.py",
-        "launch/supervise.py",
-        "launch/discover.py",
-        "launch/schedulers_io.py",
+        "hostfile/discover.py",
+        "schedulers/calls.py",
         "checkpoint/",
         "sim/",
         "bench/",
     ),
-    "paramiko": ("launch/remote.py",),
-    "fabric": ("launch/remote.py",),
-    "invoke": ("launch/remote.py",),
+    "paramiko": ("remote/ssh.py", "remote/keys.py"),
+    "fabric": ("remote/ssh.py",),
+    "invoke": ("remote/ssh.py",),
     "tensorflow": ("models/", "bench/"),
     "horovod": ("models/", "bench/"),
-    "mpi4py": ("launch/rankexec.py", "models/", "bench/"),
+    "mpi4py": ("rank/entry.py", "models/", "bench/"),
+}
+
+# What a module that says it is pure must not import: anything that reaches processes, the
+# network, the filesystem's remote backends, threads or the training stack.
+IMPURE = {
+    "subprocess", "socket", "psutil", "paramiko", "fabric", "invoke", "fsspec", "s3fs",
+    "threading", "shutil", "urllib", "http", "grpc", "tensorflow", "horovod", "mpi4py",
+    "concurrent", "select", "signal",
+}
+
+# ringtrain package -> the ringtrain packages it may import. Nothing imports upwards: cli and
+# bench sit on top, rank and errors at the bottom.
+LAYERS: dict[str, set[str]] = {
+    "errors": set(),
+    "rank": set(),
+    "hostfile": {"errors"},
+    "spec": {"errors", "hostfile"},
+    "remote": {"errors", "hostfile"},
+    "checkpoint": {"errors"},
+    "schedulers": {"errors", "hostfile", "remote", "spec"},
+    "launch": {"errors", "hostfile", "remote", "rank", "spec", "checkpoint"},
+    "models": {"errors", "checkpoint", "rank"},
+    "sim": {"errors", "checkpoint", "rank"},
+    "bench": {"errors", "hostfile", "remote", "rank", "checkpoint", "launch", "models", "sim"},
+    "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
+            "bench", "sim"},
+    "__main__": {"cli"},
 }
 
 
@@ -41,21 +77,148 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+def _ringtrain_imports(path: Path, *, top_level_only: bool = False) -> set[str]:
+    """Dotted ringtrain modules ``path`` imports: ``from ringtrain.x import y`` is the module
+    ringtrain.x.y when that is one, else ringtrain.x."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    out: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("ringtrain"))
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.startswith("ringtrain")
+        ):
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                out.add(full if full in MODULES else node.module)
+    return out
+
+
 def _allowed(rel: str, places: tuple[str, ...]) -> bool:
     return any(rel == p or (p.endswith("/") and rel.startswith(p)) for p in places)
 
 
+def _package(rel: str) -> str:
+    first = rel.split("/")[0]
+    return first.removesuffix(".py")
+
+
+def _claims_pure(path: Path) -> bool:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    first = doc.split("\n\n")[0]
+    return bool(re.search(r"\bPure\.|\bPURE\b", first)) or (
+        path.parent.name == "hostfile" and path.name not in ("load.py", "discover.py")
+    )
+
+
 SOURCES = sorted(ROOT.rglob("*.py"))
+MODULES = {
+    ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    for parts in (p.relative_to(ROOT.parent).with_suffix("").parts for p in SOURCES)
+}
+IDS = {"ids": lambda p: str(p.relative_to(ROOT))}
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", SOURCES, **IDS)
 def test_imports_respect_layering(path: Path) -> None:
     rel = str(path.relative_to(ROOT))
     bad = [m for m in _imports(path) & ALLOWED.keys() if not _allowed(rel, ALLOWED[m])]
     assert not bad, f"{rel} imports {bad}; allowed only in {[ALLOWED[m] for m in bad]}"
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", [p for p in SOURCES if _claims_pure(p)], **IDS)
+def test_pure_modules_import_nothing_that_touches_the_world(path: Path) -> None:
+    rel = str(path.relative_to(ROOT))
+    bad = sorted(_imports(path) & IMPURE)
+    assert not bad, f"{rel} says it is pure but imports {bad}"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "rank").glob("*.py")), **IDS)
+def test_code_that_runs_on_the_hosts_is_standard_library_only(path: Path) -> None:
+    rel = str(path.relative_to(ROOT))
+    outside = sorted(
+        m for m in _imports(path)
+        if m not in sys.stdlib_module_names and m not in ("ringtrain", "__future__")
+    )
+    assert not outside, f"{rel} imports {outside}; ringtrain.rank must stay standard library"
+    foreign = sorted(m for m in _ringtrain_imports(path) if not m.startswith("ringtrain.rank"))
+    assert not foreign, f"{rel} imports {foreign}; ringtrain.rank imports only itself"
+
+
+@pytest.mark.parametrize("path", SOURCES, **IDS)
+def test_packages_import_only_downwards(path: Path) -> None:
+    rel = str(path.relative_to(ROOT))
+    own = _package(rel)
+    if own == "__init__":
+        return
+    used = {m.split(".")[1] for m in _ringtrain_imports(path) if m.count(".") >= 1} & LAYERS.keys()
+    upward = sorted(used - LAYERS[own] - {own})
+    assert not upward, f"{rel} ({own}) imports {upward}; {own} may import {sorted(LAYERS[own])}"
+
+
+def test_layers_have_no_cycle() -> None:
+    seen: dict[str, int] = {}
+
+    def visit(pkg: str, trail: tuple[str, ...]) -> None:
+        assert seen.get(pkg) != 1, f"package cycle: {' -> '.join((*trail, pkg))}"
+        if seen.get(pkg) == 2:
+            return
+        seen[pkg] = 1
+        for dep in LAYERS[pkg]:
+            visit(dep, (*trail, pkg))
+        seen[pkg] = 2
+
+    for pkg in LAYERS:
+        visit(pkg, ())
+
+
+def test_no_module_import_cycle() -> None:
+    """Module-level imports only (a function may import lazily to stay light)."""
+    names = {}
+    for path in SOURCES:
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = collections.defaultdict(set)
+    for name, path in names.items():
+        for target in _ringtrain_imports(path, top_level_only=True):
+            if target in names and target != name:
+                graph[name].add(target)
+    state: dict[str, int] = {}
+
+    def visit(mod: str, trail: list[str]) -> None:
+        state[mod] = 1
+        for dep in graph[mod]:
+            assert state.get(dep) != 1, f"import cycle: {' -> '.join([*trail, mod, dep])}"
+            if dep not in state:
+                visit(dep, [*trail, mod])
+        state[mod] = 2
+
+    for mod in names:
+        if mod not in state:
+            visit(mod, [])
+
+
+def test_no_two_modules_share_a_name() -> None:
+    counts = collections.Counter(p.name for p in SOURCES if p.name != "__init__.py")
+    assert [n for n, c in counts.items() if c > 1] == []
+
+
+def test_ringtrain_variables_are_declared_once() -> None:
+    """Every RINGTRAIN_* the launcher hands the ranks is a name in ringtrain.rank.envvars;
+    no other module spells one out as a string (the simulated cluster has its own)."""
+    literal = re.compile(r"""["']RINGTRAIN_(?!SIM_|TEST_)[A-Z_]*["']""")
+    offenders = [
+        str(p.relative_to(ROOT)) for p in SOURCES
+        if p.name != "envvars.py" and literal.search(p.read_text())
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("path", SOURCES, **IDS)
 def test_no_shell_true_no_print_outside_cli(path: Path) -> None:
     rel = str(path.relative_to(ROOT))
     tree = ast.parse(path.read_text())
@@ -76,3 +239,5 @@ def test_no_shell_true_no_print_outside_cli(path: Path) -> None:
 def test_the_guard_sees_the_whole_package() -> None:
     assert len(SOURCES) > 10
     assert _imports(ROOT / "launch" / "run.py") >= {"subprocess"}
+    assert _claims_pure(ROOT / "launch" / "plan.py") and _claims_pure(ROOT / "spec.py")
+    assert set(LAYERS) >= {_package(str(p.relative_to(ROOT))) for p in SOURCES} - {"__init__"}

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
-from ringtrain.launch.plan import REDACTED, PlanInputs, make_plan
-from ringtrain.request import Backend, EnvSpec, LaunchRequest
+from ringtrain.launch.plan import REDACTED, PlanInputs, make_plan, read_recorded_spec
+from ringtrain.spec import Backend, CheckpointLocation, EnvSpec, LaunchSpec, SshSpec
 from tests.golden import assert_golden
 
 ENVIRON = {
@@ -25,7 +26,11 @@ ENVIRON = {
 
 
 def _plan(spec: str = "localhost:2", *, root: bool = True, **kw: object):  # type: ignore[no-untyped-def]
-    request = LaunchRequest(
+    if "ssh_config" in kw:
+        kw["ssh"] = SshSpec(config=kw.pop("ssh_config"))  # type: ignore[arg-type]
+    if "checkpoint_url" in kw:
+        kw["checkpoint"] = CheckpointLocation.parse(str(kw.pop("checkpoint_url")))
+    request = LaunchSpec(
         script="train.py",
         script_args=("--epochs", "3"),
         host_spec=spec,
@@ -50,7 +55,7 @@ def test_openmpi_argv_shape() -> None:
     assert argv[:2] == ("mpirun", "--allow-run-as-root")
     assert argv[argv.index("-np") + 1] == "2"
     assert argv[argv.index("--hostfile") + 1] == "/work/job/runs/R1/attempt-1/hostfile"
-    tail = ("/venv/bin/python", "-m", "ringtrain.launch.rankexec", "--mpi", "/work/job/train.py")
+    tail = ("/venv/bin/python", "-m", "ringtrain.rank.entry", "--mpi", "/work/job/train.py")
     assert argv[-7:-2] == tail
     assert argv[-2:] == ("--epochs", "3")
     forwarded = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
@@ -102,7 +107,7 @@ def test_forwarding_an_unset_variable_is_a_usage_error() -> None:
 
 def test_gloo_needs_horovodrun() -> None:
     with pytest.raises(UsageError, match="--gloo"):
-        LaunchRequest(script="x.py", gloo=True)
+        LaunchSpec(script="x.py", gloo=True)
 
 
 @pytest.mark.parametrize("text", ["1BAD", "A-B", "", "=x"])
@@ -128,4 +133,21 @@ def test_checkpoint_url_travels_by_environment() -> None:
 )
 def test_bad_checkpoint_urls(url: str, needle: str) -> None:
     with pytest.raises(UsageError, match=needle):
-        LaunchRequest(script="x.py", checkpoint_url=url)
+        CheckpointLocation.parse(url)
+
+
+def test_empty_checkpoint_refused_and_paths_made_absolute() -> None:
+    with pytest.raises(UsageError, match="--checkpoint is empty"):
+        CheckpointLocation.parse("  ")
+    where = CheckpointLocation.parse("ckpts/run1", Path("/work/job"))
+    assert (where.scheme, where.url) == ("file", "/work/job/ckpts/run1")
+    assert CheckpointLocation.parse("hdfs://nn:9000/x").scheme == "hdfs"
+
+
+def test_plan_json_records_the_spec_and_reads_it_back_without_secret_values() -> None:
+    plan = _plan(env=(EnvSpec("API_SECRET", "hunter2"), EnvSpec("MODE", "fast")),
+                 checkpoint_url="s3://ckpt/digits", np=2)
+    data = plan.to_json()
+    assert "hunter2" not in plan.to_json_text()
+    spec = read_recorded_spec(data)
+    assert spec == replace(plan.spec, env=(EnvSpec("API_SECRET"), EnvSpec("MODE", "fast")))

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ringtrain.cli import check_cmd, cli
+from ringtrain.cli import cli
+from ringtrain.cli.context import CliContext
 from ringtrain.launch.probe import probe_argv
 from tests.fakes import FakeRemote, gpu_rows, ip_lines, probe_stdout
 
@@ -24,17 +25,31 @@ def fake(**gpus: int) -> FakeRemote:
     return remote
 
 
-@pytest.fixture
-def use_remote(monkeypatch: pytest.MonkeyPatch) -> Any:
-    def install(remote: FakeRemote) -> FakeRemote:
-        monkeypatch.setattr(check_cmd, "SshRemote", lambda *a, **kw: remote)
+class Cli:
+    """``ringtrain`` with a FakeRemote behind the remote factory (the CLI's SSH seam)."""
+
+    def __init__(self) -> None:
+        self.remote: FakeRemote | None = None
+
+    def __call__(self, remote: FakeRemote) -> FakeRemote:
+        self.remote = remote
         return remote
-    return install
+
+    def invoke(self, args: list[str]) -> Any:
+        remote = self.remote
+        assert remote is not None, "install a FakeRemote first"
+        obj = CliContext(remote_factory=lambda _options: remote)
+        return CliRunner().invoke(cli, args, obj=obj)
 
 
-def test_table_and_exit_code_when_refused(use_remote: Any) -> None:
+@pytest.fixture
+def use_remote() -> Cli:
+    return Cli()
+
+
+def test_table_and_exit_code_when_refused(use_remote: Cli) -> None:
     use_remote(fake(gpu01=4, gpu02=2))
-    result = CliRunner().invoke(cli, ["check", "-H", "gpu01:4,gpu02:4"])
+    result = use_remote.invoke(["check", "-H", "gpu01:4,gpu02:4"])
     assert result.exit_code == 4
     lines = result.stdout.splitlines()
     assert any("gpu01" in ln and " ok " in ln and "4/4" in ln for ln in lines)
@@ -43,9 +58,9 @@ def test_table_and_exit_code_when_refused(use_remote: Any) -> None:
     assert "fix: fix the hosts listed, or pass --on-bad-host exclude" in result.stderr
 
 
-def test_json_and_exclude(use_remote: Any) -> None:
+def test_json_and_exclude(use_remote: Cli) -> None:
     use_remote(fake(gpu01=4, gpu02=2))
-    result = CliRunner().invoke(cli, ["check", "-H", "gpu01:4,gpu02:4", "--json",
+    result = use_remote.invoke(["check", "-H", "gpu01:4,gpu02:4", "--json",
                                       "--on-bad-host", "exclude"])
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
@@ -55,22 +70,22 @@ def test_json_and_exclude(use_remote: Any) -> None:
     assert data["network"]["mca"]["btl_tcp_if_include"] == "10.0.0.0/24"
 
 
-def test_min_hosts_refuses_after_exclusion(use_remote: Any) -> None:
+def test_min_hosts_refuses_after_exclusion(use_remote: Cli) -> None:
     use_remote(fake(gpu01=4, gpu02=2))
-    result = CliRunner().invoke(cli, ["check", "-H", "gpu01:4,gpu02:4", "--on-bad-host",
+    result = use_remote.invoke(["check", "-H", "gpu01:4,gpu02:4", "--on-bad-host",
                                       "exclude", "--min-hosts", "2"])
     assert result.exit_code == 4
     assert "only 1 usable hosts after excluding gpu02, --min-hosts 2" in result.stderr
 
 
-def test_ok_summary(use_remote: Any) -> None:
+def test_ok_summary(use_remote: Cli) -> None:
     use_remote(fake(gpu01=4, gpu02=4))
-    result = CliRunner().invoke(cli, ["check", "-H", "gpu01:4,gpu02:4", "-np", "8"])
+    result = use_remote.invoke(["check", "-H", "gpu01:4,gpu02:4", "-np", "8"])
     assert result.exit_code == 0, result.stderr
     assert "ok: a launch would use 2 hosts, 8 slots" in result.stdout
 
 
-def test_cpu_cluster_passes_like_launch_unless_gpus_are_required(use_remote: Any) -> None:
+def test_cpu_cluster_passes_like_launch_unless_gpus_are_required(use_remote: Cli) -> None:
     """check applies launch's GPU rule: no host with an NVIDIA driver = a CPU job."""
     remote = FakeRemote()
     for i, host in enumerate(("cpu01", "cpu02"), start=1):
@@ -78,9 +93,9 @@ def test_cpu_cluster_passes_like_launch_unless_gpus_are_required(use_remote: Any
             host, gpu=("nvidia-smi: command not found", 127),
             net=ip_lines(("eth0", f"10.0.0.{i}/24"))))
     use_remote(remote)
-    auto = CliRunner().invoke(cli, ["check", "-H", "cpu01:2,cpu02:2"])
+    auto = use_remote.invoke(["check", "-H", "cpu01:2,cpu02:2"])
     assert auto.exit_code == 0, auto.stderr
     assert "no host has an NVIDIA driver: a CPU job" in auto.stderr
-    required = CliRunner().invoke(cli, ["check", "-H", "cpu01:2,cpu02:2", "--gpus"])
+    required = use_remote.invoke(["check", "-H", "cpu01:2,cpu02:2", "--gpus"])
     assert required.exit_code == 4
     assert "nvidia-smi not found" in required.stdout + required.stderr

@@ -1,4 +1,4 @@
-"""ringtrain.procfs against the real /proc of this test process and a child it starts."""
+"""ringtrain.rank.procfs against the real /proc of this test process and a child it starts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import psutil
 
-from ringtrain import procfs
+from ringtrain.rank import procfs
 
 
 def test_own_process() -> None:

@@ -16,18 +16,17 @@ import pytest
 
 from ringtrain.errors import RemoteError
 from ringtrain.hostfile.model import Host
-from ringtrain.launch.remote import (
-    CmdResult,
+from ringtrain.remote import CmdResult, fan_out
+from ringtrain.remote.keys import KnownHosts, fingerprint, parse_known_hosts
+from ringtrain.remote.ssh import (
     SshRemote,
     SshTarget,
     _disabled_host_key_types,
     _HostKeyPolicy,
     _KeyRefused,
     describe_error,
-    fan_out,
     resolve_target,
 )
-from ringtrain.launch.remote_keys import KnownHosts, fingerprint, parse_known_hosts
 
 KEY_A = paramiko.ECDSAKey.generate()
 KEY_B = paramiko.ECDSAKey.generate()

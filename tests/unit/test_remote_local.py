@@ -11,7 +11,7 @@ import pytest
 from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.launch.probe import probe
 from ringtrain.launch.probe_parse import GpuStatus
-from ringtrain.launch.remote import LocalRemote
+from ringtrain.remote import LocalRemote
 
 LOCAL = Inventory((Host("localhost", 2),))
 ROWS = ("0, NVIDIA A100-SXM4-80GB, GPU-00000000-1111-2222-3333-444455556666, 81920, 4, 0, "
@@ -65,7 +65,7 @@ def test_local_runner_errors() -> None:
 
 @pytest.mark.parametrize("name", ["localhost", "127.0.0.1"])
 def test_ssh_remote_runs_local_hosts_without_ssh(name: str) -> None:
-    from ringtrain.launch.remote import SshRemote
+    from ringtrain.remote.ssh import SshRemote
 
     remote = SshRemote(Path(os.devnull))
     r = remote.run([Host(name, 1)], ["echo", "hi"], 5)[name]

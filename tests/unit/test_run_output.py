@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ringtrain.launch.run import find_failed_rank, parse_line
+from ringtrain.launch.result import FailureKind
+from ringtrain.launch.run import failure_from_output, find_failed_ranks, parse_line
 
 # Captured from Open MPI 4.1.4 on this machine (rank 1 raised under python -m mpi4py).
 MPI_EXIT_MESSAGE = """\
@@ -44,20 +45,41 @@ def test_tag_text_may_contain_brackets() -> None:
 
 
 def test_failed_rank_from_exit_message() -> None:
-    assert find_failed_rank(MPI_EXIT_MESSAGE, {}) == (1, None, 1)
+    assert find_failed_ranks(MPI_EXIT_MESSAGE, {}) == [(1, 1)]
 
 
 def test_failed_rank_from_signal_message() -> None:
-    assert find_failed_rank(MPI_SIGNAL_MESSAGE, {}) == (3, "gpu02", 137)
+    assert find_failed_ranks(MPI_SIGNAL_MESSAGE, {}) == [(3, 137)]
 
 
 def test_failed_rank_from_traceback_when_launcher_is_silent() -> None:
     tails = {0: ["ok"], 2: ["Traceback (most recent call last):", "ValueError: x"], None: []}
-    assert find_failed_rank([], tails) == (2, None, None)
+    assert find_failed_ranks([], tails) == [(2, None)]
 
 
 def test_no_failure_found() -> None:
-    assert find_failed_rank(["all good"], {0: ["fine"]}) == (None, None, None)
+    assert find_failed_ranks(["all good"], {0: ["fine"]}) == []
+
+
+def test_failure_value_keeps_every_failed_rank_root_cause_first() -> None:
+    tb = ["Traceback (most recent call last):", "RuntimeError: boom"]
+    tails = {0: tb, 1: ["fine"], 3: ["killed mid-step"], None: []}
+    failure = failure_from_output(MPI_SIGNAL_MESSAGE, tails, {0: "gpu01", 3: "gpu02"}, 137)
+    assert failure.kind is FailureKind.RANK_SIGNAL
+    assert [(r.rank, r.host, r.signal_name) for r in failure.ranks] == [
+        (3, "gpu02", "SIGKILL"), (0, "gpu01", None)]
+    assert failure.message == "rank 3 on gpu02 failed (signal SIGKILL)"
+    text = failure.describe(attempt=2)
+    assert text.splitlines()[:3] == [
+        "rank 3 on gpu02 failed (signal SIGKILL) (attempt 2)", "also failed: ranks 0",
+        "last lines of rank 3's log:"]
+    assert "killed mid-step" in text
+
+
+def test_launcher_failure_without_a_rank() -> None:
+    failure = failure_from_output(["mpirun: cannot start"], {None: []}, {}, 205)
+    assert failure.kind is FailureKind.LAUNCHER and failure.root is None
+    assert failure.message == "the job failed (exit code 205); no rank was named"
 
 
 def test_srun_label_only_for_srun() -> None:

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringtrain.errors import SchedulerError
-from ringtrain.launch.schedulers import (
+from ringtrain.schedulers.calls import inventory_from_scheduler
+from ringtrain.schedulers.jobenv import (
     Scheduler,
     detect_scheduler,
     gres_gpu_count,
@@ -17,8 +18,7 @@ from ringtrain.launch.schedulers import (
     pbs_job,
     slurm_job,
 )
-from ringtrain.launch.schedulers_io import inventory_from_scheduler
-from ringtrain.request import Backend
+from ringtrain.spec import Backend
 
 FIXTURES = Path(__file__).parent / "golden" / "schedulers"
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ringtrain.cli import cli
 from ringtrain.errors import UsageError
-from ringtrain.launch.schedulers_render import BatchJob, render_qsub, render_sbatch
+from ringtrain.schedulers.batch import BatchJob, render_qsub, render_sbatch
 from tests.golden import assert_golden
 
 JOB = BatchJob(

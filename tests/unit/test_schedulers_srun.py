@@ -13,9 +13,9 @@ from ringtrain.cli import cli
 from ringtrain.errors import SchedulerError
 from ringtrain.hostfile import Host, allocate, parse_slurm_env
 from ringtrain.launch.plan import PlanInputs, make_plan
-from ringtrain.launch.schedulers import slurm_job
-from ringtrain.launch.schedulers_io import SrunRemote, remote_for, srun_failure
-from ringtrain.request import Backend, EnvSpec, LaunchRequest
+from ringtrain.schedulers.calls import SrunRemote, remote_for, srun_failure
+from ringtrain.schedulers.jobenv import slurm_job
+from ringtrain.spec import Backend, EnvSpec, LaunchSpec
 from tests.golden import assert_golden
 
 FIXTURES = Path(__file__).parent / "golden" / "schedulers"
@@ -23,7 +23,7 @@ ENVIRON = {"PATH": "/usr/bin:/bin", "HOROVOD_CYCLE_TIME": "1", "MY_TOKEN": "s3cr
 
 
 def _srun_plan(nodelist: str, tasks: str, np: int | None = None):  # type: ignore[no-untyped-def]
-    request = LaunchRequest(
+    request = LaunchSpec(
         script="train.py", script_args=("--epochs", "2"), np=np, backend=Backend.SRUN,
         working_dir=Path("/work/job"), runs_dir=Path("/work/job/runs"),
         env=(EnvSpec("MY_TOKEN"),),
@@ -43,7 +43,7 @@ def test_srun_uniform_placement() -> None:
     argv = _srun_plan("gpu[01-02]", "2(x2)").command.argv
     assert argv[:6] == ("srun", "--mpi=pmix", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2",
                         "--nodelist=gpu01,gpu02")
-    assert argv[-7:] == ("/venv/bin/python", "-m", "ringtrain.launch.rankexec", "--mpi",
+    assert argv[-7:] == ("/venv/bin/python", "-m", "ringtrain.rank.entry", "--mpi",
                          "/work/job/train.py", "--epochs", "2")
 
 
@@ -68,7 +68,7 @@ def test_srun_forwards_names_never_values() -> None:
 
 
 def test_srun_passes_the_chosen_network_by_environment() -> None:
-    request = LaunchRequest(script="t.py", backend=Backend.SRUN, working_dir=Path("/w"))
+    request = LaunchSpec(script="t.py", backend=Backend.SRUN, working_dir=Path("/w"))
     inputs = PlanInputs(run_id="R", environ={}, is_root=False, python="/p",
                         tcp_include="10.1.0.0/16")
     plan = make_plan(request, allocate(parse_slurm_env("n[1-2]", "1(x2)"), None), inputs)

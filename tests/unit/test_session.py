@@ -2,36 +2,52 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from ringtrain.errors import AllocationError
-from ringtrain.hostfile import Inventory, parse_host_spec
+from ringtrain.hostfile import Allocation, parse_host_spec
+from ringtrain.launch.preflight import PreflightPolicy
+from ringtrain.launch.probe import probe_argv
+from ringtrain.launch.reporter import NullReporter
 from ringtrain.launch.result import JobResult, JobState
-from ringtrain.launch.session import Hooks, Preflight, RestartPolicy, Session, SessionEnv
-from ringtrain.launch.supervise import SupervisionPolicy
-from ringtrain.request import LaunchRequest
-from tests.fakes import FakeRemote
+from ringtrain.launch.session import Session, SessionEnv
+from ringtrain.spec import LaunchSpec, RestartPolicy
+from tests.fakes import FakeRemote, ip_lines, probe_stdout
 
 
-def _session(np: int | None, restart: RestartPolicy, asked: list[int | None]) -> Session:
+class Verdicts(NullReporter):
+    """Records the slots each attempt's pre-flight was asked for (the policy's np)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[int | None] = []
+
+    def verdict(self, inventory: object, report: object, verdict: object,
+                policy: PreflightPolicy) -> None:
+        self.asked.append(policy.np)
+
+
+def _session(np: int | None, restart: RestartPolicy, reporter: Verdicts) -> Session:
     inventory = parse_host_spec("gpu01:2,gpu02:2")
-
-    def preflight(inv: Inventory, need: int | None) -> Preflight:
-        asked.append(need)
-        return Preflight(inv)
-
+    remote = FakeRemote()  # the probe's answers: two CPU hosts on one subnet
+    for i, host in enumerate(("gpu01", "gpu02"), start=1):
+        remote.on(host, probe_argv(sys.executable),
+                  stdout=probe_stdout(host, net=ip_lines(("eth0", f"10.0.0.{i}/24"))))
     return Session(
-        LaunchRequest(script="train.py", np=np, runs_dir=Path("/nonexistent")),
+        LaunchSpec(script="train.py", np=np, runs_dir=Path("/nonexistent"), restart=restart),
         inventory,
-        FakeRemote(),  # placement never calls a host
+        remote,
+        reporter,
         SessionEnv("r1", {}, is_root=False, python="python3"),
-        SupervisionPolicy(),
-        restart,
-        Hooks(preflight=preflight),
     )
+
+
+def _place(session: Session, attempt: int) -> Allocation:
+    return session._place(session._preflight(attempt).inventory)
 
 
 def _lose_gpu02(session: Session) -> None:
@@ -40,24 +56,24 @@ def _lose_gpu02(session: Session) -> None:
 
 
 def test_restart_shrinks_to_min_np_and_preflight_is_asked_for_the_floor() -> None:
-    asked: list[int | None] = []
-    session = _session(4, RestartPolicy(max_restarts=1, min_np=2), asked)
-    first, _ = session._allocation()
+    reporter = Verdicts()
+    session = _session(4, RestartPolicy(max_restarts=1, min_np=2), reporter)
+    first = _place(session, 1)
     assert first.np == 4
     _lose_gpu02(session)
-    second, _ = session._allocation()
+    second = _place(session, 2)
     assert second.np == 2 and [h.name for h in second.hosts] == ["gpu01"]
-    assert asked == [4, 2]
+    assert reporter.asked == [4, 2]
 
 
 def test_restart_without_min_np_needs_the_first_attempts_size() -> None:
     for np in (4, None):  # -np 4, or every slot (4)
-        asked: list[int | None] = []
-        session = _session(np, RestartPolicy(max_restarts=1), asked)
-        assert session._allocation()[0].np == 4
+        reporter = Verdicts()
+        session = _session(np, RestartPolicy(max_restarts=1), reporter)
+        assert _place(session, 1).np == 4
         _lose_gpu02(session)
         with pytest.raises(AllocationError) as info:
-            session._allocation()
+            _place(session, 2)
         assert "only 2 slots left after excluding gpu02; the restart needs 4" in info.value.message
         assert "--min-np" in info.value.hint
-        assert asked == [np, 4]
+        assert reporter.asked == [np]  # refused before probing anyone again

@@ -9,8 +9,8 @@ import pytest
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Host, allocate, parse_yaml_inventory
 from ringtrain.launch.plan import PlanInputs, make_plan
-from ringtrain.launch.sshconf import needs_ssh_config, render_ssh_config
-from ringtrain.request import LaunchRequest
+from ringtrain.remote.sshconf import needs_ssh_config, render_ssh_config
+from ringtrain.spec import LaunchSpec, SshSpec
 
 YAML = """\
 defaults: {user: train, identity_file: /keys/id_ed25519, slots: 2}
@@ -35,7 +35,7 @@ def test_plain_hosts_need_no_config() -> None:
 
 def test_plan_points_mpirun_at_the_generated_config() -> None:
     inv = parse_yaml_inventory(YAML, "inv.yaml")
-    request = LaunchRequest(script="t.py", working_dir=Path("/w"), runs_dir=Path("/w/runs"))
+    request = LaunchSpec(script="t.py", working_dir=Path("/w"), runs_dir=Path("/w/runs"))
     plan = make_plan(request, allocate(inv), PlanInputs("R", {"PATH": "/bin"}, False, "/py"))
     assert "ssh -F /w/runs/R/attempt-1/ssh_config" in plan.command.argv
     assert "Host gpu02" in plan.ssh_config_text
@@ -50,8 +50,8 @@ def test_known_hosts_reaches_mpiruns_ssh_for_plain_hosts() -> None:
     """--known-hosts: the probe verified keys against that file, so mpirun's own ssh must too
     (strictly), or it would consult ~/.ssh/known_hosts and ask or trust on its own."""
     inv = allocate(parse_yaml_inventory("hosts: [gpu01, gpu02]\n", "inv.yaml"))
-    request = LaunchRequest(script="t.py", working_dir=Path("/w"), runs_dir=Path("/w/runs"),
-                            known_hosts=Path("/etc/rt/known_hosts"))
+    request = LaunchSpec(script="t.py", working_dir=Path("/w"), runs_dir=Path("/w/runs"),
+                         ssh=SshSpec(known_hosts=Path("/etc/rt/known_hosts")))
     plan = make_plan(request, inv, PlanInputs("R", {"PATH": "/bin"}, False, "/py"))
     assert "ssh -F /w/runs/R/attempt-1/ssh_config" in plan.command.argv
     text = plan.ssh_config_text

@@ -6,9 +6,10 @@ from pathlib import Path
 
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.control import Progress, RankState, Snapshot
-from ringtrain.launch.result import JobResult, JobState
-from ringtrain.launch.session import RestartPolicy, _merge, decide
-from ringtrain.launch.supervise import Fault, FaultKind, SupervisionPolicy, check, job_pids
+from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
+from ringtrain.launch.session import _merge, decide
+from ringtrain.launch.supervise import Fault, check, job_pids
+from ringtrain.spec import RestartPolicy, SupervisionPolicy
 
 ALLOC = allocate(parse_host_spec("gpu01:2,gpu02:2"))
 POLICY = SupervisionPolicy(start_timeout=30, heartbeat_timeout=10, stall_timeout=60)
@@ -45,7 +46,7 @@ def test_healthy_job_has_no_fault() -> None:
 def test_host_lost_when_all_its_ranks_are_silent() -> None:
     ranks = (_rank(0, 99), _rank(1, 99), _rank(2, 85), _rank(3, 88))
     fault = check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0)
-    assert fault is not None and fault.kind is FaultKind.HOST_LOST
+    assert fault is not None and fault.kind is FailureKind.HOST_LOST
     assert fault.hosts == ("gpu02",) and fault.ranks == (2, 3)
     assert "gpu02 silent for 12 s" in fault.message
 
@@ -69,7 +70,7 @@ def test_start_timeout_names_missing_ranks_and_hosts() -> None:
     ranks = (_rank(0, 99, init=False), _rank(1, 99, init=False), _rank(2, 99, init=False))
     assert check(Snapshot(ranks, None, now=20), ALLOC, POLICY, started=0) is None
     fault = check(Snapshot(ranks, None, now=31), ALLOC, POLICY, started=0)
-    assert fault is not None and fault.kind is FaultKind.START_TIMEOUT
+    assert fault is not None and fault.kind is FailureKind.START_TIMEOUT
     assert fault.ranks == (3,) and fault.hosts == ("gpu02",)
     assert "no check-in" in fault.message and "gpu01 2/2, gpu02 1/2" in fault.message
 
@@ -103,7 +104,7 @@ def test_stall_after_progress_stops() -> None:
     ranks = tuple(_rank(r, 199) for r in range(4))
     assert check(Snapshot(ranks, None, now=200), ALLOC, POLICY, started=0) is None
     fault = check(Snapshot(ranks, Progress(epoch=3, step=7, at=130), now=200), ALLOC, POLICY, 0)
-    assert fault is not None and fault.kind is FaultKind.STALL and "epoch 3" in fault.message
+    assert fault is not None and fault.kind is FailureKind.STALL and "epoch 3" in fault.message
 
 
 def test_job_pids_include_daemons_with_start_times() -> None:
@@ -129,29 +130,40 @@ def test_decide_budget() -> None:
     assert "no restarts asked" in decide(_result(), 1, RestartPolicy()).reason
 
 
+def _failed(kind: FailureKind, *ranks: RankFailure, hosts: tuple[str, ...] = ()) -> JobResult:
+    return _result(failure=Failure(kind, "x", hosts, ranks))
+
+
 def test_decide_excludes_lost_and_killed_hosts_but_not_script_errors() -> None:
     policy = RestartPolicy(max_restarts=2)
-    lost = _result(fault_kind="host-lost", fault_hosts=("gpu02",))
+    lost = _failed(FailureKind.HOST_LOST, hosts=("gpu02",))
     assert decide(lost, 1, policy).exclude == ("gpu02",)
-    killed = _result(exit_code=137, signal_name="SIGKILL", failed_host="gpu01", failed_rank=0)
+    killed = _failed(FailureKind.RANK_SIGNAL, RankFailure(0, "gpu01", 137, "SIGKILL"),
+                     hosts=("gpu01",))
     assert decide(killed, 1, policy).exclude == ("gpu01",)
-    assert decide(_result(failed_host="gpu01", failed_rank=1), 1, policy).exclude == ()
+    script_error = _failed(FailureKind.RANK_EXIT, RankFailure(1, "gpu01", 1), hosts=("gpu01",))
+    assert decide(script_error, 1, policy).exclude == ()
 
 
 def test_decide_after_a_stall_does_not_blame_the_host_for_ringtrains_own_signals() -> None:
     """A stall is torn down by ringtrain (SIGTERM, then SIGKILL): that signal is no reason to
     suspect the host, or a restart on a small cluster would find every host excluded."""
-    stalled = _result(fault_kind="stall", fault_hosts=("gpu01",), failed_host="gpu01",
-                      failed_rank=0, signal_name="SIGKILL")
+    stalled = _failed(FailureKind.STALL, RankFailure(0, "gpu01", 137, "SIGKILL"),
+                      hosts=("gpu01",))
     assert decide(stalled, 1, RestartPolicy(max_restarts=1)).exclude == ()
 
 
 def test_merge_takes_the_faulty_ranks_tail_and_drops_the_teardown_signal() -> None:
-    mpirun_view = _result(exit_code=137, failed_rank=0, failed_host="gpu01",
-                          signal_name="SIGKILL", log_tail=("rank 0 line",))
-    fault = Fault(FaultKind.STALL, "no training progress for 30 s on rank 1", ("gpu02",), (1,))
-    merged = _merge(mpirun_view, fault, (), 1, 10.0, 11.0, {0: ("rank 0 line",),
-                                                           1: ("epoch 3", "stuck here")})
-    assert merged.failed_rank == 1 and merged.failed_host == "gpu02"
-    assert merged.log_tail == ("epoch 3", "stuck here")
-    assert merged.signal_name is None and merged.fault_kind == "stall"
+    mpirun_view = _failed(FailureKind.RANK_SIGNAL,
+                          RankFailure(0, "gpu01", 137, "SIGKILL", ("rank 0 line",)))
+    fault = Fault(FailureKind.STALL, "no training progress for 30 s on rank 1", ("gpu02",), (1,))
+    merged = _merge(mpirun_view, fault, (), 1, 10.0, 11.0,
+                    {0: ("rank 0 line",), 1: ("epoch 3", "stuck here")}, {0: "gpu01", 1: "gpu02"})
+    assert merged.failure is not None and merged.failure.kind is FailureKind.STALL
+    root = merged.failure.root
+    assert root is not None and (root.rank, root.host) == (1, "gpu02")
+    assert root.log_tail == ("epoch 3", "stuck here") and root.signal_name is None
+    data = merged.to_json()
+    assert data["failed_rank"] == 1 and data["failed_host"] == "gpu02"
+    assert data["signal"] is None and data["fault_kind"] == "stall"
+    assert data["failure"]["ranks"][0]["log_tail"] == ["epoch 3", "stuck here"]

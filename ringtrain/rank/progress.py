@@ -1,4 +1,4 @@
-"""What a training script tells the launcher: ``ringtrain.report.progress(...)``.
+"""What a training script tells the launcher: ``ringtrain.rank.progress.report(...)``.
 
 Safe to call from any script: without a supervising launcher it does nothing. ringtrain's
 launcher shows the latest progress live and uses it to detect a stalled job (no progress within
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-from ringtrain.launch import rankagent
+from ringtrain.rank import agent as rankagent
 
 
-def progress(
+def report(
     *,
     epoch: int | None = None,
     step: int | None = None,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ringtrain.errors import SchedulerError
 from ringtrain.hostfile.model import Host, host_name_problem
-from ringtrain.launch.remote import CmdResult, fan_out
-from ringtrain.launch.schedulers import (
+from ringtrain.remote import CmdResult, HostCommand, fan_out
+from ringtrain.schedulers.jobenv import (
     Scheduler,
     SchedulerJob,
     detect_scheduler,
@@ -112,7 +112,17 @@ class SrunRemote:
     def run(
         self, hosts: Sequence[Host], argv: Sequence[str], timeout: float
     ) -> Mapping[str, CmdResult]:
-        return fan_out(hosts, lambda h: self.run_one(h.name, argv, timeout), self.concurrency)
+        return self.run_each([(h, argv) for h in hosts], timeout)
+
+    def run_each(
+        self, commands: Sequence[HostCommand], timeout: float
+    ) -> Mapping[str, CmdResult]:
+        argv_of = {h.name: argv for h, argv in commands}
+        return fan_out(
+            [h for h, _ in commands],
+            lambda h: self.run_one(h.name, argv_of[h.name], timeout),
+            self.concurrency,
+        )
 
     def run_one(self, node: str, argv: Sequence[str], timeout: float) -> CmdResult:
         start = time.monotonic()

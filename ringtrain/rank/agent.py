@@ -1,6 +1,6 @@
 """The rank side of supervision: check in, heartbeat, report Horovod init, and a dead-man switch.
 
-Started by ``rankexec`` in every rank before the training script when the launcher set
+Started by ``ringtrain.rank.entry`` in every rank before the training script when the launcher set
 ``RINGTRAIN_CONTROL_ADDR``. Threads only, standard library only: it must cost nothing to import.
 
 * ``hello`` tells the launcher this rank's host, PID and parent (the Open MPI daemon ``orted`` on
@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from ringtrain import procfs
-from ringtrain.launch.events import HEARTBEAT_S, decode, encode
+from ringtrain.rank import envvars, procfs
+from ringtrain.rank.events import HEARTBEAT_S, decode, encode
 
 _DAEMON_NAMES = ("orted", "prted")
 
@@ -195,11 +195,11 @@ def agent() -> RankAgent | None:
 def start_from_env() -> RankAgent | None:
     """Start the agent when the launcher asked for supervision; None otherwise."""
     global _AGENT  # noqa: PLW0603 - one agent per rank process
-    addr = os.environ.get("RINGTRAIN_CONTROL_ADDR")
-    token = os.environ.get("RINGTRAIN_CONTROL_TOKEN", "")
+    addr = os.environ.get(envvars.CONTROL_ADDR)
+    token = os.environ.get(envvars.CONTROL_TOKEN, "")
     if not addr or _AGENT is not None:
         return _AGENT
-    timeout = float(os.environ.get("RINGTRAIN_LAUNCHER_TIMEOUT", "15"))
+    timeout = float(os.environ.get(envvars.LAUNCHER_TIMEOUT, "15"))
     candidate = RankAgent(addr, token, rank_from_env(), timeout)
     if not candidate.start():
         return None

@@ -13,7 +13,7 @@ nodes the job has and how many tasks each runs.
   ``mpirun`` (over SSH, as PBS sites allow between the job's nodes).
 
 Slurm wins when both are set (PBS compatibility layers on Slurm sites set ``PBS_*`` too).
-The caller does the I/O (``schedulers_io`` reads the node file and runs scontrol) and hands the
+The caller does the I/O (``schedulers.calls`` reads the node file and runs scontrol) and hands the
 text in, so everything here is a function of its arguments.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from ringtrain.errors import InventoryError, SchedulerError
 from ringtrain.hostfile import Inventory, parse_pbs_nodefile, parse_slurm_env
 from ringtrain.hostfile.nodeset import HostListError, expand, split_items
-from ringtrain.request import Backend
+from ringtrain.spec import Backend
 
 _GRES_ITEM_RE = re.compile(
     r"^(?P<name>[A-Za-z0-9_]+)(?::(?P<type>[A-Za-z0-9_.-]+))??(?::(?P<count>\d+))?"

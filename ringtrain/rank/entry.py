@@ -1,11 +1,11 @@
-"""Per-rank entry point: ``python -m ringtrain.launch.rankexec [--mpi] SCRIPT ARGS...``.
+"""Per-rank entry point: ``python -m ringtrain.rank.entry [--mpi] SCRIPT ARGS...``.
 
 What each rank does before and after the training script:
 
 * stdout/stderr become line-buffered. Open MPI's ``--tag-output`` tags each chunk a rank writes,
   so unbuffered output (``print`` writes the text and the newline separately) tears lines apart;
   line buffering makes one write per line.
-* it checks in with a supervising launcher (``rankagent``), when there is one.
+* it checks in with a supervising launcher (``ringtrain.rank.agent``), when there is one.
 * an uncaught exception (or ``sys.exit`` with a non-zero status) prints the traceback and ends
   the process at once with ``os._exit``: no atexit handlers. Under MPI, waiting for them is what
   hangs a job: ``hvd.shutdown()`` at exit tries to coordinate with ranks that are blocked in an
@@ -57,12 +57,12 @@ def main(argv: list[str]) -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(line_buffering=True, write_through=False)
-    from ringtrain.launch import rankagent  # noqa: PLC0415 - standard library only
+    from ringtrain.rank import agent as rankagent  # noqa: PLC0415 - standard library only
 
     rankagent.start_from_env()  # check in with a supervising launcher, if there is one
     args = argv[1:] if argv[:1] == ["--mpi"] else argv
     if not args:
-        sys.exit("usage: python -m ringtrain.launch.rankexec [--mpi] SCRIPT [ARGS...]")
+        sys.exit("usage: python -m ringtrain.rank.entry [--mpi] SCRIPT [ARGS...]")
     run_script(args)
 
 

@@ -1,7 +1,8 @@
-"""Run one argv on many hosts at once: SSH (paramiko) fan-out and a local runner.
+"""``SshRemote``: the Remote seam over SSH (paramiko), with strict host keys.
 
-The only module that imports paramiko. Every host is tried; a host that cannot be reached
-carries its reason in ``CmdResult.error`` and the others still run (like Fabric's GroupResult).
+With ``remote/keys.py``, the only module that imports paramiko. Every host is tried; a host
+that cannot be reached carries its reason in ``CmdResult.error`` and the others still run
+(like Fabric's GroupResult).
 
 Host keys are checked the way OpenSSH's ``StrictHostKeyChecking yes`` does: the key must be in
 a known_hosts file under the alias, the HostName or HostKeyAlias (``[name]:port`` off port 22).
@@ -12,54 +13,31 @@ not used for connections because it hard-codes AutoAddPolicy.
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 import shlex
 import socket
-import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import paramiko
 
 from ringtrain.errors import RemoteError
 from ringtrain.hostfile.model import Host, host_name_problem
-from ringtrain.launch.remote_keys import KnownHosts, KnownHostsEntry, fingerprint
-
-log = logging.getLogger(__name__)
+from ringtrain.remote.base import (
+    CmdResult,
+    HostCommand,
+    LocalRemote,
+    _decode,
+    _failed,
+    fan_out,
+)
+from ringtrain.remote.keys import KnownHosts, KnownHostsEntry, fingerprint
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 _RSA_SHA2 = ("rsa-sha2-512", "rsa-sha2-256")
-
-
-@dataclass(frozen=True, slots=True)
-class CmdResult:
-    """What one host answered. ``error`` is set when the command could not run to its end
-    (unreachable, host key refused, timed out); then ``exit_code`` may be None."""
-
-    host: str
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    error: str | None
-    duration_s: float
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.exit_code == 0
-
-
-class Remote(Protocol):
-    """Runs ``argv`` on every host, concurrently; returns one CmdResult per host, in order."""
-
-    def run(
-        self, hosts: Sequence[Host], argv: Sequence[str], timeout: float
-    ) -> Mapping[str, CmdResult]: ...
 
 
 # --------------------------------------------------------------------------- ssh_config
@@ -200,31 +178,6 @@ def _disabled_host_key_types(known: Sequence[KnownHostsEntry]) -> list[str]:
 # --------------------------------------------------------------------------- running
 
 
-class LocalRemote:
-    """Runs argv directly (no shell, no SSH) for ``localhost`` hosts. ``env`` replaces the
-    environment when given (tests put fake tools first on PATH this way)."""
-
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        self.env = dict(env) if env is not None else None
-
-    def run(self, hosts: Sequence[Host], argv: Sequence[str],
-            timeout: float) -> Mapping[str, CmdResult]:
-        return fan_out(hosts, lambda h: self.run_one(h.name, argv, timeout), concurrency=8)
-
-    def run_one(self, name: str, argv: Sequence[str], timeout: float) -> CmdResult:
-        start = time.monotonic()
-        try:
-            proc = subprocess.run(list(argv), capture_output=True, timeout=timeout,
-                                  env=self.env, check=False, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return _failed(name, f"timed out after {timeout:g} s", start)
-        except FileNotFoundError:
-            return CmdResult(name, 127, "", f"{argv[0]}: command not found",
-                             f"{argv[0]}: command not found", time.monotonic() - start)
-        return CmdResult(name, proc.returncode, _decode(proc.stdout), _decode(proc.stderr),
-                         None, time.monotonic() - start)
-
-
 class SshRemote:
     """SSH fan-out with strict host keys; ``localhost`` hosts run locally unless
     ``ssh_localhost``. Connections are made fresh per ``run`` and closed after it."""
@@ -259,10 +212,14 @@ class SshRemote:
 
     def run(self, hosts: Sequence[Host], argv: Sequence[str],
             timeout: float) -> Mapping[str, CmdResult]:
-        command = shlex.join(argv)
+        return self.run_each([(h, argv) for h in hosts], timeout)
+
+    def run_each(self, commands: Sequence[HostCommand],
+                 timeout: float) -> Mapping[str, CmdResult]:
+        argv_of = {h.name: argv for h, argv in commands}
         targets: dict[str, SshTarget | str] = {}
         stores: dict[tuple[Path, ...], KnownHosts] = {}
-        for host in hosts:  # resolved up front so threads share one store per file set
+        for host, _argv in commands:  # resolved up front so threads share one store per file set
             if host.is_local and not self.ssh_localhost:
                 continue
             problem = host_name_problem(host.name)
@@ -276,14 +233,16 @@ class SshRemote:
                 stores[files] = KnownHosts(files, files[0])
 
         def one(host: Host) -> CmdResult:
+            argv = argv_of[host.name]
             if host.name not in targets:
                 return self.local.run_one(host.name, argv, timeout)
             target = targets[host.name]
             if isinstance(target, str):
                 return _failed(host.name, target, time.monotonic())
-            return self._run_one(target, command, timeout, stores[target.known_hosts_files])
+            return self._run_one(target, shlex.join(argv), timeout,
+                                 stores[target.known_hosts_files])
 
-        return fan_out(hosts, one, self.concurrency)
+        return fan_out([h for h, _ in commands], one, self.concurrency)
 
     def _run_one(self, target: SshTarget, command: str, timeout: float,
                  store: KnownHosts) -> CmdResult:
@@ -379,31 +338,3 @@ def describe_error(  # noqa: PLR0911 - one return per kind of failure
     if isinstance(exc, OSError):
         return f"cannot connect to {where}: {exc.strerror or exc}"
     return f"{type(exc).__name__}: {exc}"
-
-
-def fan_out(hosts: Sequence[Host], fn: Callable[[Host], CmdResult],
-            concurrency: int) -> dict[str, CmdResult]:
-    """Apply ``fn`` to every host with at most ``concurrency`` at once; results in host order."""
-    if not hosts:
-        return {}
-    workers = max(1, min(concurrency, len(hosts)))
-
-    def guarded(host: Host) -> CmdResult:
-        start = time.monotonic()
-        try:
-            return fn(host)
-        except Exception as exc:  # one host's bug must not hide the others
-            log.exception("unexpected error on %s", host.name)
-            return _failed(host.name, f"unexpected error: {type(exc).__name__}: {exc}", start)
-
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ringtrain-ssh") as pool:
-        results = list(pool.map(guarded, hosts))
-    return {h.name: r for h, r in zip(hosts, results, strict=True)}
-
-
-def _failed(host: str, error: str, start: float) -> CmdResult:
-    return CmdResult(host, None, "", "", error, time.monotonic() - start)
-
-
-def _decode(data: bytes) -> str:
-    return data.decode("utf-8", errors="replace")

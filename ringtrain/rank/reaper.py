@@ -1,4 +1,4 @@
-"""Find and end one job's processes on this host: ``python -m ringtrain.launch.reaper RUN_ID``.
+"""Find and end one job's processes on this host: ``python -m ringtrain.rank.reaper RUN_ID``.
 
 A process belongs to the job when either
   * its environment holds ``RINGTRAIN_RUN_ID=<RUN_ID>`` (every rank gets it, and so does anything a
@@ -25,14 +25,14 @@ import sys
 import time
 from typing import Any
 
-from ringtrain import procfs
+from ringtrain.rank import envvars, procfs
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def find(run_id: str, pids: dict[int, int]) -> list[tuple[int, str]]:
     """Processes of job ``run_id`` on this host; ``pids`` maps reported PID -> start time."""
-    marker = f"RINGTRAIN_RUN_ID={run_id}".encode()
+    marker = f"{envvars.RUN_ID}={run_id}".encode()
     me, my_uts = os.getpid(), procfs.uts_namespace("self")
     found = []
     for pid in procfs.pids():

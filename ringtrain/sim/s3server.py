@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ringtrain import procfs
-from ringtrain.checkpoint.backends import Location, make_filesystem
+from ringtrain.checkpoint.filesystems import Location, make_filesystem
 from ringtrain.errors import CheckpointError, SetupError
+from ringtrain.rank import procfs
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from typing import Protocol
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_horovod_hosts
-from ringtrain.request import Backend
+from ringtrain.rank import envvars
+from ringtrain.spec import Backend
 
 # Variables forwarded to every rank when the launcher has them. Prefixes forward whole families.
 FORWARD_NAMES = (
@@ -39,7 +40,7 @@ FORWARD_NAMES = (
 FORWARD_PREFIXES = (
     "HOROVOD_",
     "NCCL_",
-    "RINGTRAIN_",
+    envvars.PREFIX,
     "TF_CPP_",
     "TF_ENABLE_",
     "TF_FORCE_",
@@ -92,10 +93,10 @@ def forwarded_names(
 
 
 def rank_argv(ctx: LaunchContext, *, mpi: bool) -> tuple[str, ...]:
-    """The per-rank command, through ``ringtrain.launch.rankexec``: line-buffered output (so
+    """The per-rank command, through ``ringtrain.rank.entry``: line-buffered output (so
     Open MPI's per-line rank tags stay intact) and, under MPI, mpi4py's runner, which turns an
     uncaught exception in one rank into MPI_Abort of the whole job instead of a hang."""
-    wrapper = ("-m", "ringtrain.launch.rankexec", *(("--mpi",) if mpi else ()))
+    wrapper = ("-m", "ringtrain.rank.entry", *(("--mpi",) if mpi else ()))
     return (ctx.python, *wrapper, ctx.script, *ctx.script_args)
 
 

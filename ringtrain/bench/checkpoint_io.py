@@ -20,8 +20,8 @@ from typing import Any
 
 from ringtrain.checkpoint.commit import commit
 from ringtrain.checkpoint.resume import find_latest
-from ringtrain.checkpoint.s3server import start_s3_server
 from ringtrain.checkpoint.store import open_store
+from ringtrain.sim.s3server import start_s3_server
 
 log = logging.getLogger(__name__)
 

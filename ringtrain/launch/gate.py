@@ -1,0 +1,126 @@
+"""The pre-flight gate of every attempt: probe the hosts, judge them, show the table, refuse or
+trim the inventory, and find the address the control server binds to.
+
+GPU rule (``LaunchSpec.preflight.gpus``): ``ignored`` (``--cpu``) says GPUs do not matter,
+``required`` (``--gpus``) says they must be there; ``auto`` requires them unless no host has an
+NVIDIA driver at all, which is a CPU cluster (this machine, CI, a laptop). ``ringtrain check``
+applies the same rule, so it fails exactly when a launch would be refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+
+from ringtrain.hostfile import Inventory
+from ringtrain.launch.netif import NetworkChoice
+from ringtrain.launch.preflight import PreflightPolicy, evaluate
+from ringtrain.launch.probe import probe
+from ringtrain.launch.probe_parse import GpuStatus, ProbeReport
+from ringtrain.launch.reporter import Reporter
+from ringtrain.remote import Remote
+from ringtrain.spec import GpuRule, LaunchSpec
+
+_NO_DRIVER = (GpuStatus.NOT_INSTALLED, GpuStatus.NO_GPUS)
+
+
+@dataclass(frozen=True, slots=True)
+class Preflight:
+    """What the gate decided for one attempt: the usable hosts, the network for MPI traffic
+    (``tcp_include``, extra variables such as NCCL_SOCKET_IFNAME) and the address of this
+    machine that every host can reach (the control server binds there)."""
+
+    inventory: Inventory
+    tcp_include: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    control_host: str = "127.0.0.1"
+
+
+def policy_for(spec: LaunchSpec, need: int | None) -> PreflightPolicy:
+    """The pre-flight policy of an attempt that needs ``need`` slots (-np on a first attempt,
+    the restart's floor on a later one), before the GPU rule is applied."""
+    return PreflightPolicy(
+        on_bad_host=spec.preflight.on_bad_host,
+        min_hosts=spec.allocation.min_hosts,
+        np=need,
+        require_same_versions=spec.preflight.require_same_versions,
+        network_interface=spec.network_interface,
+    )
+
+
+def run_gate(
+    spec: LaunchSpec, inventory: Inventory, need: int | None, remote: Remote, reporter: Reporter
+) -> Preflight:
+    """Probe ``inventory`` and return what the attempt may use, or raise ProbeError."""
+    if not spec.preflight.enabled:
+        reporter.note("pre-flight probe skipped (--no-probe)")
+        return Preflight(inventory, control_host=control_host(inventory, None, reporter.note))
+    report = probe(inventory, remote, python=spec.python, timeout=spec.preflight.timeout_s)
+    policy = gpu_rule(spec.preflight.gpus, report, policy_for(spec, need), reporter.note)
+    verdict = evaluate(inventory, report, policy)
+    reporter.verdict(inventory, report, verdict, policy)
+    verdict.raise_if_refused()
+    net = verdict.network
+    return Preflight(
+        inventory=verdict.apply(inventory),
+        tcp_include=",".join(net.include) if net is not None and net.include else None,
+        env=net.env if net is not None else (),
+        control_host=control_host(inventory, net, reporter.note),
+    )
+
+
+def gpu_rule(
+    rule: GpuRule, report: ProbeReport, policy: PreflightPolicy, note: Callable[[str], None]
+) -> PreflightPolicy:
+    """``policy`` with ``require_gpus`` set by the GPU rule. Pure."""
+    if rule is GpuRule.IGNORED:
+        return dataclasses.replace(policy, require_gpus=False)
+    if rule is GpuRule.AUTO and all(
+        r.reachable and r.gpu.status in _NO_DRIVER for r in report.results
+    ):
+        note("no host has an NVIDIA driver: a CPU job (pass --gpus to require GPUs)")
+        return dataclasses.replace(policy, require_gpus=False)
+    return dataclasses.replace(policy, require_gpus=True)
+
+
+def control_host(
+    inventory: Inventory, net: NetworkChoice | None, note: Callable[[str], None]
+) -> str:
+    """An address of this machine that every host can reach, for the control server."""
+    if inventory.is_local_only:
+        return "127.0.0.1"
+    if net is not None:
+        found = local_address_in(net.include)
+        if found is not None:
+            return found
+    try:
+        return socket.gethostbyname(socket.getfqdn())
+    except OSError:
+        note(
+            "warning: no address of this machine found that the hosts can reach; "
+            "supervision may be degraded"
+        )
+        return "0.0.0.0"  # noqa: S104 - the token still guards the port
+
+
+def local_address_in(include: tuple[str, ...]) -> str | None:
+    nets = []
+    for item in include:
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            continue  # an interface name rather than a CIDR
+    names = set(include)
+    for ifname, addrs in psutil.net_if_addrs().items():
+        for addr in addrs:
+            if addr.family != socket.AF_INET:
+                continue
+            ip = ipaddress.ip_address(addr.address)
+            if ifname in names or any(ip in n for n in nets):
+                return addr.address
+    return None

@@ -1,0 +1,22 @@
+"""Every ``RINGTRAIN_*`` variable the launcher sets for the ranks, declared once.
+
+The contract between ``ringtrain.launch.plan`` (which sets them) and the code that runs on the
+hosts (the rank agent, the reaper, the training API), so both sides name the same variable.
+Standard library only, like the rest of ``ringtrain.rank``.
+"""
+
+from __future__ import annotations
+
+PREFIX = "RINGTRAIN_"
+
+RUN_DIR = "RINGTRAIN_RUN_DIR"  # runs/<id>: logs, result.json, default checkpoints
+RUN_ID = "RINGTRAIN_RUN_ID"  # the reaper finds a job's processes by it
+ATTEMPT = "RINGTRAIN_ATTEMPT"  # 1, 2, ... across restarts
+CONTROL_ADDR = "RINGTRAIN_CONTROL_ADDR"  # host:port of the launcher's control server
+CONTROL_TOKEN = "RINGTRAIN_CONTROL_TOKEN"  # noqa: S105 - a name; its value is a secret: never in argv, logs or plan.json
+LAUNCHER_TIMEOUT = "RINGTRAIN_LAUNCHER_TIMEOUT"  # dead-man switch, seconds
+CHECKPOINT_URL = "RINGTRAIN_CHECKPOINT_URL"  # --checkpoint, when given
+GLOO_PER_HOST = "RINGTRAIN_GLOO_PER_HOST"  # bench: ranks per host for Gloo rendezvous
+
+ALL = (RUN_DIR, RUN_ID, ATTEMPT, CONTROL_ADDR, CONTROL_TOKEN, LAUNCHER_TIMEOUT, CHECKPOINT_URL,
+       GLOO_PER_HOST)

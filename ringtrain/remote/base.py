@@ -1,0 +1,114 @@
+"""The remote seam: run commands on many hosts at once, one result per host.
+
+``Remote`` is the protocol every fan-out goes through (probe, teardown, scheduler calls):
+``run`` gives every host the same argv, ``run_each`` gives each host its own. ``LocalRemote``
+runs argv directly on this machine; ``ringtrain.remote.ssh.SshRemote`` runs it over SSH. The fake
+for unit tests (``tests/fakes.FakeRemote``) implements the same protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+from ringtrain.hostfile.model import Host
+
+log = logging.getLogger(__name__)
+
+HostCommand = tuple[Host, Sequence[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class CmdResult:
+    """What one host answered. ``error`` is set when the command could not run to its end
+    (unreachable, host key refused, timed out); then ``exit_code`` may be None."""
+
+    host: str
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    error: str | None
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.exit_code == 0
+
+
+class Remote(Protocol):
+    """Runs commands on many hosts concurrently; one CmdResult per host, in the order given.
+
+    ``run``: the same argv everywhere (the probe). ``run_each``: each host its own argv (the
+    reaper, which gets each host's PIDs). A host's failure is its result, never an exception."""
+
+    def run(
+        self, hosts: Sequence[Host], argv: Sequence[str], timeout: float
+    ) -> Mapping[str, CmdResult]: ...
+
+    def run_each(
+        self, commands: Sequence[HostCommand], timeout: float
+    ) -> Mapping[str, CmdResult]: ...
+
+
+class LocalRemote:
+    """Runs argv directly (no shell, no SSH) for ``localhost`` hosts. ``env`` replaces the
+    environment when given (tests put fake tools first on PATH this way)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = dict(env) if env is not None else None
+
+    def run(self, hosts: Sequence[Host], argv: Sequence[str],
+            timeout: float) -> Mapping[str, CmdResult]:
+        return self.run_each([(h, argv) for h in hosts], timeout)
+
+    def run_each(self, commands: Sequence[HostCommand],
+                 timeout: float) -> Mapping[str, CmdResult]:
+        argv_of = {h.name: argv for h, argv in commands}
+        return fan_out([h for h, _ in commands],
+                       lambda h: self.run_one(h.name, argv_of[h.name], timeout), concurrency=8)
+
+    def run_one(self, name: str, argv: Sequence[str], timeout: float) -> CmdResult:
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(list(argv), capture_output=True, timeout=timeout,
+                                  env=self.env, check=False, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return _failed(name, f"timed out after {timeout:g} s", start)
+        except FileNotFoundError:
+            return CmdResult(name, 127, "", f"{argv[0]}: command not found",
+                             f"{argv[0]}: command not found", time.monotonic() - start)
+        return CmdResult(name, proc.returncode, _decode(proc.stdout), _decode(proc.stderr),
+                         None, time.monotonic() - start)
+
+
+def fan_out(hosts: Sequence[Host], fn: Callable[[Host], CmdResult],
+            concurrency: int) -> dict[str, CmdResult]:
+    """Apply ``fn`` to every host with at most ``concurrency`` at once; results in host order."""
+    if not hosts:
+        return {}
+    workers = max(1, min(concurrency, len(hosts)))
+
+    def guarded(host: Host) -> CmdResult:
+        start = time.monotonic()
+        try:
+            return fn(host)
+        except Exception as exc:  # one host's bug must not hide the others
+            log.exception("unexpected error on %s", host.name)
+            return _failed(host.name, f"unexpected error: {type(exc).__name__}: {exc}", start)
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ringtrain-ssh") as pool:
+        results = list(pool.map(guarded, hosts))
+    return {h.name: r for h, r in zip(hosts, results, strict=True)}
+
+
+def _failed(host: str, error: str, start: float) -> CmdResult:
+    return CmdResult(host, None, "", "", error, time.monotonic() - start)
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")

@@ -1,0 +1,277 @@
+"""LaunchSpec: everything one launch was asked, each field once, frozen. Pure.
+
+Built only by ``ringtrain.cli`` (``cli/launch_spec.build_spec``, the one argv reader) or read back
+from a run directory's plan.json (``ringtrain launch --from runs/<id>``); the Python API builds
+one too. Everything after it (``Session``, ``make_plan``, the pre-flight) reads this value and
+nothing else the user said: the request, the allocation, pre-flight, supervision and restart
+policies, and the checkpoint location already parsed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ringtrain.errors import UsageError
+from ringtrain.hostfile.allocate import AllocationPolicy
+
+SPEC_VERSION = 1
+
+
+class Backend(enum.Enum):
+    """How ranks are started. Values are the names used on the command line."""
+
+    MPIRUN = "mpirun"
+    HOROVODRUN = "horovodrun"
+    SRUN = "srun"
+
+
+class GpuRule(enum.Enum):
+    """``--gpus`` (required), ``--cpu`` (ignored), or neither (auto: required unless no host has
+    an NVIDIA driver at all, which is a CPU cluster)."""
+
+    AUTO = "auto"
+    REQUIRED = "required"
+    IGNORED = "ignored"
+
+
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSpec:
+    """``--env NAME`` (forward the launcher's value) or ``--env NAME=VALUE`` (set it)."""
+
+    name: str
+    value: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> EnvSpec:
+        name, sep, value = text.partition("=")
+        if not _ENV_NAME_RE.match(name):
+            raise UsageError(
+                f"--env {text!r}: {name!r} is not a valid environment variable name",
+                "use --env NAME to forward a variable or --env NAME=VALUE to set one",
+            )
+        return cls(name=name, value=value if sep else None)
+
+
+_URL_RE = re.compile(r"^(?:(?P<scheme>[a-z][a-z0-9+.-]*)://)?(?P<rest>.*)$")
+_SCHEMES = ("file", "s3", "hdfs", "viewfs")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointLocation:
+    """Where rank 0 commits checkpoints and a restart resumes from, parsed once.
+
+    ``scheme`` is ``file`` for a plain path; ``url`` is what the ranks get (a plain path stays
+    a path, relative paths made absolute against the working directory)."""
+
+    scheme: str
+    url: str
+
+    @classmethod
+    def parse(cls, text: str, working_dir: Path = Path(".")) -> CheckpointLocation:
+        if not text.strip():
+            raise UsageError(
+                "--checkpoint is empty",
+                "give a path, file://..., s3://bucket/prefix or hdfs://..., or drop the option "
+                "(checkpoints then go to the run directory)",
+            )
+        m = _URL_RE.match(text)
+        scheme = m.group("scheme") if m else None
+        if scheme is not None and scheme not in _SCHEMES:
+            raise UsageError(
+                f"--checkpoint {text!r}: unsupported scheme {scheme!r}",
+                "use a local path, file://, s3://bucket/prefix or hdfs://namenode/path",
+            )
+        authority = (m.group("rest") if m else text).split("/", 1)[0]
+        if scheme and "@" in authority:
+            raise UsageError(
+                "--checkpoint URL contains credentials, which would show in argv, logs and ps",
+                "remove user:secret@ from the URL and pass credentials through AWS_* variables "
+                "or ~/.aws/credentials",
+            )
+        if scheme is None:
+            path = Path(text).expanduser()
+            return cls("file", str(path if path.is_absolute() else working_dir / path))
+        return cls(scheme, text)
+
+    @classmethod
+    def in_run_dir(cls, run_dir: Path) -> CheckpointLocation:
+        """The default: ``runs/<id>/checkpoints``."""
+        return cls("file", str(run_dir / "checkpoints"))
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme == "file"
+
+    def __str__(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightSpec:
+    """The SSH pre-flight before every attempt (``--no-probe`` turns it off)."""
+
+    enabled: bool = True
+    gpus: GpuRule = GpuRule.AUTO
+    on_bad_host: Literal["fail", "exclude"] = "fail"
+    require_same_versions: bool = True
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class SshSpec:
+    """How hosts are reached: ssh_config (``-F``), known_hosts, trust on first use."""
+
+    config: Path | None = None
+    known_hosts: Path | None = None  # mpirun's ssh verifies keys against it too
+    accept_new_host_keys: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisionPolicy:
+    start_timeout: float = 120.0
+    heartbeat_timeout: float = 10.0
+    stall_timeout: float | None = 600.0
+    teardown_grace: float = 3.0
+    poll_s: float = 0.2
+
+    @property
+    def launcher_timeout(self) -> float:
+        """How long a rank waits for the launcher before ending itself (longer than ours)."""
+        return self.heartbeat_timeout + 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    max_restarts: int = 0
+    min_np: int | None = None
+    cooldown_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """Everything ``ringtrain launch`` was asked, validated for form (not feasibility)."""
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    hosts_file: str | None = None
+    host_spec: str | None = None
+    hosts_format: str | None = None
+    np: int | None = None
+    backend: Backend | None = None  # None: srun inside a Slurm job, else mpirun
+    gloo: bool = False
+    env: tuple[EnvSpec, ...] = ()
+    runs_dir: Path = Path("runs")
+    working_dir: Path = Path(".")
+    python: str | None = None  # on the hosts; None: this interpreter, same path everywhere
+    network_interface: str | None = None
+    checkpoint: CheckpointLocation | None = None  # None: the run dir's checkpoints/
+    ssh: SshSpec = field(default_factory=SshSpec)
+    allocation: AllocationPolicy = field(default_factory=AllocationPolicy)
+    preflight: PreflightSpec = field(default_factory=PreflightSpec)
+    supervision: SupervisionPolicy = field(default_factory=SupervisionPolicy)
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        if self.hosts_file and self.host_spec:
+            raise UsageError(
+                "--hosts and -H both given", "pass either an inventory with --hosts or -H h1:N,..."
+            )
+        if self.np is not None and self.np < 1:
+            raise UsageError(f"-np {self.np}: need at least one rank", "pass -np 1 or more")
+        if self.gloo and self.backend is not Backend.HOROVODRUN:
+            raise UsageError(
+                "--gloo needs the horovodrun backend (mpirun always uses MPI)",
+                "add --backend horovodrun, or drop --gloo",
+            )
+
+    @property
+    def launcher(self) -> Backend:
+        """The backend that runs (mpirun when none was chosen and no scheduler picked one)."""
+        return self.backend or Backend.MPIRUN
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe dict that ``from_json`` reads back into an equal spec."""
+        return {"version": SPEC_VERSION, **_encode(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LaunchSpec:
+        if data.get("version") != SPEC_VERSION:
+            raise UsageError(
+                f"the recorded launch spec has version {data.get('version')!r}, this ringtrain "
+                f"reads version {SPEC_VERSION}",
+                "relaunch with the options written out instead of --from",
+            )
+        body = {k: v for k, v in data.items() if k != "version"}
+        try:
+            spec: LaunchSpec = _decode(cls, body)
+        except (TypeError, ValueError, KeyError) as err:
+            raise UsageError(
+                f"the recorded launch spec cannot be read: {err}",
+                "relaunch with the options written out instead of --from",
+            ) from err
+        return spec
+
+
+# ----------------------------------------------------------------------- JSON round trip
+# Dataclasses become dicts, enums their values, paths strings, tuples lists; decoding walks the
+# field types, so the JSON holds no type tags and a golden file stays readable.
+
+_NESTED: dict[str, type] = {
+    "checkpoint": CheckpointLocation,
+    "ssh": SshSpec,
+    "allocation": AllocationPolicy,
+    "preflight": PreflightSpec,
+    "supervision": SupervisionPolicy,
+    "restart": RestartPolicy,
+}
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(cls: type, data: dict[str, Any]) -> Any:
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        raw = data[f.name]
+        kwargs[f.name] = _decode_field(cls, f.name, raw)
+    return cls(**kwargs)
+
+
+def _decode_field(cls: type, name: str, raw: Any) -> Any:  # noqa: PLR0911 - one per type
+    if raw is None:
+        return None
+    if name in _NESTED:
+        return _decode(_NESTED[name], raw)
+    if name == "env":
+        return tuple(EnvSpec(**e) for e in raw)
+    if name == "backend":
+        return Backend(raw)
+    if name == "gpus":
+        return GpuRule(raw)
+    if name in ("runs_dir", "working_dir", "config", "known_hosts"):
+        return Path(raw)
+    if name == "slot_overrides":
+        return tuple((str(p), int(n)) for p, n in raw)
+    if isinstance(raw, list):
+        return tuple(raw)
+    return raw
