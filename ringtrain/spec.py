@@ -134,13 +134,26 @@ class SshSpec:
     accept_new_host_keys: bool = False
 
 
+DEFAULT_STALL_S = 600.0
+
+
 @dataclass(frozen=True, slots=True)
 class SupervisionPolicy:
+    """Detection bounds. ``stall_timeout`` None: the default (600 s), applied once a rank
+    reports progress; a value means the user asked for stall detection (and is told when no
+    rank reports progress). ``exit_grace``: how long ranks that all finished their script may
+    take to exit before ringtrain ends the job, which still counts as a success."""
+
     start_timeout: float = 120.0
     heartbeat_timeout: float = 10.0
-    stall_timeout: float | None = 600.0
+    stall_timeout: float | None = None
     teardown_grace: float = 3.0
     poll_s: float = 0.2
+    exit_grace: float = 120.0
+
+    @property
+    def stall_limit(self) -> float:
+        return DEFAULT_STALL_S if self.stall_timeout is None else self.stall_timeout
 
     @property
     def launcher_timeout(self) -> float:

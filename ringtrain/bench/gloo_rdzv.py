@@ -30,11 +30,11 @@ def plan_hosts(np: int, ranks_per_host: int) -> str:
 def rendezvous(bind: str, np: int, ranks_per_host: int, iface: str
                ) -> Iterator[dict[str, str]]:
     """Serve Horovod's rendezvous on ``bind`` for ``np`` ranks; yields the env the ranks need."""
-    from horovod.runner.common.util.hosts import (  # type: ignore[import-untyped]
+    from horovod.runner.common.util.hosts import (
         get_host_assignments,
         parse_hosts,
     )
-    from horovod.runner.http.http_server import (  # type: ignore[import-untyped]
+    from horovod.runner.http.http_server import (
         RendezvousHandler,
         RendezvousHTTPServer,
     )

@@ -157,10 +157,9 @@ def _env_specs(
 @click.option(
     "--stall-timeout",
     type=click.FloatRange(min=1),
-    default=600,
-    show_default=True,
-    help="Seconds without training progress (reported by ringtrain's Keras callback) "
-    "before the job counts as hung.",
+    help="Seconds without training progress (reported by ringtrain.keras's callbacks or "
+    "ringtrain.keras.progress) before the job counts as hung. [default: 600, once the "
+    "script reports progress]",
 )
 @click.option(
     "--heartbeat-timeout",
@@ -289,7 +288,7 @@ def _inventory(spec: LaunchSpec) -> tuple[Inventory, SchedulerJob | None]:
 
 
 def _run(session: Session, view: LiveView) -> None:
-    session.run_dir.mkdir(parents=True, exist_ok=True)
+    run.make_run_dir(session.run_dir)  # a clear error, not a traceback, when it cannot be
     view.events = session.run_dir / "events.log"
     view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
 

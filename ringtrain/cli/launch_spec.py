@@ -56,7 +56,7 @@ class LaunchOptions:
     max_restarts: int = 0
     min_np: int | None = None
     start_timeout: float = 120.0
-    stall_timeout: float = 600.0
+    stall_timeout: float | None = None
     heartbeat_timeout: float = 10.0
 
 

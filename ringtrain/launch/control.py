@@ -35,6 +35,12 @@ class RankState:
     init_begun: bool = False
     initialized: bool = False
     last_heard: float = 0.0
+    done_at: float | None = None  # when the rank said its script returned
+    api: tuple[str, ...] = ()  # parts of ringtrain.keras the rank uses ("checkpoint", ...)
+
+    @property
+    def done(self) -> bool:
+        return self.done_at is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +176,8 @@ class ControlServer:
                     last_heard=now,
                     init_begun=state.init_begun or kind in ("init_begin", "init"),
                     initialized=state.initialized or kind == "init",
+                    done_at=now if kind == "done" and state.done_at is None else state.done_at,
+                    api=_api_parts(state.api, msg) if kind == "api" else state.api,
                 )
                 self._ranks[conn.rank] = state
             if kind == "progress":
@@ -197,3 +205,8 @@ class ControlServer:
             # Never block on a rank whose host stopped reading (a cut link): drop the beat.
             with conn.lock, contextlib.suppress(OSError):
                 conn.sock.send(data, socket.MSG_DONTWAIT)
+
+
+def _api_parts(known: tuple[str, ...], msg: dict[str, Any]) -> tuple[str, ...]:
+    parts = [k for k in ("checkpoint", "progress", "resume") if msg.get(k)]
+    return tuple(sorted(set(known) | set(parts)))

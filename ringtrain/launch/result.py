@@ -46,11 +46,17 @@ class FailureKind(enum.Enum):
     START_TIMEOUT = "start-timeout"
     HOST_LOST = "host-lost"
     STALL = "stall"
+    EXIT_HANG = "exit-hang"  # every script returned, the job did not exit: ended, a success
 
     @property
     def detected(self) -> bool:
         """A fault ringtrain saw and acted on (its own teardown's signals follow)."""
-        return self in (FailureKind.START_TIMEOUT, FailureKind.HOST_LOST, FailureKind.STALL)
+        return self in (
+            FailureKind.START_TIMEOUT,
+            FailureKind.HOST_LOST,
+            FailureKind.STALL,
+            FailureKind.EXIT_HANG,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +135,7 @@ class JobResult:
     teardown: tuple[HostTeardown, ...] = ()
     teardown_s: float | None = None
     attempt: int = 1
+    warnings: tuple[str, ...] = ()  # what could not take effect, what ringtrain overrode
 
     @property
     def clean_teardown(self) -> bool:
@@ -159,6 +166,7 @@ class JobResult:
             "torn_down_at": _round(self.torn_down_at),
             "teardown_s": _round(self.teardown_s),
             "teardown": [t.to_json() for t in self.teardown],
+            "warnings": list(self.warnings),
         }
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ringtrain.errors import LaunchError
+from ringtrain.errors import LaunchError, SetupError
 from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
 
@@ -252,8 +252,24 @@ def find_failed_ranks(
     return found
 
 
+def make_run_dir(run_dir: Path) -> None:
+    """Create the run directory, or say plainly why it cannot be (before anything starts)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".writable"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise SetupError(
+            f"cannot use the run directory {run_dir}: {err.strerror or err}",
+            "pass --runs-dir DIR with a directory you can write (logs, plan.json, result.json "
+            "and default checkpoints go there)",
+        ) from None
+
+
 def prepare(plan: LaunchPlan) -> None:
     """Write the run directory: the hostfile the argv names, and plan.json. Starts nothing."""
+    make_run_dir(plan.run_dir)
     plan.attempt_dir.mkdir(parents=True, exist_ok=True)
     plan.hostfile_path.write_text(plan.hostfile_text)
     if plan.ssh_config_text:

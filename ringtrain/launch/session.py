@@ -48,7 +48,14 @@ from ringtrain.launch.result import (
     RankFailure,
 )
 from ringtrain.launch.run import Job
-from ringtrain.launch.supervise import Fault, local_teardown, reap_hosts, wait_or_fault
+from ringtrain.launch.supervise import (
+    Fault,
+    all_done,
+    local_teardown,
+    reap_hosts,
+    usage_warnings,
+    wait_or_fault,
+)
 from ringtrain.remote import Remote
 from ringtrain.spec import CheckpointLocation, LaunchSpec, RestartPolicy
 
@@ -58,9 +65,14 @@ FAULT_GRACE_S = 1.0
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """Whether to restart; hosts to leave out (``exclude``: lost or never started) and hosts
+    to avoid when the others suffice (``suspect``: a rank there was killed by a signal that
+    was not ringtrain's, e.g. the OOM killer)."""
+
     restart: bool
     reason: str
     exclude: tuple[str, ...] = ()
+    suspect: tuple[str, ...] = ()
 
 
 def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
@@ -70,6 +82,7 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
     if result.state is JobState.INTERRUPTED:
         return Decision(False, "stopped by the user")
     exclude: tuple[str, ...] = ()
+    suspect: tuple[str, ...] = ()
     failure = result.failure
     if failure is not None and failure.kind in (FailureKind.HOST_LOST, FailureKind.START_TIMEOUT):
         exclude = failure.hosts
@@ -81,7 +94,7 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
     ):
         # killed by something other than ringtrain (OOM killer, hardware): suspect the host;
         # after a fault ringtrain detected, the signals are its own teardown's
-        exclude = (failure.root.host,)
+        suspect = (failure.root.host,)
     if attempt > policy.max_restarts:
         spent = f"restart budget spent ({policy.max_restarts} of {policy.max_restarts})"
         return Decision(
@@ -90,7 +103,9 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
     why = f"restarting: attempt {attempt + 1} of {policy.max_restarts + 1}"
     if exclude:
         why += f", without {', '.join(exclude)} for a cooldown"
-    return Decision(True, why, exclude)
+    if suspect:
+        why += f", avoiding {', '.join(suspect)} if the other hosts suffice"
+    return Decision(True, why, exclude, suspect)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +146,8 @@ class Session:
         self.results: list[JobResult] = []
         self.last_checkpoint: dict[str, Any] | None = None
         self.stop_reason: str | None = None
-        self._cooldown: dict[str, float] = {}
+        self._cooldown: dict[str, float] = {}  # host -> until: left out
+        self._suspects: dict[str, float] = {}  # host -> until: avoided when others suffice
         self._job: Job | None = None
         self._control: ControlServer | None = None
         self._stopped: int | None = None
@@ -154,6 +170,7 @@ class Session:
             self._job.request_stop(self.spec.supervision.teardown_grace, signum=signum)
 
     def run(self) -> JobResult:
+        run.make_run_dir(self.run_dir)  # before any SSH: a launch that cannot log is refused
         attempt = 1
         while True:
             try:
@@ -169,7 +186,7 @@ class Session:
             decision = decide(result, attempt, self.spec.restart)
             if not decision.restart or self._stopped is not None:
                 return result
-            self._rest(decision.exclude)
+            self._rest(decision)
             self.reporter.note(decision.reason + self._resume_point())
             attempt += 1
 
@@ -186,8 +203,18 @@ class Session:
         -np first, then the restart's floor (--min-np, or the first attempt's size)."""
         now = time.monotonic()
         resting = {h for h, until in self._cooldown.items() if until > now}
+        suspected = {h for h, until in self._suspects.items() if until > now} - resting
         selected = select(self.inventory, self.spec.allocation)  # --include/--exclude/--slots
-        hosts = tuple(h for h in selected.hosts if h.name not in resting)
+        hosts = tuple(h for h in selected.hosts if h.name not in resting | suspected)
+        floor = self._floor()
+        if suspected and (not hosts or (floor and sum(h.slots for h in hosts) < floor)):
+            self.reporter.note(
+                f"keeping {', '.join(sorted(suspected))}: a rank there was killed by a signal, "
+                "but without it too few slots remain"
+            )
+            hosts = tuple(h for h in selected.hosts if h.name not in resting)
+        else:
+            resting |= suspected
         if not hosts:
             raise AllocationError(
                 "every host is excluded after failures", "fix the hosts and relaunch"
@@ -244,8 +271,26 @@ class Session:
             job.finish()
             log.info("hosts reaped %.2f s after detection", time.time() - detected_at)
             tails = {r: tuple(t) for r, t in job.tails().items() if r is not None}
-            where = {r.rank: r.host for r in alloc.ranks}
-            return _merge(result, fault, teardown, attempt, detected_at, time.time(), tails, where)
+            snap = control.snapshot()
+            merged = _merge(
+                result,
+                fault,
+                teardown,
+                attempt,
+                Ending(
+                    detected_at,
+                    time.time(),
+                    tails,
+                    {r.rank: r.host for r in alloc.ranks},
+                    finished=all_done(snap, alloc),
+                ),
+            )
+            warnings = usage_warnings(
+                snap, alloc, self.spec.supervision, self.spec.checkpoint is not None
+            )
+            for text in (*merged.warnings, *warnings):
+                self.reporter.note(f"warning: {text}")
+            return replace(merged, warnings=merged.warnings + warnings)
         finally:
             control.close()
             self._control = None
@@ -296,10 +341,12 @@ class Session:
 
     # ------------------------------------------------------------------ helpers
 
-    def _rest(self, hosts: tuple[str, ...]) -> None:
+    def _rest(self, decision: Decision) -> None:
         until = time.monotonic() + self.spec.restart.cooldown_s
-        for host in hosts:
+        for host in decision.exclude:
             self._cooldown[host] = until
+        for host in decision.suspect:
+            self._suspects[host] = until
 
     def _resume_point(self) -> str:
         ckpt = self.last_checkpoint
@@ -370,29 +417,52 @@ class Session:
         os.replace(tmp, self.run_dir / "result.json")
 
 
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How an attempt ended, beyond the job's own result: when ringtrain saw it end (or the
+    fault), when every host was clean, the ranks' last lines and hosts, and whether every
+    rank said its script returned."""
+
+    detected_at: float
+    torn_down_at: float
+    tails: Mapping[int, tuple[str, ...]]
+    where: Mapping[int, str]
+    finished: bool = False
+
+
 def _merge(
     result: JobResult,
     fault: Fault | None,
     teardown: tuple[HostTeardown, ...],
     attempt: int,
-    detected_at: float,
-    torn_down_at: float,
-    tails: Mapping[int, tuple[str, ...]] | None = None,
-    where: Mapping[int, str] | None = None,
+    ending: Ending,
 ) -> JobResult:
-    """The attempt's result: the job's own, with teardown and timing, and a fault ringtrain
-    detected taking the place of whatever the teardown's signals made of the job. Pure."""
+    """The attempt's result: the job's own, with teardown and timing; a fault ringtrain
+    detected takes the place of whatever the teardown's signals made of the job; and a job
+    whose every rank returned from its script succeeded, however its processes exited. Pure."""
     merged = replace(
         result,
-        detected_at=detected_at,  # when ringtrain saw the fault, or the job's end
+        detected_at=ending.detected_at,  # when ringtrain saw the fault, or the job's end
         teardown=teardown,
         attempt=attempt,
-        torn_down_at=torn_down_at,
-        teardown_s=torn_down_at - detected_at,
+        torn_down_at=ending.torn_down_at,
+        teardown_s=ending.torn_down_at - ending.detected_at,
     )
+    if ending.finished and result.state is not JobState.INTERRUPTED:
+        if fault is not None:
+            note = fault.message
+        elif result.state is JobState.FAILED:
+            note = (
+                f"every rank finished its script, then the job exited with code "
+                f"{result.exit_code} while shutting down; counted as a success"
+            )
+        else:
+            return merged
+        return replace(merged, state=JobState.SUCCEEDED, exit_code=0, failure=None,
+                       signal_name=None, warnings=(*merged.warnings, note))
     if fault is None:
         return merged
-    tails, where = tails or {}, where or {}
+    tails, where = ending.tails, ending.where
     ranks = tuple(RankFailure(r, where.get(r), log_tail=tails.get(r, ())) for r in fault.ranks)
     return replace(
         merged,

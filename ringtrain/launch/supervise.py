@@ -53,7 +53,40 @@ def check(
         _lost_host(snap, where, policy)
         or _start_hang(snap, alloc, where, policy, started)
         or _stall(snap, policy)
+        or _exit_hang(snap, alloc, policy)
     )
+
+
+def all_done(snap: Snapshot, alloc: Allocation) -> bool:
+    """Every allocated rank said its script returned (it may still be finalising)."""
+    done = {r.rank for r in snap.ranks if r.done}
+    return bool(alloc.ranks) and all(a.rank in done for a in alloc.ranks)
+
+
+def usage_warnings(
+    snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy, checkpoint_asked: bool
+) -> tuple[str, ...]:
+    """What the user asked for that could not take effect, from what the ranks said. Pure."""
+    if not snap.ranks:
+        return ()  # unsupervised (no rank checked in): nothing to say
+    out = []
+    if checkpoint_asked and not any("checkpoint" in r.api for r in snap.ranks):
+        out.append(
+            "--checkpoint was given but no rank used ringtrain's checkpoint API, so nothing "
+            "was checkpointed there; add ringtrain.keras.resume(model) and "
+            "ringtrain.keras.callbacks() to the script (README: 'Your own training script')"
+        )
+    if policy.stall_timeout is not None and snap.progress is None:
+        out.append(
+            "--stall-timeout was given but no rank reported progress, so stalls could not be "
+            "detected; add ringtrain.keras.callbacks() (model.fit) or ringtrain.keras.progress()"
+        )
+    if alloc.np > 1 and not any(r.init_begun for r in snap.ranks):
+        out.append(
+            f"no rank called hvd.init(): the {alloc.np} ranks ran as {alloc.np} independent "
+            "copies of the script, not one Horovod job; call hvd.init() first thing"
+        )
+    return tuple(out)
 
 
 def rank_hosts(alloc: Allocation) -> dict[int, str]:
@@ -78,11 +111,16 @@ def _lost_host(
 ) -> Fault | None:
     by_host: dict[str, list[float]] = {}
     for r in snap.ranks:
-        if r.connected:
+        # a rank whose script returned may be silent while the interpreter finalises
+        if r.connected and not r.done:
             by_host.setdefault(where.get(r.rank, "?"), []).append(snap.now - r.last_heard)
     for host, silences in sorted(by_host.items()):
         if min(silences) > policy.heartbeat_timeout:
-            ranks = tuple(r.rank for r in snap.ranks if where.get(r.rank) == host and r.connected)
+            ranks = tuple(
+                r.rank
+                for r in snap.ranks
+                if where.get(r.rank) == host and r.connected and not r.done
+            )
             return Fault(
                 FailureKind.HOST_LOST,
                 f"host {host} silent for {min(silences):.0f} s (ranks {_fmt(ranks)}): "
@@ -109,10 +147,10 @@ def _start_hang(
     if not missing and any(r.init_begun for r in snap.ranks):
         # Horovod is in use. Ranks that never entered hvd.init() are the culprits; the others
         # are blocked inside it waiting for them.
-        missing = tuple(r.rank for r in snap.ranks if not r.init_begun)
+        missing = tuple(r.rank for r in snap.ranks if not r.init_begun and not r.done)
         what = "have not reached hvd.init()"
         if not missing:
-            missing = tuple(r.rank for r in snap.ranks if not r.initialized)
+            missing = tuple(r.rank for r in snap.ranks if not r.initialized and not r.done)
             what = "are stuck inside hvd.init()"
     if not missing:
         return None
@@ -130,15 +168,32 @@ def _start_hang(
 
 
 def _stall(snap: Snapshot, policy: SupervisionPolicy) -> Fault | None:
-    if policy.stall_timeout is None or snap.progress is None:
+    if snap.progress is None or (snap.ranks and all(r.done for r in snap.ranks)):
         return None
+    limit = policy.stall_limit
     idle = snap.now - snap.progress.at
-    if idle <= policy.stall_timeout:
+    if idle <= limit:
         return None
     return Fault(
         FailureKind.STALL,
         f"no training progress for {idle:.0f} s (last: epoch {snap.progress.epoch}, "
         f"step {snap.progress.step})",
+        at=snap.now,
+    )
+
+
+def _exit_hang(snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy) -> Fault | None:
+    """Every rank's script returned, yet the job has not ended for ``exit_grace``: training
+    is complete, so ringtrain ends the job; the session reports it as a success."""
+    if not all_done(snap, alloc):
+        return None
+    last = max(r.done_at or 0.0 for r in snap.ranks)
+    if snap.now - last <= policy.exit_grace:
+        return None
+    return Fault(
+        FailureKind.EXIT_HANG,
+        f"every rank finished its script but the job had not exited {policy.exit_grace:.0f} s "
+        "later (interpreter shutdown hanging); ringtrain ended it",
         at=snap.now,
     )
 

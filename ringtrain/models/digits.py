@@ -10,11 +10,11 @@ The data ships inside scikit-learn, so nothing is downloaded. What it shows:
   before training: the resumed ones, or rank 0's initial ones; then
   ``BroadcastGlobalVariablesCallback(0)`` after the first step), and ``MetricAverageCallback``
   so logged metrics are averages over ranks;
-* checkpoints (``ringtrain/models/checkpointing.py``): rank 0 writes a ``tf.train.Checkpoint``
-  (weights, optimizer state, epoch, step) every epoch and commits it atomically to
-  ``--checkpoint`` (a path, file://, s3:// or hdfs://; default $RINGTRAIN_CHECKPOINT_URL, else
-  $RINGTRAIN_RUN_DIR/checkpoints). A new run on the same URL resumes from the newest checkpoint
-  whose files verify, at its epoch and step;
+* checkpoints and progress through the public API every script can use, ``ringtrain.keras``:
+  ``resume(model)`` and ``callbacks(...)``. Rank 0 commits a ``tf.train.Checkpoint`` (weights,
+  optimizer state, epoch, step) every epoch, atomically, to ``--checkpoint`` (a path, file://,
+  s3:// or hdfs://; default $RINGTRAIN_CHECKPOINT_URL, else $RINGTRAIN_RUN_DIR/checkpoints). A
+  new run on the same URL resumes from the newest checkpoint whose files verify;
 * rank 0 writes TensorBoard logs to $RINGTRAIN_RUN_DIR/tensorboard (``ringtrain tensorboard RUN``);
 * a final evaluation on the same held-out set on every rank, which must agree across ranks.
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -128,17 +127,33 @@ def tensorboard_dir(args: argparse.Namespace) -> Path | None:
     return Path(run_dir) / "tensorboard" if run_dir else None
 
 
-def make_callbacks(
-    args: argparse.Namespace, hvd: Any, optimizer: Any, resumed: Any, staging: Path, url: str
-) -> list[Any]:
+def fail_at_epoch(epoch: int) -> Any:
+    """Fault injection, a Keras callback: this rank exits with status 1 at batch 2 of the
+    1-based ``epoch``. By then rank 0 has committed epoch-1 (batches need every rank), so a
+    relaunch resumes there."""
     import tensorflow as tf
 
-    from ringtrain.checkpoint import open_store
-    from ringtrain.models.callbacks import ProgressCallback
-    from ringtrain.models.checkpointing import CommitCheckpoint, FailAtEpoch
+    class FailAtEpoch(tf.keras.callbacks.Callback):  # type: ignore[misc]
+        current = -1
+
+        def on_epoch_begin(self, e: int, logs: Any = None) -> None:
+            self.current = e + 1
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if self.current == epoch and batch >= 1:
+                print(f"fault injection: exiting at epoch {epoch}, batch {batch}", flush=True)
+                os._exit(1)
+
+    return FailAtEpoch()
+
+
+def make_callbacks(args: argparse.Namespace, hvd: Any, resumed_epoch: int) -> list[Any]:
+    import tensorflow as tf
+
+    import ringtrain.keras as rt
 
     callbacks = [
-        # Variables were broadcast from rank 0 before training (restore_or_broadcast); this also
+        # Variables were broadcast from rank 0 before training (rt.resume); this also
         # re-syncs anything Keras creates lazily during the first step.
         hvd.callbacks.BroadcastGlobalVariablesCallback(0),
         hvd.callbacks.MetricAverageCallback(),
@@ -146,32 +161,25 @@ def make_callbacks(
             initial_lr=args.lr * hvd.size(), warmup_epochs=args.warmup_epochs, verbose=0
         ),
     ]
-    if hvd.rank() == 0:
-        meta = {"model": "digits-cnn", "ranks": hvd.size(), "batch_size": args.batch_size}
-        store = open_store(url)
-        callbacks.append(CommitCheckpoint(store, optimizer, staging=staging, keep=args.keep,
-                                          meta=meta))
-        # epoch, step, loss and samples/s for the launcher's live view and stall detection
-        callbacks.append(ProgressCallback(args.batch_size, world_size=hvd.size()))
-        tb_dir = tensorboard_dir(args)
-        if tb_dir is not None:
-            callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(tb_dir), profile_batch=0))
-    if args.fail_at_epoch is not None and resumed is None and hvd.rank() == args.fail_rank:
-        callbacks.append(FailAtEpoch(args.fail_at_epoch))
+    # rank 0: commit a checkpoint every epoch; epoch, step, loss and samples/s for the
+    # launcher's live view and stall detection
+    meta = {"model": "digits-cnn", "ranks": hvd.size(), "batch_size": args.batch_size}
+    callbacks += rt.callbacks(batch_size=args.batch_size, url=args.checkpoint, keep=args.keep,
+                              meta=meta)
+    tb_dir = tensorboard_dir(args)
+    if hvd.rank() == 0 and tb_dir is not None:
+        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(tb_dir), profile_batch=0))
+    if args.fail_at_epoch is not None and resumed_epoch == 0 and hvd.rank() == args.fail_rank:
+        callbacks.append(fail_at_epoch(args.fail_at_epoch))
     return callbacks
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
-    import horovod.tensorflow as hvd_tf
     import horovod.tensorflow.keras as hvd
     import numpy as np
     import tensorflow as tf
 
-    from ringtrain.models.checkpointing import (
-        default_checkpoint_url,
-        make_staging,
-        restore_or_broadcast,
-    )
+    import ringtrain.keras as rt
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -180,29 +188,23 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     x_shard, y_shard = x_train[rank::size], y_train[rank::size]
 
     model, optimizer = compile_model(args.lr * size, hvd)
-    url = default_checkpoint_url(args.checkpoint)
-    staging = make_staging()
-    try:
-        resumed = restore_or_broadcast(model, optimizer, url, staging, hvd=hvd_tf)
-        if resumed is not None and rank == 0:
-            print(f"resumed from epoch {resumed.epoch} step {resumed.step} ({url})", flush=True)
-        callbacks = make_callbacks(args, hvd, optimizer, resumed, staging, url)
-        started = time.monotonic()
-        history = model.fit(
-            x_shard,
-            y_shard,
-            batch_size=args.batch_size,
-            epochs=args.epochs,
-            initial_epoch=resumed.epoch if resumed else 0,
-            callbacks=callbacks,
-            verbose=2 if rank == 0 else 0,
-            shuffle=True,
-        )
-        train_s = time.monotonic() - started
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    initial_epoch = rt.resume(model, url=args.checkpoint)
+    callbacks = make_callbacks(args, hvd, initial_epoch)
+    started = time.monotonic()
+    history = model.fit(
+        x_shard,
+        y_shard,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        initial_epoch=initial_epoch,
+        callbacks=callbacks,
+        verbose=2 if rank == 0 else 0,
+        shuffle=True,
+    )
+    train_s = time.monotonic() - started
     loss, accuracy = model.evaluate(x_test, y_test, batch_size=256, verbose=0)
     losses = history.history.get("loss") or [float("nan")]
+    resumed = rt.resumed()
     return {
         "rank": rank,
         "size": size,
@@ -212,7 +214,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "test_loss": float(np.float32(loss)),
         "test_accuracy": float(accuracy),
         "train_seconds": round(train_s, 3),
-        "checkpoint": url if rank == 0 else None,
+        "checkpoint": rt.checkpoint_url(args.checkpoint) if rank == 0 else None,
         "resumed_from": {"epoch": resumed.epoch, "step": resumed.step} if resumed else None,
     }
 

@@ -87,6 +87,14 @@ class RankAgent:
         with self._lock, contextlib.suppress(OSError):
             sock.sendall(encode(kind, rank=self.rank, **fields))
 
+    def done(self) -> None:
+        """The script returned: say so at once (a blocking send, before finalisation)."""
+        self.send("done")
+
+    def api(self, **features: Any) -> None:
+        """The script uses ringtrain's training API (``ringtrain.keras``): which parts."""
+        self.send("api", **features)
+
     def _read(self) -> None:
         assert self._sock is not None
         with contextlib.suppress(OSError), self._sock.makefile("rb") as stream:

@@ -2,10 +2,13 @@
 
 What each rank does before and after the training script:
 
-* stdout/stderr become line-buffered. Open MPI's ``--tag-output`` tags each chunk a rank writes,
-  so unbuffered output (``print`` writes the text and the newline separately) tears lines apart;
-  line buffering makes one write per line.
+* stdout/stderr pass whole lines only (``lines.LineStream``). Open MPI's ``--tag-output`` tags
+  each chunk a rank writes, so unbuffered output (``print`` writes the text and the newline
+  separately) and progress bars (backspaces, carriage returns) tore lines apart; now each line
+  is one write, and a progress bar's final state is one line.
 * it checks in with a supervising launcher (``ringtrain.rank.agent``), when there is one.
+* when the script returns (or exits with status 0) it tells the launcher "done" before the
+  interpreter finalises, so a slow exit is never mistaken for a dead host.
 * an uncaught exception (or ``sys.exit`` with a non-zero status) prints the traceback and ends
   the process at once with ``os._exit``: no atexit handlers. Under MPI, waiting for them is what
   hangs a job: ``hvd.shutdown()`` at exit tries to coordinate with ranks that are blocked in an
@@ -16,22 +19,39 @@ What each rank does before and after the training script:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import runpy
 import sys
 import traceback
 
+from ringtrain.rank.lines import LineStream
+
 
 def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
-            stream.flush()
+            if isinstance(stream, LineStream):
+                stream.drain()
+            else:
+                stream.flush()
 
 
 def _exit_now(status: int) -> None:
     _flush()
     os._exit(status)
+
+
+def _done() -> None:
+    """Tell the launcher the script returned, before the interpreter finalises TensorFlow and
+    Horovod: that can take more than the heartbeat timeout on a loaded host, during which the
+    agent's threads may not run. A rank that said "done" is never taken for a lost host."""
+    from ringtrain.rank import agent  # noqa: PLC0415 - standard library only
+
+    current = agent.agent()
+    if current is not None:
+        current.done()
 
 
 def run_script(args: list[str]) -> None:
@@ -42,6 +62,7 @@ def run_script(args: list[str]) -> None:
     except SystemExit as exc:
         code = exc.code
         if code is None or code == 0:
+            _done()
             raise
         if not isinstance(code, int):
             sys.stderr.write(f"{code}\n")
@@ -50,6 +71,7 @@ def run_script(args: list[str]) -> None:
     except BaseException:
         traceback.print_exc()
         _exit_now(1)
+    _done()
 
 
 def main(argv: list[str]) -> None:
@@ -57,6 +79,10 @@ def main(argv: list[str]) -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(line_buffering=True, write_through=False)
+    # whole lines only: progress bars (Keras verbose=1, tqdm) become log lines (lines.py)
+    sys.stdout = LineStream(sys.stdout)
+    sys.stderr = LineStream(sys.stderr)
+    atexit.register(_flush)  # a last partial line, at a normal exit
     from ringtrain.rank import agent as rankagent  # noqa: PLC0415 - standard library only
 
     rankagent.start_from_env()  # check in with a supervising launcher, if there is one

@@ -7,6 +7,8 @@ Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port) and first send ``hello``
 * ``init``     Horovod finished ``hvd.init()``: rank, size, local_rank
 * ``hb``       heartbeat, every ``HEARTBEAT_S``
 * ``progress`` epoch, step, loss, samples_per_s (rank 0, from the training callback)
+* ``api``      the script uses ringtrain.keras: ``checkpoint`` (URL) and/or ``progress``
+* ``done``     the script returned (or exited 0); interpreter finalisation follows
 
 and launcher -> rank: ``hb`` every ``HEARTBEAT_S``. A rank that hears nothing from the launcher for
 its ``RINGTRAIN_LAUNCHER_TIMEOUT`` ends itself and its Open MPI daemon (a dead-man switch), so a

@@ -2,7 +2,8 @@
 
 Safe to call from any script: without a supervising launcher it does nothing. ringtrain's
 launcher shows the latest progress live and uses it to detect a stalled job (no progress within
-``--stall-timeout``). ``ringtrain.models.callbacks.ProgressCallback`` calls it from Keras.
+``--stall-timeout``). ``ringtrain.keras`` calls it from its Keras callbacks and ``save``,
+and re-exports it as ``ringtrain.keras.progress``.
 """
 
 from __future__ import annotations

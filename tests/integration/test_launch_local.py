@@ -185,3 +185,30 @@ def test_sigint_stops_the_whole_job(tmp_path: Path) -> None:
     assert not alive, describe(alive)
     result = json.loads((_run_dir(tmp_path) / "result.json").read_text())
     assert result["state"] == "interrupted"
+
+
+def test_from_run_dir_launches_the_recorded_spec_again(tmp_path: Path) -> None:
+    """plan.json records the whole LaunchSpec; `--from` runs it again, secrets by name only."""
+    script = tmp_path / "show.py"
+    script.write_text(
+        "import os, sys\n"
+        "print('MODE', os.environ.get('MODE'), 'SECRET', os.environ.get('API_SECRET'),"
+        " 'ARGS', sys.argv[1:], flush=True)\n"
+    )
+    first = _launch(tmp_path, "--dry-run", "--no-probe", "-H", "localhost:2", "--max-restarts",
+                    "1", "--env", "MODE=fast", "--env", "API_SECRET=hunter2", str(script), "--x")
+    assert first.returncode == 0, first.stderr
+    (recorded,) = (tmp_path / "runs").iterdir()
+    assert "hunter2" not in (recorded / "attempt-1" / "plan.json").read_text()
+    refused = _launch(tmp_path, "--from", str(recorded), "-np", "3")
+    assert refused.returncode == 2 and "takes no -np" in refused.stderr, refused.stderr
+    again = subprocess.run(
+        [*RINGTRAIN, "launch", "--from", str(recorded)], cwd=tmp_path, capture_output=True,
+        text=True, timeout=300, check=False, env={**os.environ, "API_SECRET": "from-env"},
+    )
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "[0] MODE fast SECRET from-env ARGS ['--x']" in again.stdout
+    (rerun,) = [d for d in (tmp_path / "runs").iterdir() if d != recorded]
+    specs = [json.loads((d / "attempt-1" / "plan.json").read_text())["spec"]
+             for d in (recorded, rerun)]
+    assert specs[0] == specs[1] and specs[0]["restart"]["max_restarts"] == 1

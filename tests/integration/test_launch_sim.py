@@ -122,7 +122,9 @@ def test_ranks_run_on_four_distinct_hosts(sim_cluster: sim.SimCluster, tmp_path:
         7: "gpu04",
     }
     assert {int(parts[4]) for parts in lines} == {sum(range(8))}
-    assert "network: 10.213." in proc.stdout  # the subnet was chosen by ringtrain, not the user
+    # the subnet was chosen by ringtrain, not the user; the pre-flight table is on stderr (as in
+    # a dry run), so stdout holds only the job's output
+    assert "network: 10.213." in proc.stderr and "network:" not in proc.stdout
     assert _job_processes(sim_cluster) == {}
 
 

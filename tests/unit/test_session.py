@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain.errors import AllocationError
+from ringtrain.errors import AllocationError, SetupError
 from ringtrain.hostfile import Allocation, parse_host_spec
 from ringtrain.launch.preflight import PreflightPolicy
 from ringtrain.launch.probe import probe_argv
@@ -77,3 +77,30 @@ def test_restart_without_min_np_needs_the_first_attempts_size() -> None:
         assert "only 2 slots left after excluding gpu02; the restart needs 4" in info.value.message
         assert "--min-np" in info.value.hint
         assert reporter.asked == [np]  # refused before probing anyone again
+
+
+def test_an_unusable_runs_dir_is_refused_before_any_ssh(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    remote = FakeRemote()  # no answers: any probe would fail the test
+    spec = LaunchSpec(script="train.py", runs_dir=blocker / "runs")
+    session = Session(spec, parse_host_spec("gpu01:2"), remote,
+                      env=SessionEnv("r1", {}, is_root=False, python="python3"))
+    with pytest.raises(SetupError) as info:
+        session.run()
+    assert f"cannot use the run directory {blocker}/runs/r1" in info.value.message
+    assert "--runs-dir" in info.value.hint and remote.calls == []
+
+
+def test_a_host_suspected_after_a_kill_is_avoided_only_when_the_others_suffice() -> None:
+    from ringtrain.launch.session import Decision
+
+    for min_np, expected in ((2, ["gpu01"]), (None, ["gpu01", "gpu02"])):
+        reporter = Verdicts()
+        session = _session(None, RestartPolicy(max_restarts=1, min_np=min_np), reporter)
+        assert _place(session, 1).np == 4
+        session.results.append(JobResult(JobState.FAILED, 137, Path("/r"), 1.0))
+        session._rest(Decision(True, "x", suspect=("gpu02",)))
+        assert [h.name for h in _place(session, 2).hosts] == expected
+        kept = any("keeping gpu02: a rank there was killed" in n for n in reporter.notes)
+        assert kept is (min_np is None)  # a 4-rank restart needs gpu02's slots back

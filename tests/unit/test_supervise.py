@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.control import Progress, RankState, Snapshot
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
-from ringtrain.launch.session import _merge, decide
-from ringtrain.launch.supervise import Fault, check, job_pids
+from ringtrain.launch.session import Ending, _merge, decide
+from ringtrain.launch.supervise import Fault, all_done, check, job_pids, usage_warnings
 from ringtrain.spec import RestartPolicy, SupervisionPolicy
 
 ALLOC = allocate(parse_host_spec("gpu01:2,gpu02:2"))
@@ -22,6 +23,8 @@ def _rank(
     init: bool = True,
     begun: bool | None = None,
     connected: bool = True,
+    done_at: float | None = None,
+    api: tuple[str, ...] = (),
 ) -> RankState:
     return RankState(
         rank=rank,
@@ -35,6 +38,8 @@ def _rank(
         init_begun=init if begun is None else begun,
         initialized=init,
         last_heard=heard,
+        done_at=done_at,
+        api=api,
     )
 
 
@@ -64,6 +69,55 @@ def test_exited_ranks_do_not_count_as_silent() -> None:
         _rank(3, 10, connected=False),
     )
     assert check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0) is None
+
+
+def test_a_host_whose_ranks_finished_their_script_is_not_lost_while_they_exit() -> None:
+    """Interpreter finalisation (TensorFlow, Horovod) can silence a rank for longer than the
+    heartbeat timeout on a loaded host; a rank that said "done" is not taken for a dead host."""
+    ranks = (_rank(0, 99), _rank(1, 99), _rank(2, 70, done_at=70), _rank(3, 71, done_at=71))
+    assert check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0) is None
+    # one rank of that host still training and silent: the host is lost
+    ranks = (_rank(0, 99), _rank(1, 99), _rank(2, 70, done_at=70), _rank(3, 71))
+    fault = check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0)
+    assert fault is not None and fault.kind is FailureKind.HOST_LOST and fault.ranks == (3,)
+
+
+def test_every_rank_done_but_no_exit_is_ended_after_the_grace() -> None:
+    done = tuple(_rank(r, 10, done_at=10) for r in range(4))
+    progress = Progress(epoch=3, at=9)  # no stall either: the scripts are over
+    assert check(Snapshot(done, progress, now=10 + 120), ALLOC, POLICY, started=0) is None
+    fault = check(Snapshot(done, progress, now=10 + 121), ALLOC, POLICY, started=0)
+    assert fault is not None and fault.kind is FailureKind.EXIT_HANG
+    assert all_done(Snapshot(done, None, now=1), ALLOC)
+    assert not all_done(Snapshot(done[:3], None, now=1), ALLOC)
+
+
+def test_usage_warnings_say_what_could_not_take_effect() -> None:
+    plain = tuple(_rank(r, 9, begun=False, init=False) for r in range(4))
+    warnings = usage_warnings(Snapshot(plain, None, now=10), ALLOC, POLICY, True)
+    assert len(warnings) == 3
+    assert "--checkpoint was given but no rank used" in warnings[0]
+    assert "--stall-timeout was given but no rank reported progress" in warnings[1]
+    assert "no rank called hvd.init(): the 4 ranks ran as 4 independent copies" in warnings[2]
+    used = tuple(_rank(r, 9, api=("checkpoint", "progress") if r == 0 else ()) for r in range(4))
+    quiet = SupervisionPolicy()  # no --stall-timeout given
+    assert usage_warnings(Snapshot(used, Progress(epoch=1, at=9), now=10), ALLOC, quiet,
+                          True) == ()
+    assert usage_warnings(Snapshot((), None, now=10), ALLOC, POLICY, True) == ()  # unsupervised
+
+
+def test_merge_counts_a_finished_job_as_a_success_whatever_its_exit() -> None:
+    crashed_at_exit = _result(exit_code=134, failure=Failure(FailureKind.RANK_SIGNAL, "x"))
+    ending = Ending(1.0, 2.0, {}, {}, finished=True)
+    merged = _merge(crashed_at_exit, None, (), 1, ending)
+    assert merged.state is JobState.SUCCEEDED and merged.exit_code == 0 and merged.failure is None
+    assert "exited with code 134 while shutting down" in merged.warnings[0]
+    hang = Fault(FailureKind.EXIT_HANG, "every rank finished its script but ...")
+    assert _merge(_result(exit_code=137), hang, (), 1, ending).state is JobState.SUCCEEDED
+    interrupted = _result(state=JobState.INTERRUPTED, exit_code=130)
+    assert _merge(interrupted, None, (), 1, ending).state is JobState.INTERRUPTED
+    unfinished = replace(ending, finished=False)
+    assert _merge(crashed_at_exit, None, (), 1, unfinished).state is JobState.FAILED
 
 
 def test_start_timeout_names_missing_ranks_and_hosts() -> None:
@@ -140,7 +194,8 @@ def test_decide_excludes_lost_and_killed_hosts_but_not_script_errors() -> None:
     assert decide(lost, 1, policy).exclude == ("gpu02",)
     killed = _failed(FailureKind.RANK_SIGNAL, RankFailure(0, "gpu01", 137, "SIGKILL"),
                      hosts=("gpu01",))
-    assert decide(killed, 1, policy).exclude == ("gpu01",)
+    decision = decide(killed, 1, policy)  # suspected, avoided only if the others suffice
+    assert decision.exclude == () and decision.suspect == ("gpu01",)
     script_error = _failed(FailureKind.RANK_EXIT, RankFailure(1, "gpu01", 1), hosts=("gpu01",))
     assert decide(script_error, 1, policy).exclude == ()
 
@@ -150,15 +205,17 @@ def test_decide_after_a_stall_does_not_blame_the_host_for_ringtrains_own_signals
     suspect the host, or a restart on a small cluster would find every host excluded."""
     stalled = _failed(FailureKind.STALL, RankFailure(0, "gpu01", 137, "SIGKILL"),
                       hosts=("gpu01",))
-    assert decide(stalled, 1, RestartPolicy(max_restarts=1)).exclude == ()
+    decision = decide(stalled, 1, RestartPolicy(max_restarts=1))
+    assert decision.exclude == decision.suspect == ()
 
 
 def test_merge_takes_the_faulty_ranks_tail_and_drops_the_teardown_signal() -> None:
     mpirun_view = _failed(FailureKind.RANK_SIGNAL,
                           RankFailure(0, "gpu01", 137, "SIGKILL", ("rank 0 line",)))
     fault = Fault(FailureKind.STALL, "no training progress for 30 s on rank 1", ("gpu02",), (1,))
-    merged = _merge(mpirun_view, fault, (), 1, 10.0, 11.0,
-                    {0: ("rank 0 line",), 1: ("epoch 3", "stuck here")}, {0: "gpu01", 1: "gpu02"})
+    ending = Ending(10.0, 11.0, {0: ("rank 0 line",), 1: ("epoch 3", "stuck here")},
+                    {0: "gpu01", 1: "gpu02"})
+    merged = _merge(mpirun_view, fault, (), 1, ending)
     assert merged.failure is not None and merged.failure.kind is FailureKind.STALL
     root = merged.failure.root
     assert root is not None and (root.rank, root.host) == (1, "gpu02")
