@@ -19,14 +19,12 @@ from ringtrain.cli.hosts_cmd import slot_override
 from ringtrain.cli.launch_spec import LaunchOptions, build_spec
 from ringtrain.cli.live import LiveView
 from ringtrain.errors import JobFailed, UsageError
-from ringtrain.hostfile import Host, Inventory, resolve_hosts
+from ringtrain.launch import hosts as launch_hosts
 from ringtrain.launch import run
 from ringtrain.launch.plan import read_recorded_spec
 from ringtrain.launch.reporter import NullReporter
 from ringtrain.launch.result import JobResult, JobState
 from ringtrain.launch.session import Session
-from ringtrain.schedulers.calls import inventory_from_scheduler, remote_for
-from ringtrain.schedulers.jobenv import SchedulerJob
 from ringtrain.spec import Backend, EnvSpec, LaunchSpec
 
 _EPILOG = """\b
@@ -162,6 +160,14 @@ def _env_specs(
     "script reports progress]",
 )
 @click.option(
+    "--exit-grace",
+    type=click.FloatRange(min=1),
+    default=120,
+    show_default=True,
+    help="Seconds the ranks may take to exit after every one returned from the script; "
+    "then ringtrain ends them, and the job still counts as a success.",
+)
+@click.option(
     "--heartbeat-timeout",
     type=click.FloatRange(min=2),
     default=10,
@@ -191,15 +197,18 @@ def command(ctx: click.Context, /, dry_run: bool, from_run: Path | None, **optio
         raise UsageError(
             f"script {spec.script!r} not found", "give the path of a Python training script"
         )
-    inventory, sched = _inventory(spec)
-    if spec.backend is None and sched is not None:
-        spec = replace(spec, backend=sched.default_backend)
+    found = launch_hosts.resolve(spec, os.environ)
+    for note in found.notes:
+        click.echo(f"ringtrain: {note}", err=True)
+    inventory = found.inventory
+    if spec.backend is None and found.scheduler is not None:
+        spec = replace(spec, backend=found.scheduler.default_backend)
     if spec.launcher is Backend.SRUN and "SLURM_JOB_ID" not in os.environ and not dry_run:
         raise UsageError(
             "--backend srun needs a Slurm allocation",
             "run inside sbatch/salloc (see `ringtrain slurm render`), or use --backend mpirun",
         )
-    remote = remote_for(sched) or cli_context().remote_factory(SshOptions(spec.ssh))
+    remote = found.remote or cli_context().remote_factory(SshOptions(spec.ssh))
     if dry_run:
         _dry_run(Session(spec, inventory, remote, _DryRunReporter()))
     else:
@@ -267,26 +276,6 @@ def _dry_run(session: Session) -> None:
     )
 
 
-def _inventory(spec: LaunchSpec) -> tuple[Inventory, SchedulerJob | None]:
-    inventory = resolve_hosts(spec.hosts_file, spec.host_spec, spec.hosts_format)
-    if inventory is not None:
-        return inventory, None
-    sched = inventory_from_scheduler(os.environ)
-    if sched is not None:
-        click.echo(f"ringtrain: no --hosts given; inside {sched.describe()}", err=True)
-        for note in sched.notes:
-            click.echo(f"ringtrain: warning: {note}", err=True)
-        return sched.inventory, sched
-    gpus = run.count_local_gpus()
-    slots = gpus or os.cpu_count() or 1
-    what = f"{gpus} GPUs" if gpus else f"no GPUs, {slots} CPU cores"
-    click.echo(
-        f"ringtrain: no --hosts given; using local slots (localhost:{slots}, {what})", err=True
-    )
-    local = Inventory(hosts=(Host("localhost", slots),), source="local slots", format="local")
-    return local, None
-
-
 def _run(session: Session, view: LiveView) -> None:
     run.make_run_dir(session.run_dir)  # a clear error, not a traceback, when it cannot be
     view.events = session.run_dir / "events.log"
@@ -303,7 +292,10 @@ def _run(session: Session, view: LiveView) -> None:
         # holds the view's or the control server's lock: taking them here would deadlock.
         threading.Thread(target=stop, args=(signum,), name="ringtrain-stop", daemon=True).start()
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP: the terminal closed or the SSH session to the login node dropped; the job is
+    # stopped on every host and result.json written, as for Ctrl-C and SIGTERM
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.signal(s, on_signal) for s in stops}
     view.start()
     try:
         result = session.run()

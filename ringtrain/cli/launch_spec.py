@@ -58,6 +58,7 @@ class LaunchOptions:
     start_timeout: float = 120.0
     stall_timeout: float | None = None
     heartbeat_timeout: float = 10.0
+    exit_grace: float = 120.0
 
 
 def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
@@ -100,6 +101,7 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
             start_timeout=opts.start_timeout,
             stall_timeout=opts.stall_timeout,
             heartbeat_timeout=opts.heartbeat_timeout,
+            exit_grace=opts.exit_grace,
         ),
         restart=RestartPolicy(max_restarts=opts.max_restarts, min_np=opts.min_np),
     )

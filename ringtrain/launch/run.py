@@ -4,7 +4,7 @@ The launcher (mpirun or horovodrun) runs in a new session, so the job is its own
 the terminal's Ctrl-C reaches ringtrain only, and ringtrain stops the job by group (SIGTERM,
 then SIGKILL after a grace period). Output is read line by line; Open MPI's ``--tag-output``
 prefix (``[1,3]<stdout>:``) and Gloo's (``[3]<stdout>:``) name the rank, so each line is
-appended to ``runs/<id>/rank.<N>.log`` and handed to the caller with its rank.
+appended to ``runs/<id>/rank.<N>.log``, time-stamped, and handed to the caller with its rank.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class _Logs:
         if self.closed:
             return
         try:
-            self._file(line.rank).write(line.text + "\n")
+            self._file(line.rank).write(f"{_stamp()} {line.text}\n")
         except OSError as err:  # the run dir vanished or the disk is full: keep streaming
             if not self.failed:
                 log.warning("cannot write rank logs in %s: %s", self.run_dir, err)
@@ -83,6 +83,13 @@ class _Logs:
         self.closed = True
         for fh in self.files.values():
             fh.close()
+
+
+def _stamp(now: float | None = None) -> str:
+    """When the launcher read the line, to the millisecond (local time, like Open MPI's
+    own --timestamp-output): every line of a rank's log starts with it."""
+    now = time.time() if now is None else now
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
 
 
 def parse_line(raw: str, *, srun: bool = False) -> OutputLine:

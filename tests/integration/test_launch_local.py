@@ -68,7 +68,10 @@ def test_digits_two_ranks_agree_and_checkpoint(tmp_path: Path, backend_args: lis
     assert (run_dir / "checkpoints" / last["data"] / "ckpt.index").is_file()
     assert not (REPO / "checkpoints").exists()
     for rank in (0, 1):
-        assert "RESULT" in (run_dir / "attempt-1" / f"rank.{rank}.log").read_text()
+        log = (run_dir / "attempt-1" / f"rank.{rank}.log").read_text()
+        assert "RESULT" in log
+        stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3} ")
+        assert all(stamp.match(line) for line in log.splitlines())  # every line time-stamped
     assert json.loads((run_dir / "result.json").read_text())["state"] == "succeeded"
 
 
@@ -154,7 +157,12 @@ def test_exception_in_one_rank_aborts_job_and_is_reported(tmp_path: Path) -> Non
     assert "ValueError: rank one is broken" in show.stdout
 
 
-def test_sigint_stops_the_whole_job(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("signum", "status"),
+    [(signal.SIGINT, 130), (signal.SIGHUP, 129)],  # Ctrl-C; the terminal or SSH session gone
+    ids=["SIGINT", "SIGHUP"],
+)
+def test_a_stop_signal_stops_the_whole_job(tmp_path: Path, signum: int, status: int) -> None:
     script = tmp_path / "sleepy.py"
     script.write_text("import time\nprint('up', flush=True)\ntime.sleep(300)\n")
     proc = subprocess.Popen(
@@ -176,10 +184,10 @@ def test_sigint_stops_the_whole_job(tmp_path: Path) -> None:
         wait_for_descendants(proc.pid, "sleepy.py", 2)
     kids = psutil.Process(proc.pid).children(recursive=True)
     sent = time.monotonic()
-    os.kill(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, signum)
     _, err = proc.communicate(timeout=30)
     assert time.monotonic() - sent < 25  # typical: under 1 s
-    assert proc.returncode == 130, err
+    assert proc.returncode == status, err
     assert "stopping the job" in err
     _, alive = psutil.wait_procs(kids, timeout=5)
     assert not alive, describe(alive)

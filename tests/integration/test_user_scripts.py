@@ -193,3 +193,28 @@ def test_a_slow_exit_under_cpu_load_is_never_a_failure(tmp_path: Path) -> None:
             b.wait()
     assert [rc for rc, _ in outcomes] == [0, 0, 0], outcomes
     assert not any("silent for" in err for _, err in outcomes), outcomes
+
+
+HANGING_EXIT = """\
+import atexit, time
+import horovod.tensorflow as hvd
+
+hvd.init()
+print("trained", hvd.rank(), flush=True)
+atexit.register(time.sleep, 600)  # a finaliser that never returns
+"""
+
+
+def test_a_job_whose_ranks_all_finished_but_never_exit_is_ended_and_succeeds(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_EXIT)
+    started = time.monotonic()
+    done = _launch(tmp_path, "-H", "localhost:2", "--exit-grace", "3", str(script),
+                   timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert time.monotonic() - started < 100  # ended after the grace, not after 600 s
+    assert "every rank finished its script but the job had not exited 3 s later" in done.stderr
+    result = _result(tmp_path)
+    assert result["state"] == "succeeded" and result["warnings"], result

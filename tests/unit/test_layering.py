@@ -56,7 +56,7 @@ LAYERS: dict[str, set[str]] = {
     "remote": {"errors", "hostfile"},
     "checkpoint": {"errors"},
     "schedulers": {"errors", "hostfile", "remote", "spec"},
-    "launch": {"errors", "hostfile", "remote", "rank", "spec", "checkpoint"},
+    "launch": {"errors", "hostfile", "remote", "rank", "spec", "checkpoint", "schedulers"},
     "keras": {"errors", "checkpoint", "rank"},
     "models": {"errors", "checkpoint", "rank", "keras"},
     "sim": {"errors", "checkpoint", "rank"},
@@ -64,6 +64,7 @@ LAYERS: dict[str, set[str]] = {
               "sim"},
     "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
             "bench", "sim"},
+    "api": {"errors", "hostfile", "remote", "spec", "launch", "cli"},
     "__main__": {"cli"},
 }
 

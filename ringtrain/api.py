@@ -1,0 +1,104 @@
+"""``ringtrain.run(...)``: launch from Python, like ``horovod.run``, and get the JobResult.
+
+    import ringtrain
+    result = ringtrain.run("train.py", "--epochs", "3", hosts="gpu01:4,gpu02:4",
+                           checkpoint="s3://bucket/run1", max_restarts=2)
+    if result.state.value != "succeeded":
+        print(result.failure.describe(result.attempt))
+
+The keyword arguments are the options of ``ringtrain launch`` (``hosts`` is ``-H``,
+``hostfile`` is ``--hosts``, ``checkpoint`` is ``--checkpoint``; the rest keep their names:
+``np``, ``max_restarts``, ``min_np``, ``runs_dir``, ``gpu_mode``, ``stall_timeout``, ...). It
+builds the same LaunchSpec through the same function and runs the same Session as the
+command; a mistake raises the same typed error (``ringtrain.errors.UsageError`` and
+friends). Nothing is printed unless a ``reporter`` is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from ringtrain.cli.launch_spec import LaunchOptions, build_spec
+from ringtrain.errors import JobFailed, UsageError
+from ringtrain.launch import hosts as launch_hosts
+from ringtrain.launch.reporter import NullReporter, Reporter
+from ringtrain.launch.result import JobResult, JobState
+from ringtrain.launch.session import Session
+from ringtrain.remote import Remote
+from ringtrain.spec import EnvSpec
+
+_RENAMED = {"hosts": "host_spec", "hostfile": "hosts_file", "checkpoint": "checkpoint_url"}
+
+
+def run(
+    script: str,
+    *args: str,
+    reporter: Reporter | None = None,
+    remote: Remote | None = None,
+    check: bool = False,
+    **options: Any,
+) -> JobResult:
+    """Launch ``script`` with ``args`` on the hosts asked for; block until the job (and its
+    restarts) end; return the last attempt's JobResult. ``check=True`` raises JobFailed
+    (with the root-cause report) instead of returning a failed result."""
+    spec = build_spec(_options(script, args, options), Path.cwd())
+    found = launch_hosts.resolve(spec, os.environ)
+    if spec.backend is None and found.scheduler is not None:
+        spec = dataclasses.replace(spec, backend=found.scheduler.default_backend)
+    if remote is None:
+        remote = found.remote
+    if remote is None:
+        from ringtrain.cli.context import SshOptions, ssh_remote  # noqa: PLC0415 - paramiko
+
+        remote = ssh_remote(SshOptions(spec.ssh))
+    session = Session(spec, found.inventory, remote, reporter or NullReporter())
+    result = session.run()
+    if check and result.state is not JobState.SUCCEEDED:
+        failure = result.failure
+        raise JobFailed(
+            failure.describe(result.attempt) if failure else f"job {result.state.value}",
+            failure.hint(result.attempt_dir) if failure else f"see {result.attempt_dir}",
+            exit_code=result.exit_code,
+        )
+    return result
+
+
+def _options(script: str, args: tuple[str, ...], given: dict[str, Any]) -> LaunchOptions:
+    names = {f.name for f in dataclasses.fields(LaunchOptions)} - {"script", "script_args"}
+    public = sorted({_public(n) for n in names})
+    values: dict[str, Any] = {}
+    for key, value in given.items():
+        name = _RENAMED.get(key, key)
+        if name not in names:
+            raise UsageError(
+                f"ringtrain.run() got an unknown option {key!r}",
+                f"use one of: {', '.join(public)}",
+            )
+        values[name] = _coerce(name, value)
+    return LaunchOptions(script=script, script_args=tuple(args), **values)
+
+
+def _public(name: str) -> str:
+    return next((k for k, v in _RENAMED.items() if v == name), name)
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """What a Python caller naturally passes -> what the command line would have given."""
+    if name in ("runs_dir", "ssh_config", "known_hosts") and value is not None:
+        return Path(value)
+    if name == "env":
+        items = value.items() if isinstance(value, dict) else value
+        return tuple(
+            EnvSpec.parse(v) if isinstance(v, str) else EnvSpec(str(v[0]), str(v[1]))
+            for v in items
+        )
+    if name in ("include", "exclude") and isinstance(value, str):
+        return (value,)
+    if name == "slots" and isinstance(value, dict):
+        return tuple((str(k), int(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(value)
+    return value
