@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ringtrain.rank import envvars
+
 DIGITS = Path(__file__).resolve().parents[1] / "models" / "digits.py"
 
 
@@ -42,7 +44,7 @@ def mpirun_argv(epochs: int, run_dir: Path) -> list[str]:
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
     return [
         "mpirun", *root, "-np", "2", "-bind-to", "none", "-map-by", "slot",
-        "-x", "PATH", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", f"RINGTRAIN_RUN_DIR={run_dir}",
+        "-x", "PATH", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", f"{envvars.RUN_DIR}={run_dir}",
         sys.executable, "-m", "mpi4py", str(DIGITS), "--epochs", str(epochs),
     ]  # fmt: skip
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -31,6 +33,7 @@ _COMMANDS: dict[str, str] = {
     "slurm": "slurm_cmd",
     "pbs": "pbs_cmd",
     "bench": "bench_cmd",
+    "config": "config_cmd",
 }
 
 
@@ -62,7 +65,8 @@ def report_error(err: RingtrainError) -> None:
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ringtrain")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
-def cli(verbose: int) -> None:
+@click.pass_context
+def cli(ctx: click.Context, verbose: int) -> None:
     """Launch and supervise Horovod ring all-reduce training across GPU hosts.
 
     \b
@@ -76,6 +80,24 @@ def cli(verbose: int) -> None:
     logging.basicConfig(
         level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s"
     )
+    _apply_config(ctx)
+
+
+def _apply_config(ctx: click.Context) -> None:
+    """Defaults from ringtrain.toml, the user's config and RINGTRAIN_<KEY> (cli/defaults.py)
+    for the sub-command about to run: the command line still wins."""
+    from ringtrain.cli import defaults as config  # noqa: PLC0415 - after argv parsing
+
+    name = ctx.invoked_subcommand
+    if not name or not isinstance(ctx.command, click.Group):
+        return
+    command = ctx.command.get_command(ctx, name)
+    if command is None:
+        return
+    settings = config.load(Path.cwd(), os.environ)
+    defaults = config.default_map(settings, command)
+    if defaults:
+        ctx.default_map = {**(ctx.default_map or {}), name: defaults}
 
 
 
