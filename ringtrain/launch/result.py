@@ -43,10 +43,18 @@ class FailureKind(enum.Enum):
     RANK_EXIT = "rank-exit"  # a rank exited non-zero
     RANK_SIGNAL = "rank-signal"  # a rank was killed by a signal that was not ringtrain's
     LAUNCHER = "launcher"  # mpirun/horovodrun/srun failed and named no rank
+    DAEMON_LOST = "daemon-lost"  # mpirun lost its daemon (orted) on a host
     START_TIMEOUT = "start-timeout"
     HOST_LOST = "host-lost"
+    RANK_SILENT = "rank-silent"  # one rank stopped answering while its host is fine
     STALL = "stall"
     EXIT_HANG = "exit-hang"  # every script returned, the job did not exit: ended, a success
+
+    @property
+    def exit_code(self) -> int | None:
+        """The documented exit status of ``ringtrain launch`` for this kind; None: the job's
+        own status (a rank's exit code, or 128+N for signal N)."""
+        return FAULT_EXIT_CODES.get(self)
 
     @property
     def detected(self) -> bool:
@@ -54,9 +62,21 @@ class FailureKind(enum.Enum):
         return self in (
             FailureKind.START_TIMEOUT,
             FailureKind.HOST_LOST,
+            FailureKind.RANK_SILENT,
             FailureKind.STALL,
             FailureKind.EXIT_HANG,
         )
+
+
+# One exit status per fault ringtrain detects or reads from mpirun (README: "Exit status"),
+# outside ringtrain's own errors (2-8) and the signals' 128+N.
+FAULT_EXIT_CODES = {
+    FailureKind.START_TIMEOUT: 20,
+    FailureKind.HOST_LOST: 21,
+    FailureKind.RANK_SILENT: 22,
+    FailureKind.STALL: 23,
+    FailureKind.DAEMON_LOST: 24,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +109,7 @@ class Failure:
     message: str  # one line, phrased for the user
     hosts: tuple[str, ...] = ()
     ranks: tuple[RankFailure, ...] = ()
+    launcher_tail: tuple[str, ...] = ()  # mpirun's own last lines, when no rank says more
 
     @property
     def root(self) -> RankFailure | None:
@@ -104,6 +125,9 @@ class Failure:
         if root is not None and root.log_tail:
             lines.append(f"last lines of rank {root.rank}'s log:")
             lines += [f"    {t}" for t in root.log_tail[-10:]]
+        elif self.launcher_tail:
+            lines.append("last lines of the launcher's output:")
+            lines += [f"    {t}" for t in self.launcher_tail[-10:]]
         return "\n".join(lines)
 
     def hint(self, attempt_dir: Path) -> str:
@@ -119,6 +143,7 @@ class Failure:
             "message": self.message,
             "hosts": list(self.hosts),
             "ranks": [r.to_json() for r in self.ranks],
+            "launcher_tail": list(self.launcher_tail),
         }
 
 

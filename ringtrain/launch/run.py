@@ -36,6 +36,12 @@ _ABORT_RE = re.compile(r"MPI_ABORT was invoked on rank (?P<rank>\d+)")
 _SIGNAL_RE = re.compile(
     r"rank (?P<rank>\d+) with PID \d+ on node (?P<host>\S+) exited on signal (?P<signum>\d+)"
 )
+# Open MPI 4: "Remote daemon: [[21823,0],2] on node gpu03" (lost communication), or "An ORTE
+# daemon has unexpectedly failed ... on node gpu03"
+_DAEMON_LOST_RE = re.compile(
+    r"(?:Remote daemon:\s*\[\[\d+,\d+\],\d+\] on node|daemon has unexpectedly failed"
+    r"[\s\S]{0,400}?(?:on node|Remote host:))\s*(?P<node>[\w.-]+)"
+)
 TAIL_LINES = 20
 
 LineSink = Callable[["OutputLine"], None]
@@ -218,13 +224,26 @@ def failure_from_output(
     Open MPI names the first failing rank (its exit code or signal); every other rank that
     printed a traceback failed too. ``hosts``: rank -> inventory host name (the user's name,
     not the one Open MPI prints)."""
+    daemon = _DAEMON_LOST_RE.search("\n".join(launcher_lines))
+    if daemon is not None:
+        node = daemon.group("node")
+        host = next((h for h in hosts.values() if h == node), node)
+        lost = tuple(RankFailure(r, h, log_tail=tuple(tails.get(r, ())))
+                     for r, h in sorted(hosts.items()) if h == host)
+        return Failure(
+            FailureKind.DAEMON_LOST,
+            f"mpirun lost its daemon (orted) on {host}: the daemon was killed, or the link to "
+            f"{host} broke (ranks {', '.join(str(r.rank) for r in lost) or '-'})",
+            (host,), lost, _launcher_tail(launcher_lines),
+        )
     ranks: list[RankFailure] = []
     for rank, code in find_failed_ranks(launcher_lines, tails):
         signame = _signal_name(code - 128) if code is not None and code > 128 else None
         ranks.append(RankFailure(rank, hosts.get(rank), code, signame, tuple(tails.get(rank, ()))))
     if not ranks:
         how = f"exit code {exit_code}"
-        return Failure(FailureKind.LAUNCHER, f"the job failed ({how}); no rank was named")
+        return Failure(FailureKind.LAUNCHER, f"the job failed ({how}); no rank was named",
+                       launcher_tail=_launcher_tail(launcher_lines))
     root = ranks[0]
     kind = FailureKind.RANK_SIGNAL if root.signal_name else FailureKind.RANK_EXIT
     code = root.exit_code or exit_code
@@ -234,6 +253,13 @@ def failure_from_output(
         kind, f"rank {root.rank}{where} failed ({how})", (root.host,) if root.host else (),
         tuple(ranks),
     )
+
+
+def _launcher_tail(lines: list[str], n: int = 10) -> tuple[str, ...]:
+    """mpirun's last words, without its banner rules (a host key refused, a name that does
+    not resolve, a daemon that could not start: ssh and ORTE say why there)."""
+    useful = [ln for ln in lines if ln.strip() and not set(ln.strip()) <= {"-"}]
+    return tuple(useful[-n:])
 
 
 def find_failed_ranks(

@@ -461,13 +461,16 @@ def _merge(
         return replace(merged, state=JobState.SUCCEEDED, exit_code=0, failure=None,
                        signal_name=None, warnings=(*merged.warnings, note))
     if fault is None:
+        kind = merged.failure.kind if merged.failure else None
+        if kind is not None and kind.exit_code is not None:  # a lost daemon: 24, not 205
+            return replace(merged, exit_code=kind.exit_code)
         return merged
     tails, where = ending.tails, ending.where
     ranks = tuple(RankFailure(r, where.get(r), log_tail=tails.get(r, ())) for r in fault.ranks)
     return replace(
         merged,
         state=JobState.FAILED,
-        exit_code=result.exit_code or 1,
+        exit_code=fault.kind.exit_code or result.exit_code or 1,
         failure=Failure(fault.kind, fault.message, fault.hosts, ranks),
         signal_name=None,  # the signals were ringtrain's own teardown
     )

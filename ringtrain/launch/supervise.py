@@ -5,6 +5,7 @@ The pure part, ``check()``, reads a control-server Snapshot and says whether the
 * start-up hang: after ``start_timeout`` not every rank has checked in, or some ranks finished
   ``hvd.init()`` while others did not: names the missing ranks and their hosts;
 * host lost: every rank on a host has been silent for ``heartbeat_timeout`` (link down, host dead);
+* one rank silent for ``heartbeat_timeout`` while its host answers (stopped, hung, agent dead);
 * stall: progress was reported once and then not for ``stall_timeout``.
 
 A rank that exits non-zero or by signal needs no check: mpirun (with ranks under mpi4py's runner)
@@ -51,6 +52,7 @@ def check(
     where = rank_hosts(alloc)
     return (
         _lost_host(snap, where, policy)
+        or _silent_rank(snap, where, policy)
         or _start_hang(snap, alloc, where, policy, started)
         or _stall(snap, policy)
         or _exit_hang(snap, alloc, policy)
@@ -130,6 +132,29 @@ def _lost_host(
                 snap.now,
             )
     return None
+
+
+def _silent_rank(
+    snap: Snapshot, where: Mapping[int, str], policy: SupervisionPolicy
+) -> Fault | None:
+    """One rank silent while its host answers (the others on it still beat): the process is
+    stopped (SIGSTOP), hung holding the GIL, or its agent died. Named with host and PID."""
+    silent = [
+        r for r in snap.ranks
+        if r.connected and not r.done and snap.now - r.last_heard > policy.heartbeat_timeout
+    ]
+    if not silent:
+        return None
+    r = min(silent, key=lambda s: s.last_heard)
+    host = where.get(r.rank, r.host)
+    return Fault(
+        FailureKind.RANK_SILENT,
+        f"rank {r.rank} on {host} (pid {r.pid}) silent for {snap.now - r.last_heard:.0f} s "
+        "while its host answers: stopped, hung holding the GIL, or its agent died",
+        (host,),
+        (r.rank,),
+        snap.now,
+    )
 
 
 def _start_hang(

@@ -113,7 +113,7 @@ time.sleep(600)
     )
     proc, elapsed = _launch(tmp_path, script, "--start-timeout", "12")
     result = run_result(tmp_path)
-    assert proc.returncode != 0
+    assert proc.returncode == 20  # README: one exit status per detected fault
     assert result["fault_kind"] == "start-timeout" and result["failed_rank"] == 1
     assert "ranks 1 on localhost have not reached hvd.init()" in proc.stderr
     assert elapsed < 12 + 60  # start timeout + generous teardown: not hung
@@ -133,7 +133,32 @@ time.sleep(600)
     proc, elapsed = _launch(tmp_path, script, "--stall-timeout", "4")
     result = run_result(tmp_path)
     assert result["fault_kind"] == "stall", proc.stderr[-2000:]
+    assert proc.returncode == 23
     assert "no training progress for" in proc.stderr and elapsed < 90  # not hung
+    _assert_nothing_left(result)
+
+
+def test_a_stopped_rank_is_named_within_the_heartbeat_bound(tmp_path: Path) -> None:
+    """SIGSTOP: the process exists and its host answers, but the rank says nothing."""
+    script = _script(
+        tmp_path,
+        """
+import signal
+hvd_init()
+if rank == 1:
+    print("pid", os.getpid(), flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+time.sleep(600)
+""",
+    )
+    started = time.time()  # detected_at is wall-clock time
+    proc, _ = _launch(tmp_path, script, "--heartbeat-timeout", "3")
+    result = run_result(tmp_path)
+    assert proc.returncode == 22, proc.stderr[-2000:]
+    assert result["fault_kind"] == "rank-silent" and result["failed_rank"] == 1
+    pid = next(line.split()[-1] for line in proc.stdout.splitlines() if "pid" in line)
+    assert f"rank 1 on localhost (pid {pid}) silent for" in proc.stderr
+    assert result["detected_at"] - started < 3 + 40  # the heartbeat bound, not the stall's
     _assert_nothing_left(result)
 
 

@@ -56,9 +56,17 @@ def test_host_lost_when_all_its_ranks_are_silent() -> None:
     assert "gpu02 silent for 12 s" in fault.message
 
 
-def test_one_quiet_rank_is_not_a_lost_host() -> None:
-    ranks = (_rank(0, 99), _rank(1, 99), _rank(2, 80), _rank(3, 99))
+def test_one_silent_rank_is_named_with_host_and_pid_not_taken_for_a_lost_host() -> None:
+    """A SIGSTOPped rank: its host still answers through rank 3, so the host is not lost, but
+    the rank is named within the heartbeat bound (it used to wait for the stall timeout)."""
+    ranks = (_rank(0, 99), _rank(1, 99), _rank(2, 95), _rank(3, 99))
     assert check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0) is None
+    ranks = (_rank(0, 99), _rank(1, 99), _rank(2, 80), _rank(3, 99))
+    fault = check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0)
+    assert fault is not None and fault.kind is FailureKind.RANK_SILENT
+    assert fault.hosts == ("gpu02",) and fault.ranks == (2,)
+    assert fault.message.startswith("rank 2 on gpu02 (pid 102) silent for 20 s")
+    assert FailureKind.RANK_SILENT.exit_code == 22
 
 
 def test_exited_ranks_do_not_count_as_silent() -> None:
