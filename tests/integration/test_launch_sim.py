@@ -218,6 +218,21 @@ def test_killed_sshd_session_ends_the_job_cleanly(
     assert all(t["left"] == [] for t in run_result(tmp_path)["teardown"])
 
 
+def test_a_killed_open_mpi_daemon_is_named_with_its_host(
+    sim_cluster: sim.SimCluster, tmp_path: Path
+) -> None:
+    proc = _start_loop(sim_cluster, tmp_path)
+    _wait_for_steps(proc)
+    (orted,) = [p for p, cmd in sim.host_processes(sim_cluster.config, "gpu03") if "orted" in cmd]
+    os.kill(orted, signal.SIGKILL)
+    _, err = proc.communicate(timeout=90)
+    result = run_result(tmp_path)
+    assert proc.returncode == 24, err[-3000:]  # not mpirun's bare 205
+    assert result["fault_kind"] == "daemon-lost" and result["fault_hosts"] == ["gpu03"]
+    assert "mpirun lost its daemon (orted) on gpu03" in err
+    _assert_no_job_processes(sim_cluster)
+
+
 def test_kill_9_of_a_remote_rank(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
     proc = _start_loop(sim_cluster, tmp_path)
     _wait_for_steps(proc)
