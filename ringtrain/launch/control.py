@@ -3,6 +3,11 @@
 It accepts one connection per rank, checks the token, keeps each rank's latest state, and sends
 a heartbeat to every rank each second. ``snapshot()`` returns an immutable view that the pure
 supervision checks in supervise.py read.
+
+Anyone who can reach the port can connect, so nothing is trusted before the token: a peer
+must say ``hello`` with it within ``HELLO_TIMEOUT_S``; at most ``MAX_PENDING`` connections may
+be waiting to do so (more are closed at once); every read is bounded by ``MAX_LINE`` (a longer
+line drops the connection), so memory and threads stay flat under a flood.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ringtrain.rank.events import HEARTBEAT_S, RankEvent, decode, encode, to_event
+from ringtrain.rank.events import HEARTBEAT_S, MAX_LINE, RankEvent, decode, encode, to_event
 
 log = logging.getLogger(__name__)
+HELLO_TIMEOUT_S = 10.0
+MAX_PENDING = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +81,17 @@ class ControlServer:
         bind: str = "127.0.0.1",
         on_event: Callable[[RankEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        hello_timeout: float = HELLO_TIMEOUT_S,
     ) -> None:
+        self.hello_timeout = hello_timeout
         self.token = secrets.token_hex(16)
         self._clock = clock
         self._on_event = on_event
         self._ranks: dict[int, RankState] = {}
         self._progress: Progress | None = None
         self._conns: list[_Conn] = []
+        self._pending = 0  # connections that have not said hello yet
+        self.refused = 0  # connections closed unheard: over MAX_PENDING, silent, bad token
         self._lock = threading.Lock()
         self._closed = threading.Event()
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
@@ -122,21 +133,40 @@ class ControlServer:
                 sock, _ = self._server.accept()
             except OSError:
                 return
-            conn = _Conn(sock)
             with self._lock:
-                self._conns.append(conn)
+                full = self._pending >= MAX_PENDING
+                if not full:
+                    self._pending += 1
+                    conn = _Conn(sock)
+                    self._conns.append(conn)
+            if full:
+                self.refused += 1
+                with contextlib.suppress(OSError):
+                    sock.close()
+                continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: _Conn) -> None:
+        conn.sock.settimeout(self.hello_timeout)  # the hello must come soon
         with contextlib.suppress(OSError), conn.sock.makefile("rb") as stream:
-            for line in stream:
+            while True:
+                line = stream.readline(MAX_LINE + 1)
+                if not line or (len(line) > MAX_LINE and not line.endswith(b"\n")):
+                    break  # closed, or a line over the limit: drop the peer
                 msg = decode(line)
                 if msg is None:
+                    if conn.rank is None:
+                        break  # the first line must be a hello
                     continue
-                if conn.rank is None and not self._hello(conn, msg):
-                    break
+                if conn.rank is None:
+                    if not self._hello(conn, msg):
+                        break
+                    conn.sock.settimeout(None)  # a rank: heartbeats keep it alive
                 self._handle(conn, msg)
         with self._lock:
+            if conn.rank is None:
+                self._pending -= 1
+                self.refused += 1
             if conn in self._conns:
                 self._conns.remove(conn)
             if conn.rank is not None and conn.rank in self._ranks:
@@ -150,6 +180,8 @@ class ControlServer:
             return False
         rank = msg.get("rank")
         conn.rank = rank if isinstance(rank, int) else -1
+        with self._lock:
+            self._pending -= 1
         state = RankState(
             rank=conn.rank,
             host=str(msg.get("host", "?")),

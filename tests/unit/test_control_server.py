@@ -1,0 +1,93 @@
+"""The control server on loopback: authenticate first, bounded reads, capped and timed-out
+unauthenticated connections (a peer that can reach the port is not trusted)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from ringtrain.launch.control import MAX_PENDING, ControlServer
+from ringtrain.rank.events import MAX_LINE, encode
+
+
+def _connect(server: ControlServer) -> socket.socket:
+    host, port = server.address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def _closed_by_peer(sock: socket.socket, within: float) -> bool:
+    sock.settimeout(within)
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def _wait(condition: object, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_rank_with_the_token_is_heard_one_without_is_dropped() -> None:
+    server = ControlServer()
+    try:
+        good = _connect(server)
+        good.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
+        assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
+        bad = _connect(server)
+        bad.sendall(encode("hello", token="guess", rank=1, host="h", pid=43))
+        assert _closed_by_peer(bad, 5)
+        noise = _connect(server)
+        noise.sendall(b"GET / HTTP/1.1\r\n\r\n")  # not a hello: dropped at once
+        assert _closed_by_peer(noise, 5)
+        assert [r.rank for r in server.snapshot().ranks] == [0]
+    finally:
+        server.close()
+
+
+def test_an_endless_line_is_cut_off_not_buffered() -> None:
+    server = ControlServer()
+    try:
+        sock = _connect(server)
+        chunk = b"x" * 65536
+        sent = 0
+        try:
+            while sent < 64 * MAX_LINE:  # 4 MiB, far over the limit, and no newline
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # the server closed the connection while we were still sending: good
+        assert _closed_by_peer(sock, 5)
+    finally:
+        server.close()
+
+
+def test_a_flood_of_idle_connections_stays_bounded_and_times_out() -> None:
+    server = ControlServer(hello_timeout=1.0)
+    before = threading.active_count()
+    socks = []
+    try:
+        for _ in range(300):
+            socks.append(_connect(server))
+        assert _wait(lambda: server.refused >= 300 - MAX_PENDING)
+        assert threading.active_count() - before <= MAX_PENDING + 2  # not one per connection
+        # the silent ones that were let in are closed once the hello timeout passes
+        assert _wait(lambda: server.refused == 300, timeout=15)
+        assert _wait(lambda: threading.active_count() - before <= 2)
+        rank = _connect(server)  # and a real rank still gets in afterwards
+        rank.sendall(encode("hello", token=server.token, rank=3, host="h", pid=7))
+        assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [3])
+    finally:
+        for s in socks:
+            s.close()
+        server.close()
