@@ -45,6 +45,7 @@ from typing import Any
 import tensorflow as tf
 
 from ringtrain.checkpoint import Store, commit, find_latest, open_store
+from ringtrain.checkpoint.store import StorageError
 from ringtrain.errors import CheckpointError, UsageError
 from ringtrain.rank import agent, envvars
 from ringtrain.rank.progress import report as progress
@@ -215,10 +216,13 @@ class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
 
 # ------------------------------------------------------------------------------ internals
 
+DEFAULT_GRACE_S = 60.0
+
 
 @dataclass
 class _State:
     resumed: ResumePoint | None = None
+    skipped: int = 0  # checkpoints in a row lost to a storage outage
     staging: Path | None = None
     stores: dict[str, Store] | None = None
 
@@ -332,6 +336,9 @@ def _commit(
     model: Any, optimizer: Any, url: str, *, epoch: int, step: int, keep: int,
     meta: dict[str, Any],
 ) -> None:
+    """Write and commit; a storage outage shorter than the grace (``--checkpoint-grace``)
+    costs a wait, a longer one skips this checkpoint with a warning, and only a second
+    checkpoint in a row lost to it stops training (the last good one stays intact)."""
     local = _STATE.staging_dir() / f"save-{epoch}"
     shutil.rmtree(local, ignore_errors=True)
     try:
@@ -339,11 +346,47 @@ def _commit(
         ckpt.epoch.assign(epoch)
         ckpt.write(str(local / CKPT_PREFIX))
         meta = {**meta, "format": FORMAT, "saved_at": time.time()}
-        result = commit(_STATE.store(url), local, step=step, epoch=epoch, meta=meta, keep=keep)
+        result = _commit_within_grace(url, local, step=step, epoch=epoch, meta=meta, keep=keep)
     finally:
         shutil.rmtree(local, ignore_errors=True)
+    if result is None:
+        return
     print(
         f"checkpoint: committed epoch {epoch} step {step} to {result.url} "
         f"({result.manifest.total_bytes / 1e6:.2f} MB in {result.seconds:.2f} s)",
         flush=True,
     )
+
+
+def _commit_within_grace(
+    url: str, local: Path, *, step: int, epoch: int, meta: dict[str, Any], keep: int
+) -> Any:
+    grace = float(os.environ.get(envvars.CHECKPOINT_GRACE) or DEFAULT_GRACE_S)
+    deadline = time.monotonic() + grace
+    delay = 1.0
+    while True:
+        try:
+            result = commit(_STATE.store(url), local, step=step, epoch=epoch, meta=meta,
+                            keep=keep)
+        except StorageError as err:
+            if not err.transient:
+                raise
+            if time.monotonic() + delay > deadline:
+                _STATE.skipped += 1
+                if _STATE.skipped > 1:
+                    raise CheckpointError(
+                        f"the checkpoint storage has been down for {_STATE.skipped} checkpoints "
+                        f"in a row ({err.message})",
+                        "bring the storage back and relaunch: training resumes from the last "
+                        "committed checkpoint; --checkpoint-grace waits longer",
+                    ) from None
+                print(f"checkpoint: warning: storage down for {grace:.0f} s ({err.message}); "
+                      f"skipping the checkpoint of epoch {epoch}, training goes on", flush=True)
+                return None
+            print(f"checkpoint: storage unavailable ({err.message}); retrying in {delay:.0f} s",
+                  flush=True)
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+        else:
+            _STATE.skipped = 0
+            return result

@@ -186,6 +186,7 @@ class LaunchSpec:
     python: str | None = None  # on the hosts; None: this interpreter, same path everywhere
     network_interface: str | None = None
     checkpoint: CheckpointLocation | None = None  # None: the run dir's checkpoints/
+    checkpoint_grace: float = 60.0  # seconds a storage outage may last before a skip
     ssh: SshSpec = field(default_factory=SshSpec)
     allocation: AllocationPolicy = field(default_factory=AllocationPolicy)
     preflight: PreflightSpec = field(default_factory=PreflightSpec)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ringtrain.checkpoint.catalog import load_manifest, manifest_rel
+from ringtrain.checkpoint.catalog import load_manifest, manifest_rel, verify_files
 from ringtrain.checkpoint.manifest import (
     DATA_DIR,
     FileEntry,
@@ -34,7 +34,7 @@ from ringtrain.checkpoint.manifest import (
 )
 from ringtrain.checkpoint.retention import DEFAULT_SAFE_AGE_S, Cleanup, clean
 from ringtrain.checkpoint.retry import RetryPolicy
-from ringtrain.checkpoint.store import Store
+from ringtrain.checkpoint.store import StorageError, Store
 from ringtrain.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -95,22 +95,39 @@ def _abandon(store: Store, data: str) -> None:
 
 
 def _settle_conflict(store: Store, ours: Manifest) -> None:
-    """The manifest existed already. Ours (a retried create that had succeeded) or theirs?"""
+    """The manifest existed already. Ours (a retried create that had succeeded), theirs, or a
+    corrupt one that resume skipped (training reached its step again): replace only that."""
+    rel = manifest_rel(ours.name)
     try:
         theirs = load_manifest(store, ours.name)
-    except CheckpointError as err:
+    except StorageError as err:
         raise CommitConflict(
-            f"checkpoint step {ours.step} exists at {store.url_of(manifest_rel(ours.name))} "
-            f"and cannot be read ({err.message})",
+            f"checkpoint step {ours.step} exists at {store.url_of(rel)} and cannot be read "
+            f"({err.message})",
             "another job writes to the same checkpoint URL: give each run its own URL",
         ) from None
-    if theirs.data == ours.data:
-        return
-    _abandon(store, ours.data)
-    raise CommitConflict(
-        f"checkpoint step {ours.step} was committed by another writer first",
-        "another job writes to the same checkpoint URL: give each run its own URL",
-    )
+    except CheckpointError as err:  # not a valid manifest: a corrupt checkpoint
+        broken = err.message
+    else:
+        if theirs.data == ours.data:
+            return
+        problems = verify_files(store, theirs)
+        if not problems:
+            _abandon(store, ours.data)
+            raise CommitConflict(
+                f"checkpoint step {ours.step} was committed by another writer first",
+                "another job writes to the same checkpoint URL: give each run its own URL",
+            )
+        broken = "; ".join(problems[:3])
+    log.warning("replacing the corrupt checkpoint %s (%s)", store.url_of(rel), broken)
+    store.remove(rel)
+    if not store.create_exclusive(rel, to_json(ours)):
+        _abandon(store, ours.data)
+        raise CommitConflict(
+            f"checkpoint step {ours.step} was committed by another writer while ringtrain "
+            "replaced a corrupt one",
+            "another job writes to the same checkpoint URL: give each run its own URL",
+        )
 
 
 def commit(

@@ -132,6 +132,14 @@ def _env_specs(
     "s3://bucket/prefix or hdfs://... (credentials from AWS_* variables, never the URL).",
 )
 @click.option(
+    "--checkpoint-grace",
+    type=click.FloatRange(min=0),
+    default=60,
+    show_default=True,
+    help="Seconds a checkpoint storage outage may last: rank 0 retries that long, then "
+    "skips that checkpoint with a warning; a second one lost in a row stops the job.",
+)
+@click.option(
     "--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True
 )
 @click.option(

@@ -52,6 +52,7 @@ class LaunchOptions:
     network_interface: str | None = None
     python: str | None = None
     checkpoint_url: str | None = None
+    checkpoint_grace: float = 60.0
     runs_dir: Path = Path("runs")
     max_restarts: int = 0
     min_np: int | None = None
@@ -83,6 +84,7 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
             if opts.checkpoint_url is not None
             else None
         ),
+        checkpoint_grace=opts.checkpoint_grace,
         ssh=SshSpec(opts.ssh_config, opts.known_hosts, opts.accept_new_host_keys),
         allocation=AllocationPolicy(
             include=opts.include,

@@ -16,7 +16,8 @@ CONTROL_ADDR = "RINGTRAIN_CONTROL_ADDR"  # host:port of the launcher's control s
 CONTROL_TOKEN = "RINGTRAIN_CONTROL_TOKEN"  # noqa: S105 - a name; its value is a secret: never in argv, logs or plan.json
 LAUNCHER_TIMEOUT = "RINGTRAIN_LAUNCHER_TIMEOUT"  # dead-man switch, seconds
 CHECKPOINT_URL = "RINGTRAIN_CHECKPOINT_URL"  # --checkpoint, when given
+CHECKPOINT_GRACE = "RINGTRAIN_CHECKPOINT_GRACE"  # seconds a storage outage may last
 GLOO_PER_HOST = "RINGTRAIN_GLOO_PER_HOST"  # bench: ranks per host for Gloo rendezvous
 
 ALL = (RUN_DIR, RUN_ID, ATTEMPT, CONTROL_ADDR, CONTROL_TOKEN, LAUNCHER_TIMEOUT, CHECKPOINT_URL,
-       GLOO_PER_HOST)
+       CHECKPOINT_GRACE, GLOO_PER_HOST)

@@ -209,6 +209,27 @@ def test_corruption_fails_verify_and_resume_falls_back(tmp_path: Path, local: St
     assert not any(p.name.startswith(".fetch") for p in (tmp_path / "r").iterdir())
 
 
+def test_a_corrupt_newest_checkpoint_never_blocks_the_next_save_at_its_step(
+    tmp_path: Path, local: Store
+) -> None:
+    """Resume skipped a corrupt step-2 checkpoint and went back to step 1; training reaches
+    step 2 again: its commit replaces the corrupt one (it used to fail 'committed by another
+    writer first'). An unreadable manifest is replaced the same way."""
+    commit(local, make_src(tmp_path, "a"), step=1, epoch=1)
+    bad = commit(local, make_src(tmp_path, "b"), step=2, epoch=2)
+    corrupt_one_byte(tmp_path / "store" / bad.manifest.data / "ckpt.data-00000-of-00001")
+    assert find_latest(local, tmp_path / "r1").step == 1  # type: ignore[union-attr]
+    again = commit(local, make_src(tmp_path, "c"), step=2, epoch=2)
+    assert again.manifest.data != bad.manifest.data
+    restored = find_latest(local, tmp_path / "r2")
+    assert restored is not None and restored.step == 2 and not restored.skipped
+    assert same_tree(tmp_path / "src-c", restored.directory)
+    (tmp_path / "store" / "manifests" / "ckpt-000000000003.json").write_text("{not json")
+    commit(local, make_src(tmp_path, "d"), step=3, epoch=3)
+    restored = find_latest(local, tmp_path / "r3")
+    assert restored is not None and restored.step == 3
+
+
 def test_truncated_or_missing_files_show_in_a_cheap_listing(tmp_path: Path, local: Store) -> None:
     done = commit(local, make_src(tmp_path, "a"), step=1, epoch=1)
     data = tmp_path / "store" / done.manifest.data

@@ -68,6 +68,7 @@ def test_openmpi_argv_shape() -> None:
         "RINGTRAIN_RUN_DIR",
         "RINGTRAIN_RUN_ID",
         "RINGTRAIN_ATTEMPT",
+        "RINGTRAIN_CHECKPOINT_GRACE",
     }
 
 

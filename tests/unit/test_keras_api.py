@@ -1,0 +1,68 @@
+"""ringtrain.keras's commit under a storage outage: shorter than the grace costs a wait,
+longer skips that checkpoint with a warning, two lost in a row stop training."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+import ringtrain.keras as rt
+from ringtrain.checkpoint import Store, list_checkpoints, open_store
+from ringtrain.checkpoint.store import StorageError
+from ringtrain.errors import CheckpointError
+
+
+class Flaky(Store):
+    """A local store whose uploads fail with a connection error the first ``down`` times."""
+
+    __slots__ = ()
+    down: ClassVar[list[int]] = [0]
+
+    def put_file(self, rel: str, local: Path) -> None:
+        if Flaky.down[0] > 0:
+            Flaky.down[0] -= 1
+            raise StorageError("put", self.url_of(rel), ConnectionRefusedError("refused"))
+        super().put_file(rel, local)
+
+
+@pytest.fixture
+def flaky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+    url = str(tmp_path / "store")
+    base = open_store(url)
+    store = Flaky(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+    monkeypatch.setattr(rt, "_STATE", rt._State(stores={url: store}))
+    monkeypatch.setattr(rt.time, "sleep", lambda _s: None)  # the waits, not their length
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ckpt.index").write_bytes(b"x" * 100)
+    return url, src
+
+
+def test_an_outage_shorter_than_the_grace_costs_a_wait(
+    flaky: tuple[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, src = flaky
+    monkeypatch.setenv("RINGTRAIN_CHECKPOINT_GRACE", "3600")
+    Flaky.down[0] = 3
+    assert rt._commit_within_grace(url, src, step=5, epoch=1, meta={}, keep=3) is not None
+    assert capsys.readouterr().out.count("storage unavailable") == 3
+    assert [c.step for c in list_checkpoints(open_store(url))] == [5]
+
+
+def test_a_longer_outage_skips_one_checkpoint_then_stops(
+    flaky: tuple[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, src = flaky
+    monkeypatch.setenv("RINGTRAIN_CHECKPOINT_GRACE", "0")
+    Flaky.down[0] = 100
+    assert rt._commit_within_grace(url, src, step=5, epoch=1, meta={}, keep=3) is None
+    assert "skipping the checkpoint of epoch 1, training goes on" in capsys.readouterr().out
+    with pytest.raises(CheckpointError, match="down for 2 checkpoints in a row") as info:
+        rt._commit_within_grace(url, src, step=10, epoch=2, meta={}, keep=3)
+    assert "--checkpoint-grace" in info.value.hint
+    Flaky.down[0] = 0
+    rt._STATE.skipped = 0
+    assert rt._commit_within_grace(url, src, step=15, epoch=3, meta={}, keep=3) is not None
