@@ -356,7 +356,12 @@ def _what_ringtrain_did(session: Session, result: JobResult) -> str:
         asked = session.spec.restart.max_restarts
         did += " (restarts used up)" if asked else " (no restart asked)"
     ckpt = session.last_checkpoint
-    if ckpt:
+    if ckpt and "error" in ckpt:
+        did += (
+            f". Could not list the checkpoints at {ckpt['url']} ({ckpt['error']}); a relaunch "
+            f"with --checkpoint {ckpt['url']} resumes from the newest one that verifies."
+        )
+    elif ckpt:
         did += (
             f". Last committed checkpoint: step {ckpt['step']} (epoch {ckpt['epoch']}) at "
             f"{ckpt['url']}; a relaunch with --checkpoint {ckpt['url']} resumes there."

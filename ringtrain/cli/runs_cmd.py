@@ -44,6 +44,8 @@ def _load(run_dir: Path) -> dict[str, Any]:
 
 def _describe(ckpt: Any) -> str | None:
     """result.json's record of the newest committed checkpoint (any storage: s3://, hdfs://)."""
+    if isinstance(ckpt, dict) and "error" in ckpt:
+        return f"could not list {ckpt.get('url', '?')} at the end ({ckpt['error']})"
     if not isinstance(ckpt, dict) or "step" not in ckpt:
         return None
     return f"step {ckpt['step']} (epoch {ckpt.get('epoch')}) at {ckpt.get('url', '?')}"

@@ -350,6 +350,8 @@ class Session:
 
     def _resume_point(self) -> str:
         ckpt = self.last_checkpoint
+        if ckpt and "error" in ckpt:
+            return f" from the newest checkpoint that verifies (cannot list now: {ckpt['error']})"
         if ckpt:
             return f" from step {ckpt['step']} (epoch {ckpt['epoch']})"
         return " from the start (no committed checkpoint)"
@@ -391,9 +393,9 @@ class Session:
 
         try:
             listed = list_checkpoints(open_store(where.url))
-        except RingtrainError as err:
+        except RingtrainError as err:  # storage down: say so, never a false "none"
             log.warning("cannot list checkpoints at %s: %s", where, err)
-            return None
+            return {"url": where.url, "error": err.message}
         best = next((c for c in listed if c.ok and c.manifest is not None), None)
         if best is None or best.manifest is None:
             return None
