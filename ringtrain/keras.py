@@ -33,7 +33,6 @@ everything works the same with checkpoints under ``./checkpoints`` unless ``url`
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import tempfile
@@ -47,7 +46,7 @@ import tensorflow as tf
 from ringtrain.checkpoint import Store, commit, find_latest, open_store
 from ringtrain.checkpoint.store import StorageError
 from ringtrain.errors import CheckpointError, UsageError
-from ringtrain.rank import agent, envvars
+from ringtrain.rank import agent, cleanup, envvars
 from ringtrain.rank.progress import report as progress
 
 __all__ = ["ResumePoint", "callbacks", "checkpoint_url", "progress", "resume", "save"]
@@ -236,7 +235,7 @@ class _State:
     def staging_dir(self) -> Path:
         if self.staging is None:
             self.staging = Path(tempfile.mkdtemp(prefix="ringtrain-ckpt-"))
-            atexit.register(shutil.rmtree, self.staging, True)
+            cleanup.at_exit(shutil.rmtree, self.staging, True)  # also on a failing rank's exit
         return self.staging
 
 
@@ -291,7 +290,9 @@ def _state_variables(model: Any, optimizer: Any) -> list[Any]:
 def _fetch_on_rank0(url: str, staging: Path) -> dict[str, Any]:
     """What rank 0 broadcasts: the resume point, nothing, or an error to raise everywhere."""
     try:
-        restored = find_latest(_STATE.store(url), staging)
+        store = _STATE.store(url)
+        _check_writable(store)
+        restored = find_latest(store, staging)
     except CheckpointError as err:
         return {"error": err.message, "hint": err.hint}
     if restored is None:
@@ -299,6 +300,20 @@ def _fetch_on_rank0(url: str, staging: Path) -> dict[str, Any]:
     point = {"step": restored.step, "epoch": restored.epoch,
              "manifest": restored.manifest.name, "skipped": list(restored.skipped)}
     return {"point": point, "dir": str(restored.directory)}
+
+
+def _check_writable(store: Store) -> None:
+    """Before the first epoch, not after it: write and remove a small object."""
+    rel = f".ringtrain-write-check-{os.getpid()}"
+    try:
+        store.put_bytes(rel, b"ringtrain checks that checkpoints can be written here\n")
+        store.remove(rel)
+    except CheckpointError as err:
+        raise CheckpointError(
+            f"cannot write checkpoints to {store.url}: {err.message}",
+            "check the URL, its permissions and credentials (AWS_* variables for s3://), or "
+            "pass another --checkpoint",
+        ) from None
 
 
 def _restore(model: Any, optimizer: Any, url: str, hvd: Any) -> ResumePoint | None:

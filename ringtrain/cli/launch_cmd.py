@@ -184,6 +184,13 @@ def _env_specs(
     help="Seconds of silence after which a host counts as lost.",
 )
 @click.option(
+    "--console-ranks",
+    callback=lambda _c, _p, v: _rank_set(v),
+    metavar="RANKS",
+    help="Show only these ranks' output on the console, e.g. 0 or 0,3-4 (default: all; "
+    "every rank's output is in its log either way).",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Write the run dir (hostfile, plan.json), print the plan (env, argv); start nothing.",
@@ -199,7 +206,14 @@ def _env_specs(
 @click.argument("script", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def command(ctx: click.Context, /, dry_run: bool, from_run: Path | None, **options: Any) -> None:
+def command(
+    ctx: click.Context,
+    /,
+    dry_run: bool,
+    from_run: Path | None,
+    console_ranks: frozenset[int] | None,
+    **options: Any,
+) -> None:
     """Train SCRIPT on every rank with Horovod: resolve hosts, plan, run and supervise."""
     spec = _spec_from_run(ctx, from_run) if from_run else _spec_from_options(options)
     if not (spec.working_dir / spec.script).is_file():
@@ -221,8 +235,21 @@ def command(ctx: click.Context, /, dry_run: bool, from_run: Path | None, **optio
     if dry_run:
         _dry_run(Session(spec, inventory, remote, _DryRunReporter()))
     else:
-        view = LiveView()
+        view = LiveView(console_ranks=console_ranks)
         _run(Session(spec, inventory, remote, view), view)
+
+
+def _rank_set(text: str | None) -> frozenset[int] | None:
+    """``0,3-4`` -> {0, 3, 4}; None: every rank."""
+    if text is None or text == "all":
+        return None
+    ranks: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            raise click.BadParameter(f"{text!r} is not a rank list like 0 or 0,3-4 or all")
+        ranks.update(range(int(first), int(last or first) + 1))
+    return frozenset(ranks)
 
 
 def _spec_from_options(options: dict[str, Any]) -> LaunchSpec:
@@ -315,7 +342,9 @@ def _run(session: Session, view: LiveView) -> None:
     _report_teardown(view, result)
     if result.state is JobState.SUCCEEDED:
         view.note(f"job succeeded in {result.duration_s:.1f} s; logs in {session.run_dir}")
+        view.flush()
         return
+    view.flush()  # the notes before the error lines the CLI prints
     message = _failure_message(result) + "\n" + _what_ringtrain_did(session, result)
     hint = result.failure.hint(result.attempt_dir) if result.failure else (
         f"see the logs in {result.attempt_dir}")

@@ -7,9 +7,11 @@ Every status line also goes to ``runs/<id>/events.log``.
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -24,6 +26,8 @@ from ringtrain.launch.preflight import PreflightPolicy, PreflightVerdict
 from ringtrain.launch.probe_parse import ProbeReport
 from ringtrain.launch.run import OutputLine
 from ringtrain.launch.supervise import arrivals, rank_hosts
+
+QUEUE_LINES = 10_000
 
 
 def describe_arrivals(snap: Snapshot, alloc: Allocation) -> str:
@@ -52,39 +56,82 @@ def describe_progress(snap: Snapshot) -> str | None:
 
 
 class LiveView:
-    def __init__(self, stream: TextIO = sys.stderr, plain_every_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        stream: TextIO = sys.stderr,
+        plain_every_s: float = 10.0,
+        console_ranks: frozenset[int] | None = None,
+    ) -> None:
         self.stream = stream
+        self.console_ranks = console_ranks  # None: every rank's lines reach the console
         self.tty = stream.isatty()
         self.plain_every_s = plain_every_s
         self.console = Console(file=stream, highlight=False, soft_wrap=True)
         self.out = Console(file=sys.stdout, highlight=False, soft_wrap=True, markup=False)
         self.events: Path | None = None
         self._live: Live | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # events.log appends
         self._last_arrivals = ""
         self._last_progress_key: tuple[object, ...] = ()
         self._last_plain = 0.0
+        # Console writes go through a queue to one writer thread: a console nobody reads (a
+        # paused pager, a stalled CI log pipe) never blocks supervision, teardown or the
+        # job's output pump. Lines that do not fit are dropped from the console (they are in
+        # the logs) and counted.
+        self._queue: queue.Queue[Callable[[], object]] = queue.Queue(maxsize=QUEUE_LINES)
+        self.dropped = 0
+        threading.Thread(target=self._write, name="ringtrain-console", daemon=True).start()
 
     def start(self) -> None:
         if self.tty:
             self._live = Live(Text(""), console=self.console, transient=True, auto_refresh=False)
-            self._live.start()
+            self._emit(self._live.start)
 
     def stop(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        live, self._live = self._live, None
+        if live is not None:
+            self._emit(live.stop)
+        self.flush()
+
+    def flush(self, timeout_s: float = 5.0) -> None:
+        """Wait (bounded) until what was queued reached the console."""
+        deadline = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self.dropped:
+            dropped, self.dropped = self.dropped, 0
+            self._emit(lambda: self.console.print(
+                f"ringtrain: {dropped} line(s) were not shown (the console was not reading); "
+                "every line is in the run's logs", markup=False))
 
     def note(self, text: str) -> None:
         """A plain status line: shown and logged."""
-        with self._lock:
-            self.console.print(f"ringtrain: {text}", markup=False)
-            self._log(text)
+        self._log(text)
+        self._emit(lambda: self.console.print(f"ringtrain: {text}", markup=False))
 
     def line(self, line: OutputLine) -> None:
+        chosen = self.console_ranks
+        if chosen is not None and line.rank is not None and line.rank not in chosen:
+            return  # still in that rank's log file
         text = line.text if line.rank is None else f"[{line.rank}] {line.text}"
-        with self._lock:
-            (self.console if line.stream == "stderr" else self.out).print(text, markup=False)
+        target = self.console if line.stream == "stderr" else self.out
+        self._emit(lambda: target.print(text, markup=False))
+
+    def _emit(self, write: Callable[[], object]) -> None:
+        try:
+            self._queue.put_nowait(write)
+        except queue.Full:
+            self.dropped += 1
+
+    def _write(self) -> None:
+        while True:
+            write = self._queue.get()
+            try:
+                write()
+            except Exception:  # noqa: S110 - the console is gone; the logs have everything
+                pass
+            finally:
+                self._queue.task_done()
 
     def verdict(
         self,
@@ -94,15 +141,15 @@ class LiveView:
         policy: PreflightPolicy,
     ) -> None:
         """The pre-flight table, on stderr like every ringtrain line (launch and dry run)."""
-        with self._lock:
-            print_verdict(inventory, report, verdict, policy, stderr=True)
+        self._emit(lambda: print_verdict(inventory, report, verdict, policy, stderr=True))
 
     def tick(self, snap: Snapshot, alloc: Allocation) -> None:
         arrivals = describe_arrivals(snap, alloc)
         progress = describe_progress(snap)
-        if self._live is not None:
-            with self._lock:
-                self._live.update(Text(f"ringtrain: {progress or arrivals}"), refresh=True)
+        live = self._live
+        if live is not None:
+            status = Text(f"ringtrain: {progress or arrivals}")
+            self._emit(lambda: live.update(status, refresh=True))
         if arrivals != self._last_arrivals:
             self._last_arrivals = arrivals
             self._status(arrivals, force=len(snap.ranks) == alloc.np or not self.tty)
@@ -115,18 +162,18 @@ class LiveView:
                 self._status(progress, force=not self.tty)
 
     def _status(self, text: str, force: bool) -> None:
-        with self._lock:
-            if force:
-                self.console.print(f"ringtrain: {text}", markup=False)
-            self._log(text)
+        if force:
+            self._emit(lambda: self.console.print(f"ringtrain: {text}", markup=False))
+        self._log(text)
 
     def _log(self, text: str) -> None:
         if self.events is None:
             return
         try:
-            with self.events.open("a", encoding="utf-8") as fh:
+            with self._lock, self.events.open("a", encoding="utf-8") as fh:
                 fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
         except OSError as err:  # run dir deleted or disk full: the terminal still has it all
-            self.console.print(f"ringtrain: warning: cannot write {self.events} ({err}); "
-                               "events go to this terminal only", markup=False)
+            warning = (f"ringtrain: warning: cannot write {self.events} ({err}); events go to "
+                       "this terminal only")
+            self._emit(lambda: self.console.print(warning, markup=False))
             self.events = None

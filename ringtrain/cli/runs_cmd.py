@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,10 @@ from rich.console import Console
 from rich.table import Table
 
 from ringtrain.errors import UsageError
+from ringtrain.rank import procfs
 
-_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "no result": "cyan"}
+_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "no result": "cyan",
+          "running": "cyan", "launcher killed": "red"}
 
 
 def load_runs(runs_dir: Path) -> list[dict[str, Any]]:
@@ -31,7 +34,8 @@ def load_runs(runs_dir: Path) -> list[dict[str, Any]]:
 
 def _load(run_dir: Path) -> dict[str, Any]:
     # No result.json: still running, or the launcher itself was killed before writing one.
-    data: dict[str, Any] = {"run_id": run_dir.name, "run_dir": str(run_dir), "state": "no result"}
+    data: dict[str, Any] = {"run_id": run_dir.name, "run_dir": str(run_dir),
+                            "state": _without_result(run_dir)}
     with contextlib.suppress(OSError, ValueError):
         data.update(json.loads((run_dir / "result.json").read_text()))
     plan = _plan(run_dir, len(data.get("attempts", [])) or 1)
@@ -40,6 +44,27 @@ def _load(run_dir: Path) -> dict[str, Any]:
     data["started"] = _started(run_dir)
     data["last_checkpoint"] = _describe(data.get("last_checkpoint")) or _last_checkpoint(run_dir)
     return data
+
+
+def _without_result(run_dir: Path) -> str:
+    """'running' while the launcher that wrote launcher.json lives (same PID and start time,
+    on this host), 'launcher killed' when it is gone; 'no result' when nothing says."""
+    try:
+        record = json.loads((run_dir / "launcher.json").read_text())
+    except (OSError, ValueError):
+        return "no result"
+    if record.get("host") != socket.gethostname():
+        return "no result"  # launched elsewhere: this host cannot tell
+    pid = record.get("pid")
+    alive = isinstance(pid, int) and procfs.start_time(pid) == record.get("start")
+    return "running" if alive else "launcher killed"
+
+
+def _last_event(run_dir: Path) -> str | None:
+    with contextlib.suppress(OSError):
+        lines = (run_dir / "events.log").read_text().splitlines()
+        return lines[-1] if lines else None
+    return None
 
 
 def _describe(ckpt: Any) -> str | None:
@@ -103,7 +128,7 @@ def command(ctx: click.Context, runs_dir: Path, as_json: bool, last: int) -> Non
         )
         state = r["state"]
         outcome = f"[{_STYLE.get(state, 'white')}]{state}[/]"
-        if state not in ("succeeded", "no result"):
+        if state not in ("succeeded", "no result", "running", "launcher killed"):
             outcome += f" ({r.get('exit_code')})"
         duration = f"{r['duration_s']:.1f} s" if "duration_s" in r else "-"
         table.add_row(
@@ -134,6 +159,12 @@ def show(runs_dir: Path, run_id: str) -> None:
     r = _load(run_dir)
     click.echo(f"run {r['run_id']}  started {r['started']}  state {r['state']}")
     click.echo(f"dir {run_dir}  hosts {','.join(r['hosts'])}  ranks {r.get('np')}")
+    if r["state"] == "launcher killed":
+        click.echo(
+            f"the launcher was killed before it wrote result.json; last event: "
+            f"{_last_event(run_dir) or '-'}; its ranks ended themselves once they stopped "
+            "hearing from it (heartbeat timeout + 2 s)"
+        )
     for a in r.get("attempts", []):
         click.echo(
             f"\nattempt {a['attempt']}: {a['state']} (exit {a['exit_code']}) "

@@ -33,6 +33,7 @@ class NetworkChoice:
     per_host: tuple[tuple[str, str], ...] = ()
     reason: str = ""
     warning: str | None = None
+    problem: str | None = None  # the launch cannot work: refuse it (a named interface missing)
 
     @property
     def mca(self) -> tuple[tuple[str, str], ...]:
@@ -140,10 +141,19 @@ def _from_override(interfaces: Mapping[str, Sequence[Interface]], override: str)
     per_host = tuple((h, _pick(ifaces, nets, names)) for h, ifaces in interfaces.items())
     missing = [h for h, name in per_host if not name]
     ifnames = tuple(dict.fromkeys(names + [n for _, n in per_host if n and nets]))
-    warning = (f"--network-interface {override} matches no interface on {', '.join(missing)}"
-               if missing else None)
+    problem = None
+    if missing:  # mpirun would die at once with only "exit code 1": refuse, and show what is there
+        seen = "; ".join(f"{h}: {_describe(interfaces[h])}" for h in missing)
+        problem = (f"--network-interface {override} matches no interface with an address on "
+                   f"{', '.join(missing)} ({seen})")
     return NetworkChoice(tuple(str(n) for n in nets) + tuple(names), ifnames,
-                         tuple((h, n) for h, n in per_host if n), "--network-interface", warning)
+                         tuple((h, n) for h, n in per_host if n), "--network-interface",
+                         problem=problem)
+
+
+def _describe(ifaces: Sequence[Interface]) -> str:
+    shown = [f"{i.name} {i.address}" for i in ifaces if i.ip.version == 4 and not i.ip.is_loopback]
+    return ", ".join(shown) or "no IPv4 interface"
 
 
 def _pick(ifaces: Sequence[Interface], nets: Sequence[ipaddress.IPv4Network |

@@ -135,8 +135,9 @@ def evaluate(inventory: Inventory, report: ProbeReport,
                                  by_name[r.host].is_local for r in usable))
     if network.warning:
         job_warnings.append(network.warning)
-    return PreflightVerdict(verdicts, tuple(_job_problems(verdicts, policy)),
-                            tuple(job_warnings), network)
+    job_problems = [*_job_problems(verdicts, policy), *([network.problem] if network.problem
+                                                          else [])]
+    return PreflightVerdict(verdicts, tuple(job_problems), tuple(job_warnings), network)
 
 
 def _host_problems(host: Host, r: ProbeResult, policy: PreflightPolicy) -> list[str]:

@@ -25,6 +25,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import sys
 import time
 from collections.abc import Mapping
@@ -56,6 +57,7 @@ from ringtrain.launch.supervise import (
     usage_warnings,
     wait_or_fault,
 )
+from ringtrain.rank import procfs
 from ringtrain.remote import Remote
 from ringtrain.spec import CheckpointLocation, LaunchSpec, RestartPolicy
 
@@ -171,6 +173,7 @@ class Session:
 
     def run(self) -> JobResult:
         run.make_run_dir(self.run_dir)  # before any SSH: a launch that cannot log is refused
+        self._write_launcher_record()
         attempt = 1
         while True:
             try:
@@ -401,6 +404,13 @@ class Session:
             return None
         epoch = best.manifest.epoch
         return {"url": where.url, "step": best.step, "epoch": epoch, "name": best.name}
+
+    def _write_launcher_record(self) -> None:
+        """Who runs this launch (``launcher.json``): ``ringtrain runs`` tells a running launch
+        from one whose launcher was killed before it could write result.json."""
+        pid = os.getpid()
+        record = {"pid": pid, "start": procfs.start_time(pid), "host": socket.gethostname()}
+        (self.run_dir / "launcher.json").write_text(json.dumps(record))
 
     def _write_summary(self) -> None:
         self.last_checkpoint = self._find_last_checkpoint()

@@ -26,6 +26,7 @@ import runpy
 import sys
 import traceback
 
+from ringtrain.rank import cleanup
 from ringtrain.rank.lines import LineStream
 
 
@@ -39,6 +40,7 @@ def _flush() -> None:
 
 
 def _exit_now(status: int) -> None:
+    cleanup.run_all()  # os._exit skips atexit: staging directories and the like
     _flush()
     os._exit(status)
 

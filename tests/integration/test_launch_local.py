@@ -220,3 +220,50 @@ def test_from_run_dir_launches_the_recorded_spec_again(tmp_path: Path) -> None:
     specs = [json.loads((d / "attempt-1" / "plan.json").read_text())["spec"]
              for d in (recorded, rerun)]
     assert specs[0] == specs[1] and specs[0]["restart"]["max_restarts"] == 1
+
+
+def test_console_ranks_shows_only_the_chosen_ranks(tmp_path: Path) -> None:
+    script = tmp_path / "who.py"
+    script.write_text("import os\nprint('I am', os.environ['OMPI_COMM_WORLD_RANK'], flush=True)\n")
+    proc = _launch(tmp_path, "-H", "localhost:2", "--console-ranks", "1", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert "[1] I am 1" in proc.stdout and "I am 0" not in proc.stdout
+    assert "I am 0" in (_run_dir(tmp_path) / "attempt-1" / "rank.0.log").read_text()
+    bad = _launch(tmp_path, "-H", "localhost:2", "--console-ranks", "x", str(script))
+    assert bad.returncode == 2 and "not a rank list" in bad.stderr
+
+
+CHATTY_THEN_FAILING = """\
+import os, sys, time
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+if rank == 0:
+    for i in range(20000):  # 2 MB: far more than the pipe to a console that is not read
+        print(f"line {i:06d} " + "x" * 88)
+    sys.stdout.flush()
+    time.sleep(600)
+time.sleep(3)
+raise SystemExit(7)
+"""
+
+
+def test_a_console_nobody_reads_never_delays_supervision(tmp_path: Path) -> None:
+    """A paused pager or a stalled CI log pipe: supervision, teardown and result.json go on
+    (rank 1's failure used to be seen 90 s late, behind blocked console writes)."""
+    script = tmp_path / "chatty.py"
+    script.write_text(CHATTY_THEN_FAILING)
+    proc = subprocess.Popen(
+        [*RINGTRAIN, "launch", "--runs-dir", str(tmp_path / "runs"), "-H", "localhost:2",
+         str(script)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    with killed_on_failure(proc):
+        deadline = time.monotonic() + 45
+        while not list((tmp_path / "runs").glob("*/result.json")):
+            assert time.monotonic() < deadline, "result.json not written while nobody reads"
+            time.sleep(0.2)
+        _, err = proc.communicate(timeout=60)  # now read: the launcher can finish
+    assert proc.returncode == 7, err[-2000:]
+    result = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())
+    assert result["failed_rank"] == 1
+    log = (_run_dir(tmp_path) / "attempt-1" / "rank.0.log").read_text()
+    assert "line 019999" in log  # every line is in the log, shown or not

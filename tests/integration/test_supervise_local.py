@@ -206,6 +206,9 @@ def test_launcher_killed_ranks_end_themselves(tmp_path: Path) -> None:
         while not all((tmp_path / f"inited.{r}").exists() for r in (0, 1)):  # past hvd.init
             assert time.monotonic() < deadline, "hvd.init did not finish on both ranks"
             time.sleep(0.2)
+    runs = [*RINGTRAIN, "runs", "--runs-dir", str(tmp_path / "runs"), "--json"]
+    listed = json.loads(subprocess.run(runs, capture_output=True, text=True, check=True).stdout)
+    assert listed[0]["state"] == "running"
     survivors = psutil.Process(proc.pid).children(recursive=True)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -214,6 +217,12 @@ def test_launcher_killed_ranks_end_themselves(tmp_path: Path) -> None:
     assert not alive, describe(alive)
     # the ranks give up heartbeat timeout + 2 s after the launcher went silent
     assert time.monotonic() - killed_at < 25
+    # the run history tells what happened instead of "no result"
+    listed = json.loads(subprocess.run(runs, capture_output=True, text=True, check=True).stdout)
+    assert listed[0]["state"] == "launcher killed"
+    show = subprocess.run([*RINGTRAIN, "runs", "--runs-dir", str(tmp_path / "runs"), "show",
+                           listed[0]["run_id"]], capture_output=True, text=True, check=True)
+    assert "the launcher was killed before it wrote result.json; last event:" in show.stdout
 
 
 DIGITS = Path(__file__).resolve().parents[2] / "ringtrain" / "models" / "digits.py"

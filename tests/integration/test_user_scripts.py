@@ -218,3 +218,30 @@ def test_a_job_whose_ranks_all_finished_but_never_exit_is_ended_and_succeeds(
     assert "every rank finished its script but the job had not exited 3 s later" in done.stderr
     result = _result(tmp_path)
     assert result["state"] == "succeeded" and result["warnings"], result
+
+
+FAILS_AFTER_A_COMMIT = """\
+import numpy as np
+import tensorflow as tf
+import horovod.tensorflow.keras as hvd
+import ringtrain.keras as rt
+
+hvd.init()
+model = tf.keras.Sequential([tf.keras.layers.Input(shape=(4,)), tf.keras.layers.Dense(1)])
+model.compile(optimizer=hvd.DistributedOptimizer(tf.optimizers.SGD(0.01)), loss="mse")
+start = rt.resume(model)
+model.fit(np.ones((8, 4)), np.ones((8, 1)), epochs=1, verbose=0, callbacks=rt.callbacks())
+raise RuntimeError("the script fails after a checkpoint was committed")
+"""
+
+
+def test_a_failing_rank_leaves_no_checkpoint_staging_behind(tmp_path: Path) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text(FAILS_AFTER_A_COMMIT)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    done = _launch(tmp_path, "-H", "localhost:1", str(script),
+                   env={**os.environ, "TMPDIR": str(tmp), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "checkpoint: committed epoch 1" in done.stdout
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("ringtrain-ckpt-")] == []

@@ -66,3 +66,13 @@ def test_a_longer_outage_skips_one_checkpoint_then_stops(
     Flaky.down[0] = 0
     rt._STATE.skipped = 0
     assert rt._commit_within_grace(url, src, step=15, epoch=3, meta={}, keep=3) is not None
+
+
+def test_an_unwritable_checkpoint_location_is_found_before_training(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a regular file, not a directory")
+    with pytest.raises(CheckpointError, match="cannot write checkpoints to") as info:
+        rt._check_writable(open_store(str(blocker / "ckpt")))
+    assert "--checkpoint" in info.value.hint
+    rt._check_writable(open_store(str(tmp_path / "ok")))  # and a good one passes, leaving
+    assert [p.name for p in (tmp_path / "ok").iterdir()] == []  # nothing behind

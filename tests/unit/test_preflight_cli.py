@@ -99,3 +99,11 @@ def test_cpu_cluster_passes_like_launch_unless_gpus_are_required(use_remote: Cli
     required = use_remote.invoke(["check", "-H", "cpu01:2,cpu02:2", "--gpus"])
     assert required.exit_code == 4
     assert "nvidia-smi not found" in required.stdout + required.stderr
+
+
+def test_a_network_interface_missing_on_a_host_refuses_with_what_is_there(use_remote: Cli) -> None:
+    use_remote(fake(gpu01=4, gpu02=4))
+    result = use_remote.invoke(["check", "-H", "gpu01:4,gpu02:4", "--network-interface", "ib0"])
+    assert result.exit_code == 4
+    assert "--network-interface ib0 matches no interface with an address on gpu01, gpu02 " \
+           "(gpu01: eth0 10.0.0.1; gpu02: eth0 10.0.0.2)" in result.stderr

@@ -55,8 +55,12 @@ def test_override_wins() -> None:
     assert c.include == ("ib0",) and c.ifnames == ("ib0",) and c.reason == "--network-interface"
     c = choose_network(hosts, "172.20.0.0/16")
     assert c.include == ("172.20.0.0/16",) and c.ifnames == ("ib0",)
-    c = choose_network(hosts, "eth9")
-    assert c.warning == "--network-interface eth9 matches no interface on a, b"
+    c = choose_network(hosts, "eth9")  # refused, with what each host has
+    assert c.problem == (
+        "--network-interface eth9 matches no interface with an address on a, b "
+        "(a: eth0 10.0.0.1, ib0 172.20.0.1; b: eth0 10.0.0.2, ib0 172.20.0.2)")
+    c = choose_network({**hosts, "c": ifs("eth0=10.0.0.3/24")}, "ib0")
+    assert c.problem is not None and c.problem.endswith("on c (c: eth0 10.0.0.3)")
 
 
 @pytest.mark.parametrize("bad", ["eth0;id", "10.0.0.0/99", " , ", "$(x)"])

@@ -1,0 +1,27 @@
+"""Clean-ups that must run however a rank ends: at a normal exit (atexit) and also when
+``ringtrain.rank.entry`` ends a failing rank at once with ``os._exit`` (which skips atexit).
+``ringtrain.keras`` registers its checkpoint staging directory here, so a failed attempt
+leaves no ``ringtrain-ckpt-*`` directory behind. Standard library only."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+_PENDING: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+
+
+def at_exit(fn: Callable[..., Any], *args: Any) -> None:
+    if not _PENDING:
+        atexit.register(run_all)
+    _PENDING.append((fn, args))
+
+
+def run_all() -> None:
+    """Run (once) everything registered, newest first; a clean-up's failure is ignored."""
+    while _PENDING:
+        fn, args = _PENDING.pop()
+        with contextlib.suppress(Exception):
+            fn(*args)
