@@ -233,6 +233,26 @@ def test_a_killed_open_mpi_daemon_is_named_with_its_host(
     _assert_no_job_processes(sim_cluster)
 
 
+def test_a_changed_host_key_under_no_probe_says_so(
+    sim_cluster: sim.SimCluster, tmp_path: Path
+) -> None:
+    """Without the probe, mpirun's own ssh meets the changed key: the report carries ssh's
+    words, not a bare 'exit code 255'."""
+    script = tmp_path / "where.py"
+    script.write_text(ALLREDUCE)
+    sim.rotate_host_key(sim_cluster.config, "gpu02")
+    try:
+        proc = subprocess.run(
+            _argv(sim_cluster, tmp_path, "gpu01:1,gpu02:1", "--no-probe", str(script)),
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+    finally:
+        sim.rotate_host_key(sim_cluster.config, "gpu02", update_known_hosts=True)
+    assert proc.returncode != 0
+    assert "Host key verification failed" in proc.stderr.split("error:", 1)[-1], proc.stderr
+    _assert_no_job_processes(sim_cluster)
+
+
 def test_kill_9_of_a_remote_rank(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
     proc = _start_loop(sim_cluster, tmp_path)
     _wait_for_steps(proc)
