@@ -255,11 +255,26 @@ def failure_from_output(
     )
 
 
+# ssh's and the resolver's own words: the root cause, even when ORTE prints a page after them.
+_SSH_CAUSE_RE = re.compile(
+    r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED|Permission denied"
+    r"|Could not resolve hostname|Connection refused|No route to host|Connection timed out"
+    r"|Name or service not known|command not found|No such file or directory"
+)
+
+
 def _launcher_tail(lines: list[str], n: int = 10) -> tuple[str, ...]:
     """mpirun's last words, without its banner rules (a host key refused, a name that does
-    not resolve, a daemon that could not start: ssh and ORTE say why there)."""
+    not resolve, a daemon that could not start: ssh and ORTE say why there). A line from ssh
+    naming the cause is always kept, first, however much ORTE printed after it."""
     useful = [ln for ln in lines if ln.strip() and not set(ln.strip()) <= {"-"}]
-    return tuple(useful[-n:])
+    causes: list[str] = []
+    for ln in useful:
+        if _SSH_CAUSE_RE.search(ln) and ln not in causes:
+            causes.append(ln)
+    causes = causes[:3]
+    rest = [ln for ln in useful if ln not in causes][-(n - len(causes)):]
+    return tuple(causes + rest)
 
 
 def find_failed_ranks(

@@ -87,3 +87,16 @@ def test_srun_label_only_for_srun() -> None:
     assert (line.rank, line.text) == (3, "Epoch 1/2")
     assert parse_line("3: not a rank line").rank is None
     assert parse_line("srun: error: task 2 failed", srun=True).rank is None
+
+
+def test_ssh_cause_survives_a_page_of_orte_text_after_it() -> None:
+    """Seen in CI: ssh's 'Host key verification failed' was followed by ORTE's 20-line
+    routing complaint and fell out of a plain last-10 tail."""
+    orte = [f"ORTE explanation line {i}" for i in range(25)]
+    lines = ["Host key verification failed.", "-" * 60, *orte, "-" * 60]
+    failure = failure_from_output(lines, {}, {0: "gpu01", 1: "gpu02"}, 255)
+    assert failure.kind is FailureKind.LAUNCHER
+    assert failure.launcher_tail[0] == "Host key verification failed."
+    assert failure.launcher_tail[-1] == "ORTE explanation line 24"
+    assert len(failure.launcher_tail) == 10
+    assert "Host key verification failed." in failure.describe(1)
