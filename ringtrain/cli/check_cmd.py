@@ -141,7 +141,8 @@ def print_verdict(inventory: Inventory, report: ProbeReport, verdict: PreflightV
     if net is not None and net.include:
         env = " ".join(f"{k}={v}" for k, v in net.env)
         console.print(f"network: {','.join(net.include)} ({net.reason}); Open MPI "
-                      f"btl/oob_tcp_if_include={','.join(net.include)} {env}", highlight=False)
+                      f"btl/oob_tcp_if_include={','.join(net.include)} {env}", highlight=False,
+                      markup=False)  # interface names come from the hosts: never markup
     hosts, slots = len(verdict.usable_slots), sum(n for _, n in verdict.usable_slots)
     if not verdict.refused:
         console.print(Text(f"ok: a launch would use {hosts} host{'s' * (hosts != 1)}, "
@@ -166,7 +167,9 @@ def host_row(hv: HostVerdict, r: ProbeResult, policy: PreflightPolicy) -> tuple[
     parts = [("py", v.python), ("tf", v.tensorflow), ("hvd", v.horovod), ("", mpi),
              ("drv", r.driver_version)]
     versions = " ".join(f"{k} {val}".strip() for k, val in parts if val) or "-"
-    return (hv.host, status, seen, models, memory, versions, _notes(hv))
+    # Text, not str: a GPU name or version printed by a host is never rich markup ("[/x]" would
+    # end `ringtrain check` with a MarkupError)
+    return (hv.host, status, *map(Text, (seen, models, memory, versions)), _notes(hv))
 
 
 def _notes(hv: HostVerdict) -> Text:

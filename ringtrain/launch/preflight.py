@@ -119,6 +119,7 @@ def evaluate(inventory: Inventory, report: ProbeReport,
         if busy_notes:
             busy.add(host.name)
             warnings[host.name] += busy_notes
+        warnings[host.name] += _gpu_health_notes(host, result, policy)  # after busy: see verdict
     reachable = [results[h.name] for h in inventory.hosts
                  if h.name in results and results[h.name].reachable]
     _add(problems, _duplicate_hostnames(reachable))
@@ -166,8 +167,30 @@ def _gpu_problems(host: Host, r: ProbeResult) -> list[str]:
     healthy, sick = q.healthy, [g for g in q.gpus if not g.ok]
     if len(healthy) < host.slots:
         detail = "".join(f"; GPU {g.index}: {g.problem}" for g in sick)
+        said = f"; nvidia-smi: {q.message}" if q.message else ""
         out.append(f"expected {host.slots} GPUs, nvidia-smi saw {len(healthy)}"
-                   f"{' healthy' if sick else ''}{detail}")
+                   f"{' healthy' if sick or q.lost else ''}{detail}{said}")
+    return out
+
+
+def _gpu_health_notes(host: Host, r: ProbeResult, policy: PreflightPolicy) -> list[str]:
+    """Warnings for a host whose healthy GPUs still cover its slots while nvidia-smi reported
+    trouble beside them: a GPU it could not read (fallen off the bus, exit 0 all the same), a
+    field it printed as an error, or other lines among the rows. Its own words are kept."""
+    q = r.gpu
+    if not (r.reachable and policy.require_gpus and q.status is GpuStatus.OK):
+        return []
+    healthy = len(q.healthy)
+    if healthy < host.slots:
+        return []  # already a problem, with the same words (_gpu_problems)
+    enough = f"{healthy} healthy GPUs still cover the {host.slots} slots"
+    out = [f"GPU {g.index} unhealthy ({g.problem}); {enough}" for g in q.gpus if not g.ok]
+    if q.lost:
+        n = len(q.lost)
+        out.append(f"nvidia-smi could not read {n} GPU{'s' * (n != 1)} ({enough}); "
+                   f"nvidia-smi: {q.message}")
+    elif q.message:
+        out.append(f"nvidia-smi printed more than GPU rows: {q.message}")
     return out
 
 

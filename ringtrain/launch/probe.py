@@ -35,6 +35,7 @@ from ringtrain.launch.probe_parse import (
     ProbeReport,
     ProbeResult,
     Versions,
+    clip,
     parse_probe_output,
 )
 from ringtrain.remote import CmdResult, Remote
@@ -155,7 +156,7 @@ def result_from_cmd(host: str, cmd: CmdResult | None, python: str = "python") ->
     result = parse_probe_output(host, cmd.stdout, python, cmd.duration_s)
     if cmd.exit_code != 0 and result.error is not None:
         tail = (cmd.stderr.strip().splitlines() or ["no error output"])[-1]
-        return ProbeResult(host, True, f"probe script failed (exit {cmd.exit_code}): {tail}",
+        return ProbeResult(host, True, f"probe script failed (exit {cmd.exit_code}): {clip(tail)}",
                            duration_s=cmd.duration_s)
     return result
 

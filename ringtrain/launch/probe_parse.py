@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import math
 import re
 from dataclasses import dataclass, field, replace
 
@@ -18,6 +19,16 @@ DONE = "@@ringtrain:done@@"
 SECTIONS = ("host", "gpu", "python", "mpi", "net")
 
 _UNSUPPORTED = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", ""}
+_LIMIT = 2**53  # numbers nvidia-smi prints are far below; anything above is garbage, not a value
+_INT_RE = re.compile(r"[0-9]{1,15}")  # ASCII digits only: str.isdigit() also takes '²'
+# Lines where nvidia-smi says a GPU it knows of could not be read: it fell off the bus, is lost,
+# needs a reset. nvidia-smi may still exit 0 and print the other GPUs' rows beside them, e.g.
+# "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error".
+_LOST_RE = re.compile(
+    r"device handle|gpu is lost|fallen off the bus|requires? (?:a )?reset|recover this gpu",
+    re.IGNORECASE)
+_SHOWN = 300  # characters of one line of remote text kept in a message
+_SHOWN_LINES = 10
 _NVSMI_EXIT = {
     2: "invalid argument",
     3: "operation not available on this GPU",
@@ -64,7 +75,10 @@ class GpuQuery:
     status: GpuStatus
     gpus: tuple[Gpu, ...] = ()
     driver_version: str | None = None
-    message: str | None = None  # what nvidia-smi said when it failed, one line
+    message: str | None = None  # what nvidia-smi printed besides GPU rows, one line
+    # nvidia-smi's own lines about GPUs it could not read (fallen off the bus, lost, needing a
+    # reset): each is a GPU missing from ``gpus``, even when nvidia-smi exited 0
+    lost: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> tuple[Gpu, ...]:
@@ -162,7 +176,8 @@ def split_sections(text: str) -> dict[str, Section]:
             name, lines = line[len(BEGIN):-2], []
         elif line.startswith(END) and line.endswith("@@") and name is not None:
             code = line[len(END):-2]
-            sections[name] = Section(name, "\n".join(lines), int(code) if code.isdigit() else None)
+            sections[name] = Section(name, "\n".join(lines),
+                                     int(code) if _INT_RE.fullmatch(code) else None)
             name = None
         elif name is not None:
             lines.append(line)
@@ -185,7 +200,10 @@ def parse_nvidia_smi(text: str, exit_code: int | None) -> GpuQuery:
             gpus.append(gpu)
             driver = driver or drv
         elif line:
-            other.append(line)
+            other.append(clip(line))
+    lost = tuple(ln for ln in other if _LOST_RE.search(ln))[:64]
+    if len(other) > _SHOWN_LINES:
+        other[_SHOWN_LINES:] = [f"({len(other) - _SHOWN_LINES} more lines)"]
     said = "; ".join(other)
     if exit_code not in (0, None) or (exit_code is None and not gpus):
         meaning = _NVSMI_EXIT.get(exit_code or 0, "")
@@ -193,16 +211,24 @@ def parse_nvidia_smi(text: str, exit_code: int | None) -> GpuQuery:
         if "No devices were found" in said and not gpus:
             return GpuQuery(GpuStatus.NO_GPUS, message="nvidia-smi: No devices were found")
         return GpuQuery(GpuStatus.FAILED, tuple(gpus), driver,
-                        f"{what}: {said}" if said else what)
+                        f"{what}: {said}" if said else what, lost)
     if not gpus:
+        if lost:  # every GPU it knows of is unreadable: not "no GPUs", a failure
+            return GpuQuery(GpuStatus.FAILED, message=f"nvidia-smi could not read any GPU: {said}",
+                            lost=lost)
         return GpuQuery(GpuStatus.NO_GPUS, message=said or "nvidia-smi listed no GPUs")
-    return GpuQuery(GpuStatus.OK, tuple(gpus), driver, said or None)
+    return GpuQuery(GpuStatus.OK, tuple(gpus), driver, said or None, lost)
+
+
+def clip(text: str, limit: int = _SHOWN) -> str:
+    """Remote text as shown in a message: at most ``limit`` characters."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _parse_gpu_row(line: str) -> tuple[Gpu | None, str | None]:
     raw = line.split(",")
     fields = [f.strip() for f in raw]
-    if len(fields) < 7 or not fields[0].isdigit():
+    if len(fields) < 7 or not _INT_RE.fullmatch(fields[0]):
         return None, None
     name = ",".join(raw[1:-5]).strip()
     uuid, total, used, util, driver = fields[-5:]
@@ -216,21 +242,27 @@ def _parse_gpu_row(line: str) -> tuple[Gpu | None, str | None]:
             problems.append(problem)
     for label, text in (("name", name), ("uuid", uuid)):
         if text.startswith("[") and text not in _UNSUPPORTED:
-            problems.append(f"{label} {text}")
+            problems.append(f"{label} {clip(text, 60)}")
     gpu = Gpu(int(fields[0]), name, uuid, values[0], values[1], values[2],
               "; ".join(problems) or None)
     return gpu, (None if driver in _UNSUPPORTED or driver.startswith("[") else driver)
 
 
 def _number(label: str, raw: str) -> tuple[int | None, str | None]:
+    """A MiB or % field -> (value, None), (None, None) when not supported, or (None, problem):
+    an error nvidia-smi printed ("[Unknown Error]", "[GPU requires reset]") or a value no
+    working GPU reports (inf, nan, negative, absurdly large)."""
     if raw in _UNSUPPORTED:
         return None, None
     if raw.startswith("["):
-        return None, f"{label} {raw}"
+        return None, f"{label} {clip(raw, 60)}"
     try:
-        return int(float(raw)), None
+        value = float(raw)
     except ValueError:
-        return None, f"{label} unreadable ({raw!r})"
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value < _LIMIT):
+        return None, f"{label} unreadable ({clip(raw, 40)!r})"
+    return int(value), None
 
 
 def parse_python_versions(text: str, exit_code: int | None, python: str = "python") -> Versions:
@@ -239,7 +271,7 @@ def parse_python_versions(text: str, exit_code: int | None, python: str = "pytho
         return Versions(error=f"python not found at {python} on this host: pass --python")
     if exit_code != 0:
         tail = text.strip().splitlines()[-1:] or ["no output"]
-        return Versions(error=f"{python} failed (exit {exit_code}): {tail[0]}")
+        return Versions(error=f"{python} failed (exit {exit_code}): {clip(tail[0])}")
     found: dict[str, str | None] = {}
     for line in text.splitlines():
         parts = line.split()
@@ -283,6 +315,8 @@ def parse_ip_addr(text: str) -> tuple[Interface, ...]:
         plen = m.group("plen") or m.group("peerlen")
         default = 32 if m.group("fam") == "inet" else 128
         scope = re.search(r"\bscope (\S+)", m.group("rest"))
+        if not _ifname_ok(m.group("name")) or (plen and not _INT_RE.fullmatch(plen)):
+            continue
         try:
             iface = Interface(m.group("name"), m.group("addr"), int(plen or default),
                               scope.group(1) if scope else "global")
@@ -291,6 +325,13 @@ def parse_ip_addr(text: str) -> tuple[Interface, ...]:
             continue
         found.append(iface)
     return tuple(found)
+
+
+def _ifname_ok(name: str) -> bool:
+    """What Linux accepts as an interface name (dev_valid_name): 1-15 bytes, no '/', ':' or
+    whitespace, not '.' or '..'. Anything else is not an interface, whatever the line says."""
+    return (0 < len(name.encode("utf-8", "replace")) <= 15 and name not in (".", "..")
+            and not any(c in name for c in "/:") and not any(c.isspace() for c in name))
 
 
 def parse_probe_output(host: str, text: str, python: str = "python",

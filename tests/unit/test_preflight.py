@@ -7,8 +7,9 @@ import pytest
 from ringtrain.errors import ProbeError
 from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.launch.preflight import HostStatus, PreflightPolicy, evaluate
-from ringtrain.launch.probe_parse import ProbeReport, ProbeResult, parse_probe_output
+from ringtrain.launch.probe_parse import GpuStatus, ProbeReport, ProbeResult, parse_probe_output
 from tests.fakes import gpu_rows, ip_lines, probe_stdout
+from tests.golden import GOLDEN_DIR
 
 FAILED = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
           "Make sure that the latest NVIDIA driver is installed and running.", 9)
@@ -172,3 +173,71 @@ def test_everything_excluded_is_refused() -> None:
     inv, report = setup({"gpu01": host_text("gpu01", n_gpus=0, gpu=("No devices were found", 6))})
     v = evaluate(inv, report, PreflightPolicy(on_bad_host="exclude"))
     assert v.refused and v.problems == ("no usable host is left after excluding gpu01",)
+
+
+# A GPU nvidia-smi cannot read, beside rows for the others, with exit 0 (issue 16): before, such
+# a host was "ok" without a word whenever its rows covered its slots.
+LOST_3A = "Unable to determine the device handle for GPU0000:3A:00.0: Unknown Error"
+
+
+def golden_text(name: str) -> str:
+    return (GOLDEN_DIR / "probe" / f"{name}.out").read_text()
+
+
+def test_lost_gpu_with_exit_0_is_a_missing_gpu_in_nvidia_smis_words() -> None:
+    v = evaluate(*setup({"gpu11": golden_text("gpu_lost_exit0")}, slots=8))
+    h = v.host("gpu11")
+    assert h.status is HostStatus.FAILED and v.refused
+    assert h.problems == (f"expected 8 GPUs, nvidia-smi saw 7 healthy; nvidia-smi: {LOST_3A}; "
+                          "fix the host or pass --on-bad-host exclude",)
+    err = v.error()
+    assert err is not None and LOST_3A in err.message
+    v = evaluate(*setup({"gpu12": golden_text("gpu_is_lost_exit0")}, slots=4))
+    assert v.host("gpu12").problems[0].startswith(
+        "expected 4 GPUs, nvidia-smi saw 3 healthy; nvidia-smi: Unable to determine the device "
+        "handle for GPU 0000:07:00.0: GPU is lost. Reboot the system to recover this GPU")
+
+
+def test_lost_gpu_with_enough_left_for_the_slots_warns() -> None:
+    v = evaluate(*setup({"gpu11": golden_text("gpu_lost_exit0")}, slots=4))
+    h = v.host("gpu11")
+    assert h.status is HostStatus.WARN and not v.refused and h.slots_usable == 4
+    assert h.warnings == ("nvidia-smi could not read 1 GPU (7 healthy GPUs still cover the 4 "
+                          f"slots); nvidia-smi: {LOST_3A}",)
+
+
+def test_gpu_requiring_reset_is_missing_or_a_warning() -> None:
+    text = golden_text("gpu_requires_reset")
+    v = evaluate(*setup({"gpu13": text}, slots=8))
+    assert v.host("gpu13").problems == (
+        "expected 8 GPUs, nvidia-smi saw 6 healthy; GPU 5: memory.used [GPU requires reset]; "
+        "utilization.gpu [GPU requires reset]; GPU 6: memory.total [Unknown Error]; memory.used "
+        "[Unknown Error]; fix the host or pass --on-bad-host exclude",)
+    v = evaluate(*setup({"gpu13": text}, slots=4))
+    assert v.host("gpu13").status is HostStatus.WARN
+    assert v.host("gpu13").warnings == (
+        "GPU 5 unhealthy (memory.used [GPU requires reset]; utilization.gpu [GPU requires "
+        "reset]); 6 healthy GPUs still cover the 4 slots",
+        "GPU 6 unhealthy (memory.total [Unknown Error]; memory.used [Unknown Error]); 6 healthy "
+        "GPUs still cover the 4 slots")
+
+
+def test_only_lost_gpus_is_a_driver_failure_not_a_cpu_host() -> None:
+    text = host_text("gpu01", gpu=(LOST_3A, 0))
+    inv, report = setup({"gpu01": text})
+    assert report.results[0].gpu.status is GpuStatus.FAILED
+    (p,) = evaluate(inv, report).host("gpu01").problems
+    assert p.startswith(f"nvidia-smi could not read any GPU: {LOST_3A}; run nvidia-smi on gpu01")
+
+
+def test_other_lines_beside_the_rows_warn() -> None:
+    said = "WARNING: infoROM is corrupted at gpu 0000:1B:00.0"
+    v = evaluate(*setup({"gpu01": host_text("gpu01", gpu=(said + "\n" + gpu_rows(4), 0))}))
+    assert v.host("gpu01").warnings == (f"nvidia-smi printed more than GPU rows: {said}",)
+
+
+def test_busy_exclusion_still_names_the_busy_gpu_when_a_gpu_is_lost() -> None:
+    rows = gpu_rows(8, busy={0: (30000, 97)})
+    inv, report = setup({"gpu01": host_text("gpu01", gpu=(LOST_3A + "\n" + rows, 0))})
+    v = evaluate(inv, report, PreflightPolicy(on_busy="exclude"))
+    assert v.host("gpu01").problems[0].startswith("GPU 0 busy (30000 MiB used")

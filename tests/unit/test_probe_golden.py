@@ -32,7 +32,8 @@ def parse_case(name: str) -> ProbeResult:
 
 def test_all_cases_present() -> None:
     assert {"a100x8_idle", "h100x8_busy", "driver_failure", "no_nvidia_smi", "na_not_supported",
-            "no_gpus", "local_vm_real"} <= set(CASES)
+            "no_gpus", "local_vm_real", "gpu_lost_exit0", "gpu_is_lost_exit0",
+            "gpu_requires_reset"} <= set(CASES)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -103,6 +104,29 @@ def test_lost_gpu_keeps_rows_marks_the_sick_one() -> None:
     assert len(r.gpus) == 4 and len(r.gpu.healthy) == 3
     assert r.gpus[3].problem == "memory.used [Unknown Error]; utilization.gpu [Unknown Error]"
     assert r.gpu.message is not None and "Unable to determine the device handle" in r.gpu.message
+    assert r.gpu.lost == ("Unable to determine the device handle for GPU 0000:3B:00.0: "
+                          "Unknown Error",)
+
+
+def test_gpu_lost_while_nvidia_smi_exits_0_is_a_missing_gpu_with_its_words() -> None:
+    r = parse_case("gpu_lost_exit0")
+    assert r.error is None and r.gpu.status is GpuStatus.OK
+    assert [g.index for g in r.gpus] == [0, 1, 3, 4, 5, 6, 7] and all(g.ok for g in r.gpus)
+    assert r.gpu.lost == ("Unable to determine the device handle for GPU0000:3A:00.0: "
+                          "Unknown Error",)
+    assert r.gpu.message == r.gpu.lost[0]
+    r = parse_case("gpu_is_lost_exit0")
+    assert len(r.gpu.healthy) == 3 and len(r.gpu.lost) == 1
+    assert r.gpu.lost[0].endswith("GPU is lost. Reboot the system to recover this GPU")
+
+
+def test_requires_reset_and_unknown_error_fields_mark_the_gpu_unhealthy() -> None:
+    r = parse_case("gpu_requires_reset")
+    assert r.gpu.status is GpuStatus.OK and r.gpu.lost == () and len(r.gpu.healthy) == 6
+    assert r.gpus[5].problem == ("memory.used [GPU requires reset]; "
+                                 "utilization.gpu [GPU requires reset]")
+    assert r.gpus[6].problem == "memory.total [Unknown Error]; memory.used [Unknown Error]"
+    assert r.gpus[6].utilization_pct == 0
 
 
 def test_python_missing_and_login_chatter_and_truncation() -> None:
