@@ -3,10 +3,12 @@
 Sources (``load_inventory(path, fmt)``; ``fmt`` is detected when not given):
 
 ============  ==============================================================================
-openmpi       ``gpu01 slots=4 max_slots=8`` per line; ``#`` comments, blank lines, tabs
+openmpi       ``[user@]gpu01 slots=4 max_slots=8`` per line, read as Open MPI 4.1 reads it
+              (openmpi.py: comments, repeated lines, key spellings)
 mpich         MPICH / Intel MPI machinefile: ``gpu01:4`` per line (IPv6: ``[fd00::1]:4``)
-horovod       horovodrun ``-H`` text: ``gpu01:4,gpu02:4``
-nodelist      Slurm host lists: ``gpu[01-04,07]:4 cpu01`` (commas, spaces or newlines)
+horovod       horovodrun ``-H`` text: ``gpu01:4,gpu02:4`` (``localhost:0``: listed, no rank)
+nodelist      Slurm host lists: ``gpu[01-04,07]:4 cpu01`` (commas, spaces or newlines),
+              expanded as ``scontrol show hostnames`` does (nodeset.py)
 pbs           PBS_NODEFILE: one host name per process; repeats are slots, first-seen order
 yaml, toml    the schema below (``.yaml``/``.yml``/``.json``, ``.toml``)
 script        an executable printing ``host[:slots]`` lines (run with a timeout)
@@ -14,7 +16,8 @@ script        an executable printing ``host[:slots]`` lines (run with a timeout)
 
 Host names may be names, FQDNs, IPv4 or IPv6 addresses. Anything else (spaces, shell
 metacharacters, a leading ``-``) is refused with an ``InventoryError`` naming the source, line
-and column, as are duplicate hosts, slots below 1 and unknown keys.
+and column, as are duplicate hosts (but repeated lines of an Open MPI hostfile or PBS nodefile,
+which add slots), slots below 1 (but ``-H host:0``) and unknown keys.
 
 YAML / TOML schema (every key optional except a host's ``name``; hosts keep document order)::
 

@@ -1,7 +1,9 @@
 """Rank allocation: inventory + probe results + np + policy -> ranks on hosts, in ring order. Pure.
 
 Ranks fill hosts in ring order, each host up to its slots, like Open MPI's ``--map-by slot``:
-consecutive ranks share a host, so the ring crosses the network once per host boundary.
+consecutive ranks share a host, so the ring crosses the network once per host boundary. As in
+mpirun, the launching machine (``localhost``) comes first wherever the inventory lists it, and a
+host with 0 slots (``-H localhost:0``) gets no rank.
 
 Why ring order matters. Ring all-reduce (Horovod's and NCCL's) arranges the N ranks in a
 cycle; in each of its 2(N-1) steps *every* rank sends a 1/N chunk to its successor at the same
@@ -120,7 +122,7 @@ def allocate(
             + _why([f"{h} {why}" for h, why in dropped]),
             "fix or add hosts, or pass a smaller --min-hosts",
         )
-    used = _fill(_ring_order(hosts, policy.ring_label, want), want)
+    used = _fill(_local_first(_ring_order(hosts, policy.ring_label, want)), want)
     if len(used) < policy.min_hosts:
         raise AllocationError(
             f"{want} ranks fill only {len(used)} host(s), --min-hosts is {policy.min_hosts}",
@@ -192,8 +194,10 @@ def _candidates(
             dropped.append((host.name, f"not matched by --include ({host.slots} slots)"))
         elif any(p.matches(host.name) for p in exclude):
             dropped.append((host.name, f"excluded by --exclude ({host.slots} slots)"))
+        elif (host := _override(host, overrides)).slots == 0:
+            dropped.append((host.name, "has 0 slots (no rank, as horovodrun gives it none)"))
         else:
-            kept.append(_override(host, overrides))
+            kept.append(host)
     return kept, dropped
 
 
@@ -240,6 +244,13 @@ def _ring_order(hosts: list[Host], label: str | None, want: int) -> list[Host]:
     return [h for g in picked for h in groups[g]] + [
         h for g in order if g not in chosen for h in groups[g]
     ]
+
+
+def _local_first(hosts: list[Host]) -> list[Host]:
+    """The launching machine first: mpirun maps its own node before every other, wherever the
+    hostfile lists it (Open MPI 4.1, checked by tests/integration/test_inventory_oracles.py).
+    Only its local names are known here (localhost, 127.0.0.1, ::1), not its own host name."""
+    return [h for h in hosts if h.is_local] + [h for h in hosts if not h.is_local]
 
 
 def _fill(hosts: list[Host], want: int) -> list[Host]:

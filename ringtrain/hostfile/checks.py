@@ -39,14 +39,16 @@ def check_name(name: str, where: Where) -> str:
     return name
 
 
-def parse_count(text: str, what: str, where: Where) -> int:
-    """A positive whole number written in text (slots, max_slots)."""
+def parse_count(text: str, what: str, where: Where, *, zero_ok: bool = False) -> int:
+    """A positive whole number written in text (slots, max_slots); 0 too when ``zero_ok``."""
     stripped = text.strip()
     if not stripped.isascii() or not stripped.isdigit() or len(stripped) > 9:
         raise where.error(
             f"{what} {text!r} is not a whole number",
             f"write a positive whole number, e.g. {what}=4",
         )
+    if zero_ok and int(stripped) == 0:
+        return 0
     return check_count(int(stripped), what, where)
 
 

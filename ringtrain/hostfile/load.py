@@ -16,6 +16,7 @@ from ringtrain.errors import InventoryError, UsageError
 from ringtrain.hostfile.discover import run_discovery_script
 from ringtrain.hostfile.model import Inventory
 from ringtrain.hostfile.nodeset import is_host_list
+from ringtrain.hostfile.openmpi import OPENMPI_KEYS
 from ringtrain.hostfile.parse import (
     parse_host_spec,
     parse_mpich_machinefile,
@@ -41,6 +42,7 @@ _PARSERS: dict[str, Callable[[str, str], Inventory]] = {
 }
 _MPICH_LINE_RE = re.compile(r"^(?:\[[^\]\s]+\]|[^:\s\[\]]+):\d+$")
 _YAML_RE = re.compile(r"^(?:---|\{|(?:defaults|groups|hosts)\s*:)")
+_LIST_WORD_RE = re.compile(r"[\w.%:\[\],-]+", re.ASCII)
 _TOML_RE = re.compile(r"^(?:\[\[?\s*(?:defaults|groups|hosts)\b|(?:defaults|groups|hosts)\s*=)")
 
 
@@ -118,8 +120,10 @@ def detect_format(source: str, text: str) -> str:
         ("yaml", lambda line: _YAML_RE.match(line) is not None),
         ("toml", lambda line: _TOML_RE.match(line) is not None),
         # 'host slots=N'; the Open MPI parser explains any other extra words
-        ("openmpi", lambda line: len(line.split()) > 1),
-        ("nodelist", is_host_list),
+        ("openmpi", lambda line: len(line.split()) > 1 and not _is_name_list(line)),
+        # 'gpu[01-04] gpu[05-08]': host lists may be separated by spaces too
+        ("nodelist", lambda line: any(is_host_list(word) for word in line.split())),
+        ("nodelist", lambda line: len(line.split()) > 1),  # 'gpu01 gpu02': names, no keys
         ("horovod" if len(lines) == 1 else "nodelist", lambda line: "," in line),
         ("mpich", lambda line: _MPICH_LINE_RE.match(line) is not None),
     )
@@ -127,6 +131,16 @@ def detect_format(source: str, text: str) -> str:
         if any(matches(line) for line in lines):
             return fmt
     return "pbs" if len(set(lines)) < len(lines) else "openmpi"
+
+
+def _is_name_list(line: str) -> bool:
+    """Several host names or host lists separated by spaces, not an Open MPI ``host key=N``
+    line: no '=', no bare number or Open MPI key (``gpu01 4``, ``gpu01 slots``) among them."""
+    words = line.split()
+    return "=" not in line and all(
+        _LIST_WORD_RE.fullmatch(word) and not word.isdigit() and word not in OPENMPI_KEYS
+        for word in words
+    )
 
 
 def _is_script(path: Path) -> bool:

@@ -94,7 +94,8 @@ def identity_file_problem(path: str) -> str | None:
 class Host:
     """One host of an inventory.
 
-    ``slots`` is how many ranks the inventory offers on it (on GPU hosts, one per GPU);
+    ``slots`` is how many ranks the inventory offers on it (on GPU hosts, one per GPU; 0 only
+    from ``-H host:0``, a host listed but given no rank, as horovodrun reads it);
     ``max_slots`` the hard limit Open MPI may oversubscribe to (None: same as slots).
     """
 

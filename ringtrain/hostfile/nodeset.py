@@ -1,28 +1,45 @@
 """Slurm-style host lists (``gpu[01-04,07]``) and host patterns. Pure.
 
-Expansion is python-hostlist's (the grammar Slurm and ClusterShell share); this module adds
-the limits a launcher needs (bounded size, no deep recursion), order-preserving compression
-for rendering, and the pattern language of ``--include``/``--exclude``.
+Expansion follows ``scontrol show hostnames`` (checked with Slurm 22.05 by
+tests/integration/test_inventory_oracles.py): numeric ranges and lists in brackets, zero padding
+from the width of a range's first number (``a[08-10]``: a08 a09 a10), several bracket groups in
+Slurm's own order (the last group varies fastest, then the others from the first: ``x[1-2]y[1-2]
+z[1-2]`` is x1y1z1 x1y1z2 x2y1z1 x2y1z2 x1y2z1 ...), duplicates kept. Stepped ranges
+(``a[1-10:2]``), empty or reversed ranges and spaces in brackets are refused, as scontrol refuses
+them (or, for spaces, reads them oddly). One deliberate extension: text after the last bracket
+(``gpu[01-04].cluster.example``), which scontrol refuses but FQDN clusters need; ``compress``
+writes such lists. This module also bounds the size, compresses names back into lists without
+reordering them, and holds the pattern language of ``--include``/``--exclude``.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import itertools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import hostlist
 
 MAX_HOSTS = 10_000
 _MAX_BRACKETS = 8
 # A bracket holding numeric ranges, as opposed to an fnmatch character class like [abc].
 _RANGE_BRACKET_RE = re.compile(r"\[\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*\]")
 _NUMBERED_RE = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>\D*)$")
+_RANGE_RE = re.compile(r"(?P<lo>\d+)(?:-(?P<hi>\d+))?")
+_STEP_RE = re.compile(r"(?P<lo>\d+)-(?P<hi>\d+):(?P<step>\d+)")
+_STEP_SHOWN = 16
 
 
 class HostListError(ValueError):
-    """A malformed host list; callers turn it into InventoryError or AllocationError."""
+    """A malformed host list; callers turn it into InventoryError or AllocationError.
+
+    ``hint``, when set, is a fix specific to this list (e.g. a stepped range written out).
+    """
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 def split_items(text: str, separators: str = ",") -> list[tuple[str, int]]:
@@ -51,16 +68,97 @@ def is_host_list(expr: str) -> bool:
 
 
 def expand(expr: str) -> tuple[str, ...]:
-    """Expand one host list expression, in written order, duplicates kept."""
-    if expr.count("[") > _MAX_BRACKETS:
-        raise HostListError(f"more than {_MAX_BRACKETS} bracket groups")
-    try:
-        names = hostlist.expand_hostlist(expr, allow_duplicates=True)
-    except (hostlist.BadHostlist, ValueError, RecursionError) as err:
-        raise HostListError(str(err) or "malformed host list") from None
-    if len(names) > MAX_HOSTS:
-        raise HostListError(f"expands to {len(names)} hosts, more than {MAX_HOSTS}")
+    """Expand a host list (``a[1-3,5],b``, commas outside brackets separate items) in Slurm's
+    order, duplicates kept. Raises HostListError for what ``scontrol show hostnames`` refuses."""
+    names: list[str] = []
+    for item, _ in split_items(expr):
+        if not item:
+            continue  # Slurm skips empty items: 'a,,b' and 'a[1-2],' are fine
+        names.extend(_expand_item(item, MAX_HOSTS - len(names)))
     return tuple(names)
+
+
+def _expand_item(item: str, room: int) -> list[str]:
+    texts, groups = _split_brackets(item)
+    values = [_group_values(body, item) for body in groups]
+    total = math.prod(len(v) for v in values)
+    if total > room:
+        raise HostListError(f"expands to more than {MAX_HOSTS} hosts")
+    if not groups:
+        return [item]
+    # Slurm's order: the last group varies fastest; before it, the first group varies
+    # fastest and the one just before the last slowest (hostlist.c expands the prefix's
+    # groups from the right, then the last range).
+    order = [*range(len(groups) - 2, -1, -1), len(groups) - 1]
+    names = []
+    for combo in itertools.product(*(values[i] for i in order)):
+        chosen = dict(zip(order, combo, strict=True))
+        names.append(texts[0] + "".join(chosen[i] + texts[i + 1] for i in range(len(groups))))
+    return names
+
+
+def _split_brackets(item: str) -> tuple[list[str], list[str]]:
+    """``a[1-2]b[3]c`` -> texts ``['a', 'b', 'c']`` and bracket bodies ``['1-2', '3']``."""
+    if item.count("[") > _MAX_BRACKETS:
+        raise HostListError(f"more than {_MAX_BRACKETS} bracket groups")
+    if any(c.isspace() for c in item):
+        raise HostListError("contains a space")
+    texts: list[str] = []
+    groups: list[str] = []
+    at = 0
+    while (start := item.find("[", at)) >= 0:
+        stray = item.find("]", at, start)
+        end = item.find("]", start + 1)
+        if stray >= 0:
+            raise HostListError("unbalanced brackets: ']' without '['")
+        if end < 0:
+            raise HostListError("unbalanced brackets: '[' without ']'")
+        if item.find("[", start + 1, end) >= 0:
+            raise HostListError("nested brackets")
+        texts.append(item[at:start])
+        groups.append(item[start + 1 : end])
+        at = end + 1
+    if "]" in item[at:]:
+        raise HostListError("unbalanced brackets: ']' without '['")
+    texts.append(item[at:])
+    return texts, groups
+
+
+def _group_values(body: str, item: str) -> list[str]:
+    """The numbers one bracket group lists, each padded to its range's first number."""
+    values: list[str] = []
+    for piece in body.split(","):
+        step = _STEP_RE.fullmatch(piece)
+        if step is not None:
+            raise HostListError(
+                f"stepped range {piece!r}: Slurm host lists have no steps (scontrol refuses "
+                f"'{item}')",
+                _step_hint(item, body, piece, step),
+            )
+        m = _RANGE_RE.fullmatch(piece)
+        if m is None:
+            raise HostListError(f"bad range {piece!r} in [{body}]" if piece else
+                                f"bad range: empty range in [{body}]")
+        lo, hi = m.group("lo"), m.group("hi") or m.group("lo")
+        if int(hi) < int(lo):
+            raise HostListError(f"bad range {piece!r}: start > stop")
+        if int(hi) - int(lo) >= MAX_HOSTS:
+            raise HostListError(f"range too large: {piece!r} is more than {MAX_HOSTS} hosts")
+        values.extend(f"{n:0{len(lo)}d}" for n in range(int(lo), int(hi) + 1))
+        if len(values) > MAX_HOSTS:
+            raise HostListError(f"[{body}] lists more than {MAX_HOSTS} numbers")
+    return values
+
+
+def _step_hint(item: str, body: str, piece: str, step: re.Match[str]) -> str:
+    lo, hi, by = int(step.group("lo")), int(step.group("hi")), int(step.group("step"))
+    numbers = range(lo, hi + 1, by) if by > 0 and hi >= lo else range(0)
+    width = len(step.group("lo"))
+    listed = [f"{n:0{width}d}" for n in numbers]
+    if not listed or len(listed) > _STEP_SHOWN:
+        return "list the numbers instead, e.g. gpu[01,03,05,07]"
+    pieces = [",".join(listed) if p == piece else p for p in body.split(",")]
+    return f"list the numbers instead: {item.replace(f'[{body}]', '[' + ','.join(pieces) + ']', 1)}"
 
 
 def compress(names: Sequence[str]) -> tuple[str, ...]:

@@ -3,7 +3,9 @@
 Every error is an InventoryError naming the source, line and column (both from 1), what is
 wrong and how to fix it. Item grammar shared by ``-H``, machinefiles, nodelists and discovery
 script output: ``NAME[:SLOTS]`` where NAME is a host name, FQDN, IPv4 address, ``[IPv6]``, or
-(``-H`` and nodelists only) a Slurm host list such as ``gpu[01-04,07]``.
+(``-H`` and nodelists only) a Slurm host list such as ``gpu[01-04,07]`` (see nodeset.py); the
+``:SLOTS`` is the first ':' outside brackets. Open MPI hostfiles have their own reader,
+openmpi.py.
 """
 
 from __future__ import annotations
@@ -11,24 +13,30 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ringtrain.hostfile.checks import (
-    UniqueHosts,
-    Where,
-    check_max_slots,
-    check_name,
-    parse_count,
-)
+from ringtrain.hostfile.checks import UniqueHosts, Where, check_name, parse_count
 from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.hostfile.nodeset import HostListError, expand, is_host_list, split_items
+from ringtrain.hostfile.openmpi import parse_openmpi_hostfile
+
+__all__ = [
+    "parse_host_spec",
+    "parse_item",
+    "parse_mpich_machinefile",
+    "parse_nodelist",
+    "parse_openmpi_hostfile",
+    "parse_pbs_nodefile",
+    "parse_slurm_env",
+]
 
 _BRACKETED_RE = re.compile(r"^\[(?P<addr>[^\]]*)\](?::(?P<slots>.*))?$")
-_OPENMPI_SLOTS = ("slots", "slot", "count", "cpu", "cpus")
-_OPENMPI_MAX = ("max_slots", "max-slots")
 _WORD_RE = re.compile(r"\S+")
 
 
 def parse_host_spec(spec: str, source: str = "-H") -> Inventory:
-    """horovodrun-style ``h1:4,h2:4`` (slots default to 1; IPv6 as ``[::1]:2``; host lists ok)."""
+    """horovodrun-style ``h1:4,h2:4`` (slots default to 1; IPv6 as ``[::1]:2``; host lists ok).
+
+    ``localhost:0`` is read as horovodrun reads it: the host is listed and gets no rank.
+    """
     where = Where(source, 1, 1)
     hosts = UniqueHosts()
     for item, offset in split_items(spec.replace("\n", ",")):
@@ -38,11 +46,18 @@ def parse_host_spec(spec: str, source: str = "-H") -> Inventory:
             raise where.at(1, col).error(
                 "empty host entry", "remove the stray comma; write hosts as gpu01:4,gpu02:4"
             )
-        hosts.extend(parse_item(stripped, where.at(1, col), host_lists=True), where.at(1, col))
-    return Inventory(hosts=hosts.result(where, "gpu01:4"), source=source, format="horovod")
+        at = where.at(1, col)
+        hosts.extend(parse_item(stripped, at, host_lists=True, zero_slots=True), at)
+    found = hosts.result(where, "gpu01:4")
+    if not any(h.slots for h in found):
+        raise where.error("every host has 0 slots, so no rank can start",
+                          "give at least one host a slot count, e.g. gpu01:4")
+    return Inventory(hosts=found, source=source, format="horovod")
 
 
-def parse_item(item: str, where: Where, *, host_lists: bool) -> tuple[Host, ...]:
+def parse_item(
+    item: str, where: Where, *, host_lists: bool, zero_slots: bool = False
+) -> tuple[Host, ...]:
     """One ``NAME[:SLOTS]`` item -> hosts (several when NAME is a host list)."""
     m = _BRACKETED_RE.match(item)
     if m is not None:
@@ -51,22 +66,33 @@ def parse_item(item: str, where: Where, *, host_lists: bool) -> tuple[Host, ...]
     elif item.count(":") >= 2 and not is_host_list(item):
         name, slot_text = item, None
         _check_ipv6(name, where)
-    elif ":" in item:
-        name, _, slot_text = item.partition(":")
     else:
-        name, slot_text = item, None
-    slots = 1 if slot_text is None else parse_count(slot_text, "slots", where)
+        name, slot_text = _split_slots(item)
+    slots = 1 if slot_text is None else parse_count(slot_text, "slots", where, zero_ok=zero_slots)
     if host_lists and is_host_list(name):
         try:
             names = expand(name)
         except HostListError as err:
             raise where.error(
                 f"bad host list {name!r}: {err}",
-                "write host lists like gpu[01-04,07] (numeric ranges, one level of brackets)",
+                err.hint or "write host lists like gpu[01-04,07] (numeric ranges in brackets)",
             ) from None
     else:
         names = (name,)
     return tuple(Host(name=check_name(n, where), slots=slots) for n in names)
+
+
+def _split_slots(item: str) -> tuple[str, str | None]:
+    """``NAME:SLOTS`` at the first ':' outside brackets (``a[1-10:2]`` has none)."""
+    depth = 0
+    for i, char in enumerate(item):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(depth - 1, 0)
+        elif char == ":" and depth == 0:
+            return item[:i], item[i + 1 :]
+    return item, None
 
 
 def _check_ipv6(name: str, where: Where) -> None:
@@ -78,56 +104,6 @@ def _check_ipv6(name: str, where: Where) -> None:
             "write IPv6 hosts in brackets with their slots, e.g. [fd00::1]:4",
         ) from None
     check_name(name, where)
-
-
-def parse_openmpi_hostfile(text: str, source: str) -> Inventory:
-    """Open MPI hostfile: ``host [slots=N] [max_slots=M]``, ``#`` comments, blank lines, tabs."""
-    hosts = UniqueHosts()
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        body = raw.split("#", 1)[0]
-        words = [(m.group(), m.start() + 1) for m in _WORD_RE.finditer(body)]
-        if words:
-            line = Where(source, lineno)
-            hosts.add(_openmpi_line(words, line), line.at(lineno, words[0][1]))
-    where = Where(source)
-    return Inventory(hosts=hosts.result(where, "'gpu01 slots=4'"), source=source, format="openmpi")
-
-
-def _openmpi_line(words: list[tuple[str, int]], line: Where) -> Host:
-    first, col = words[0]
-    where = line.at(line.line, col)
-    if first.startswith("[") and first.endswith("]"):
-        first = first[1:-1]
-    elif ":" in first and first.count(":") == 1:
-        raise where.error(
-            f"{first!r} is MPICH machinefile syntax, not an Open MPI hostfile line",
-            f"write '{first.replace(':', ' slots=')}', or pass --hosts-format mpich",
-        )
-    name = check_name(first, where)
-    slots: int | None = None
-    max_slots: int | None = None
-    for word, wcol in words[1:]:
-        key, eq, value = word.partition("=")
-        at = line.at(line.line, wcol)
-        if not eq:
-            raise at.error(
-                f"unexpected {word!r} after the host name",
-                "Open MPI hostfile lines look like 'gpu01 slots=4 max_slots=8'",
-            )
-        if key in _OPENMPI_SLOTS and slots is None:
-            slots = parse_count(value, "slots", at)
-        elif key in _OPENMPI_MAX and max_slots is None:
-            max_slots = parse_count(value, "max_slots", at)
-        elif key in _OPENMPI_SLOTS + _OPENMPI_MAX:
-            raise at.error(f"{key} is given twice for {name}", f"keep one {key}=N")
-        else:
-            raise at.error(
-                f"unknown key {key!r}",
-                "Open MPI hostfile keys are slots and max_slots, e.g. 'gpu01 slots=4 max_slots=8'",
-            )
-    slots = slots if slots is not None else 1
-    check_max_slots(slots, max_slots, where)
-    return Host(name=name, slots=slots, max_slots=max_slots)
 
 
 def parse_mpich_machinefile(text: str, source: str, *, fmt: str = "mpich") -> Inventory:

@@ -155,13 +155,13 @@ def _host_entry(node: Node, settings: _Settings, source: str) -> tuple[Host, ...
 
 
 def _names(text: str, where: Where) -> tuple[str, ...]:
-    if ":" in text or not is_host_list(text):
+    if not is_host_list(text):
         return (check_name(text, where),)
     try:
         return tuple(check_name(n, where) for n in expand(text))
     except HostListError as err:
         raise where.error(
-            f"bad host list {text!r}: {err}", "write host lists like gpu[01-04,07]"
+            f"bad host list {text!r}: {err}", err.hint or "write host lists like gpu[01-04,07]"
         ) from None
 
 

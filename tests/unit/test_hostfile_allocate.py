@@ -182,3 +182,12 @@ def test_allocation_invariants(inv, data):
         assert distinct == fewest
         if np == inv.total_slots:
             assert len(alloc.hosts) == len(inv.hosts)
+
+
+def test_the_launching_machine_takes_the_first_ranks_as_mpirun_maps_it():
+    """mpirun maps its own node first wherever the hostfile lists it (Open MPI 4.1; the oracle
+    test checks it against mpirun), so ringtrain's ranks must say the same."""
+    alloc = allocate(parse_host_spec("a:2,localhost:2,b:1"), 3)
+    assert _placed(alloc) == [("localhost", 2), ("a", 1)]
+    assert [r.host for r in alloc.ranks] == ["localhost", "localhost", "a"]
+    assert [h for h, _ in alloc.dropped] == ["b"]

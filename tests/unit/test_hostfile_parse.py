@@ -39,7 +39,7 @@ def test_openmpi_comments_blank_lines_tabs_and_keys():
 @pytest.mark.parametrize(
     ("text", "line", "column", "words"),
     [
-        ("gpu01 slots=4\ngpu01 slots=2\n", 2, 1, ["listed twice", "line 1"]),
+        ("gpu01 slots=4\ngpu01 slots=2\n", 2, 7, ["listed twice", "line 1", "repeated host"]),
         ("gpu01 slots=0\n", 1, 7, ["at least 1"]),
         ("gpu01 slots=-3\n", 1, 7, ["not a whole number"]),
         ("gpu01 slots=four\n", 1, 7, ["not a whole number"]),
