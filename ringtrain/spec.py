@@ -30,6 +30,16 @@ class Backend(enum.Enum):
     SRUN = "srun"
 
 
+class Entry(enum.Enum):
+    """What each rank runs: a Python file (``train.py``), a module (``-m pkg.train``, or
+    ``python -m pkg.train`` as horovodrun users type it), or any other program (a wrapper
+    script, a binary), which the rank entry starts as its child and supervises."""
+
+    SCRIPT = "script"
+    MODULE = "module"
+    EXECUTABLE = "executable"
+
+
 class GpuRule(enum.Enum):
     """``--gpus`` (required), ``--cpu`` (ignored), or neither (auto: required unless no host has
     an NVIDIA driver at all, which is a CPU cluster)."""
@@ -127,11 +137,15 @@ class PreflightSpec:
 
 @dataclass(frozen=True, slots=True)
 class SshSpec:
-    """How hosts are reached: ssh_config (``-F``), known_hosts, trust on first use."""
+    """How hosts are reached: ssh_config (``-F``), known_hosts, trust on first use, and the
+    port and identity file (``-p``/``-i``, as horovodrun takes them) for every host whose
+    inventory line names none."""
 
     config: Path | None = None
     known_hosts: Path | None = None  # mpirun's ssh verifies keys against it too
     accept_new_host_keys: bool = False
+    port: int | None = None
+    identity_file: str | None = None
 
 
 DEFAULT_STALL_S = 600.0
@@ -172,8 +186,10 @@ class RestartPolicy:
 class LaunchSpec:
     """Everything ``ringtrain launch`` was asked, validated for form (not feasibility)."""
 
-    script: str
+    script: str  # a path, a module name (Entry.MODULE) or a program (Entry.EXECUTABLE)
     script_args: tuple[str, ...] = ()
+    entry: Entry = Entry.SCRIPT
+    mpi_args: tuple[str, ...] = ()  # passed to mpirun as they are (--mpi-arg)
     hosts_file: str | None = None
     host_spec: str | None = None
     hosts_format: str | None = None
@@ -201,6 +217,12 @@ class LaunchSpec:
             )
         if self.np is not None and self.np < 1:
             raise UsageError(f"-np {self.np}: need at least one rank", "pass -np 1 or more")
+        if self.mpi_args and (self.launcher is Backend.SRUN or self.gloo):
+            raise UsageError(
+                "--mpi-arg is for mpirun (and horovodrun --mpi); "
+                + ("Gloo takes none" if self.gloo else "srun takes none"),
+                "drop --mpi-arg, or use --backend mpirun",
+            )
         if self.gloo and self.backend is not Backend.HOROVODRUN:
             raise UsageError(
                 "--gloo needs the horovodrun backend (mpirun always uses MPI)",
@@ -282,6 +304,8 @@ def _decode_field(cls: type, name: str, raw: Any) -> Any:  # noqa: PLR0911 - one
         return Backend(raw)
     if name == "gpus":
         return GpuRule(raw)
+    if name == "entry":
+        return Entry(raw)
     if name in ("runs_dir", "working_dir", "config", "known_hosts"):
         return Path(raw)
     if name == "slot_overrides":

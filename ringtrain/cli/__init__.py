@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from ringtrain import __version__
+from ringtrain.cli import verbosity
 from ringtrain.errors import RingtrainError
 
 # command name -> its module under ringtrain.cli. Modules load only when their command runs
@@ -46,7 +47,7 @@ class _Group(click.Group):
         if module is None:
             return None
         command: click.Command = importlib.import_module(f"ringtrain.cli.{module}").command
-        return command
+        return verbosity.add_to(command)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

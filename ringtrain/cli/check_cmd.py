@@ -17,6 +17,7 @@ from ringtrain.cli.context import SshOptions, cli_context
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
 from ringtrain.launch.gate import gpu_rule
+from ringtrain.launch.hosts import mark_this_machine
 from ringtrain.launch.preflight import (
     HostStatus,
     HostVerdict,
@@ -94,8 +95,8 @@ def command(
 
     Every host is tried; the table shows all of them, then why a launch would be refused.
     """
-    inventory = resolve_hosts(hosts_file, host_spec, hosts_format) or Inventory(
-        (Host("localhost", 1),), source="localhost", format="local")
+    inventory = mark_this_machine(resolve_hosts(hosts_file, host_spec, hosts_format) or Inventory(
+        (Host("localhost", 1),), source="localhost", format="local"))
     policy = PreflightPolicy(
         on_bad_host="exclude" if on_bad_host == "exclude" else "fail",
         min_hosts=min_hosts, np=np, busy_memory_mib=busy_memory_mib, busy_util_pct=busy_util,

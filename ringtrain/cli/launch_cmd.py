@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
 import json
 import os
+import shutil
 import signal
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +17,7 @@ from typing import Any
 
 import click
 
+from ringtrain.cli import verbosity
 from ringtrain.cli.check_cmd import print_verdict
 from ringtrain.cli.context import SshOptions, cli_context
 from ringtrain.cli.hosts_cmd import slot_override
@@ -25,7 +30,7 @@ from ringtrain.launch.plan import read_recorded_spec
 from ringtrain.launch.reporter import NullReporter
 from ringtrain.launch.result import JobResult, JobState
 from ringtrain.launch.session import Session
-from ringtrain.spec import Backend, EnvSpec, LaunchSpec
+from ringtrain.spec import Backend, Entry, EnvSpec, LaunchSpec
 
 _EPILOG = """\b
 Examples:
@@ -56,7 +61,11 @@ def _env_specs(
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
 )
 @click.option(
-    "--hosts", "hosts_file", metavar="SOURCE", help="Inventory file (hostfile, YAML, TOML, ...)."
+    "--hosts",
+    "--hostfile",
+    "hosts_file",
+    metavar="SOURCE",
+    help="Inventory file (hostfile, YAML, TOML, ...); --hostfile as horovodrun spells it.",
 )
 @click.option("-H", "host_spec", metavar="h1:N,h2:N", help="Hosts inline, horovodrun style.")
 @click.option("--hosts-format", help="Force the inventory format instead of detecting it.")
@@ -79,6 +88,18 @@ def _env_specs(
     "-F", "--ssh-config", type=click.Path(path_type=Path), help="ssh_config for remote hosts."
 )
 @click.option("--known-hosts", type=click.Path(path_type=Path), help="known_hosts to verify keys.")
+@click.option(
+    "-p",
+    "--ssh-port",
+    type=click.IntRange(1, 65535),
+    help="SSH port of every host whose inventory line names none (horovodrun's -p).",
+)
+@click.option(
+    "-i",
+    "--ssh-identity-file",
+    metavar="FILE",
+    help="SSH private key for every host whose inventory line names none (horovodrun's -i).",
+)
 @click.option(
     "--accept-new-host-keys",
     is_flag=True,
@@ -124,6 +145,20 @@ def _env_specs(
 )
 @click.option("--network-interface", help="Interface or CIDR for MPI traffic (default: chosen).")
 @click.option("--python", help="Python on the hosts (default: this one, same path everywhere).")
+@click.option(
+    "-m",
+    "--module",
+    metavar="MODULE",
+    help="Run a module on every rank, as python -m MODULE does; what follows is its arguments.",
+)
+@click.option(
+    "--mpi-arg",
+    "mpi_args",
+    multiple=True,
+    metavar="ARG",
+    help="Pass ARG to mpirun as it is, before the rank command (repeat for each word, e.g. "
+    "--mpi-arg=-mca --mpi-arg=btl_tcp_if_exclude --mpi-arg=docker0).",
+)
 @click.option(
     "--checkpoint",
     "checkpoint_url",
@@ -191,6 +226,13 @@ def _env_specs(
     "every rank's output is in its log either way).",
 )
 @click.option(
+    "--json",
+    "json_out",
+    is_flag=True,
+    help="Print the job's result (result.json) on stdout at the end; the ranks' output "
+    "and ringtrain's notes go to stderr.",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Write the run dir (hostfile, plan.json), print the plan (env, argv); start nothing.",
@@ -212,14 +254,19 @@ def command(
     dry_run: bool,
     from_run: Path | None,
     console_ranks: frozenset[int] | None,
+    json_out: bool,
     **options: Any,
 ) -> None:
-    """Train SCRIPT on every rank with Horovod: resolve hosts, plan, run and supervise."""
-    spec = _spec_from_run(ctx, from_run) if from_run else _spec_from_options(options)
-    if not (spec.working_dir / spec.script).is_file():
-        raise UsageError(
-            f"script {spec.script!r} not found", "give the path of a Python training script"
-        )
+    """Train SCRIPT on every rank with Horovod: resolve hosts, plan, run and supervise.
+
+    SCRIPT is a Python file (train.py), or any program (a wrapper script, a binary); -m MODULE
+    runs a module. `python train.py` and `python -m pkg.train`, as horovodrun takes them, work
+    too. Options end at SCRIPT (or at --): everything after it is the script's own."""
+    if from_run:
+        spec = _spec_from_run(ctx, from_run)
+    else:
+        _refuse_unknown_option(ctx, options)
+        spec = resolve_entry(build_spec(LaunchOptions(**options), Path.cwd()))
     found = launch_hosts.resolve(spec, os.environ)
     for note in found.notes:
         click.echo(f"ringtrain: {note}", err=True)
@@ -235,8 +282,9 @@ def command(
     if dry_run:
         _dry_run(Session(spec, inventory, remote, _DryRunReporter()))
     else:
-        view = LiveView(console_ranks=console_ranks)
-        _run(Session(spec, inventory, remote, view), view)
+        view = LiveView(console_ranks=console_ranks, quiet=verbosity.quiet(),
+                        rank_stream=sys.stderr if json_out else None)
+        _run(Session(spec, inventory, remote, view), view, json_out=json_out)
 
 
 def _rank_set(text: str | None) -> frozenset[int] | None:
@@ -252,13 +300,55 @@ def _rank_set(text: str | None) -> frozenset[int] | None:
     return frozenset(ranks)
 
 
-def _spec_from_options(options: dict[str, Any]) -> LaunchSpec:
-    if options["script"] is None:
-        raise UsageError(
-            "no training script given",
-            "ringtrain launch [OPTIONS] SCRIPT [ARGS], or --from RUN_DIR",
-        )
-    return build_spec(LaunchOptions(**options), Path.cwd())
+def _refuse_unknown_option(ctx: click.Context, options: dict[str, Any]) -> None:
+    """Options end at SCRIPT, so a misspelt option would be taken for the script: say
+    "no such option" with click's suggestion instead of "script not found"."""
+    script = options.get("script")
+    if options.get("module") is not None or not script or not script.startswith("-"):
+        return
+    if Path(script).is_file():  # a script named -x.py, given after --
+        return
+    name = script.partition("=")[0]
+    known = [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts)
+             if o.startswith("-")]
+    raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, known), ctx=ctx)
+
+
+def resolve_entry(spec: LaunchSpec) -> LaunchSpec:
+    """Tell a Python script from a program, and refuse what is not there: a SCRIPT that is an
+    executable file without a Python #! line, or a bare name found on PATH, is a program."""
+    if spec.entry is Entry.MODULE:
+        top = spec.script.partition(".")[0]
+        if spec.python is None and not (
+            (spec.working_dir / top).is_dir() or (spec.working_dir / f"{top}.py").is_file()
+            or importlib.util.find_spec(top) is not None
+        ):
+            raise UsageError(
+                f"module {spec.script!r} not found: no {top}/ or {top}.py in "
+                f"{spec.working_dir} and no installed {top!r}",
+                "run from the directory that holds the package, or install it",
+            )
+        return spec
+    path = spec.working_dir / spec.script
+    if path.is_file():
+        if path.suffix != ".py" and os.access(path, os.X_OK) and not _python_shebang(path):
+            return replace(spec, entry=Entry.EXECUTABLE, script=str(path))
+        return spec
+    if "/" not in spec.script and shutil.which(spec.script):
+        return replace(spec, entry=Entry.EXECUTABLE)
+    raise UsageError(
+        f"script {spec.script!r} not found in {spec.working_dir}",
+        "give the path of a training script (or -m MODULE, or a program on PATH)",
+    )
+
+
+def _python_shebang(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
 
 
 def _spec_from_run(ctx: click.Context, run_dir: Path) -> LaunchSpec:
@@ -312,7 +402,7 @@ def _dry_run(session: Session) -> None:
     )
 
 
-def _run(session: Session, view: LiveView) -> None:
+def _run(session: Session, view: LiveView, *, json_out: bool = False) -> None:
     run.make_run_dir(session.run_dir)  # a clear error, not a traceback, when it cannot be
     view.events = session.run_dir / "events.log"
     view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
@@ -340,6 +430,10 @@ def _run(session: Session, view: LiveView) -> None:
         for sig, handler in old.items():
             signal.signal(sig, handler)
     _report_teardown(view, result)
+    if json_out:  # the run's result.json (every attempt, the checkpoint), else this attempt's
+        view.flush()
+        path = session.run_dir / "result.json"
+        click.echo(path.read_text() if path.is_file() else json.dumps(result.to_json(), indent=2))
     if result.state is JobState.SUCCEEDED:
         view.note(f"job succeeded in {result.duration_s:.1f} s; logs in {session.run_dir}")
         view.flush()

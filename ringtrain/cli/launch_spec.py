@@ -6,14 +6,17 @@ values through unchanged and a golden test pins the result (tests/unit/golden/sp
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from ringtrain.errors import UsageError
 from ringtrain.hostfile import AllocationPolicy
 from ringtrain.spec import (
     Backend,
     CheckpointLocation,
+    Entry,
     EnvSpec,
     GpuRule,
     LaunchSpec,
@@ -28,8 +31,10 @@ from ringtrain.spec import (
 class LaunchOptions:
     """click's values for ``ringtrain launch``, as they arrive (defaults are click's)."""
 
-    script: str
+    script: str | None
     script_args: tuple[str, ...] = ()
+    module: str | None = None
+    mpi_args: tuple[str, ...] = ()
     hosts_file: str | None = None
     host_spec: str | None = None
     hosts_format: str | None = None
@@ -40,6 +45,8 @@ class LaunchOptions:
     ssh_config: Path | None = None
     known_hosts: Path | None = None
     accept_new_host_keys: bool = False
+    ssh_port: int | None = None
+    ssh_identity_file: str | None = None
     no_probe: bool = False
     gpu_mode: str | None = None
     on_bad_host: str = "fail"
@@ -65,9 +72,12 @@ class LaunchOptions:
 def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
     """The LaunchSpec the options ask for; ``working_dir`` is where the launch was typed."""
     on_bad: Literal["fail", "exclude"] = "exclude" if opts.on_bad_host == "exclude" else "fail"
+    entry, script, script_args, python = _entry(opts)
     return LaunchSpec(
-        script=opts.script,
-        script_args=opts.script_args,
+        script=script,
+        script_args=script_args,
+        entry=entry,
+        mpi_args=opts.mpi_args,
         hosts_file=opts.hosts_file,
         host_spec=opts.host_spec,
         hosts_format=opts.hosts_format,
@@ -77,7 +87,7 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         env=opts.env,
         runs_dir=opts.runs_dir,
         working_dir=working_dir,
-        python=opts.python,
+        python=python,
         network_interface=opts.network_interface,
         checkpoint=(
             CheckpointLocation.parse(opts.checkpoint_url, working_dir)
@@ -85,7 +95,13 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
             else None
         ),
         checkpoint_grace=opts.checkpoint_grace,
-        ssh=SshSpec(opts.ssh_config, opts.known_hosts, opts.accept_new_host_keys),
+        ssh=SshSpec(
+            opts.ssh_config,
+            opts.known_hosts,
+            opts.accept_new_host_keys,
+            opts.ssh_port,
+            opts.ssh_identity_file,
+        ),
         allocation=AllocationPolicy(
             include=opts.include,
             exclude=opts.exclude,
@@ -107,3 +123,40 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         ),
         restart=RestartPolicy(max_restarts=opts.max_restarts, min_np=opts.min_np),
     )
+
+
+_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
+_HARMLESS_PYTHON_FLAGS = ("-u", "-B")  # unbuffered, no .pyc: the rank entry already does both
+
+
+def _entry(opts: LaunchOptions) -> tuple[Entry, str, tuple[str, ...], str | None]:
+    """(what runs, its name, its arguments, --python): ``train.py ARGS``, ``-m pkg.train
+    ARGS``, and the way horovodrun users write the command, ``python train.py ARGS`` or
+    ``python -m pkg.train ARGS`` (a path to the interpreter becomes --python). Whether a
+    non-.py SCRIPT is a program is for the caller to tell (it needs the file system)."""
+    args = ((opts.script,) if opts.script is not None else ()) + opts.script_args
+    if opts.module is not None:
+        return Entry.MODULE, opts.module, args, opts.python
+    if not args:
+        raise UsageError(
+            "no training script given",
+            "ringtrain launch [OPTIONS] SCRIPT [ARGS], -m MODULE [ARGS], or --from RUN_DIR",
+        )
+    first, rest = args[0], args[1:]
+    if not _PYTHON_RE.match(PurePosixPath(first).name):
+        return Entry.SCRIPT, first, rest, opts.python
+    python = opts.python
+    if python is None and "/" in first:
+        python = first  # horovodrun runs the interpreter it is given; so do the ranks
+    while rest and rest[0] in _HARMLESS_PYTHON_FLAGS:
+        rest = rest[1:]
+    if rest[:1] == ("-m",) and len(rest) >= 2:
+        return Entry.MODULE, rest[1], rest[2:], python
+    if not rest or rest[0].startswith("-"):
+        raise UsageError(
+            f"{' '.join(args[:3])}: ringtrain runs a script or a module on every rank, not "
+            "an interpreter with these options",
+            "write `ringtrain launch train.py ARGS` or `ringtrain launch -m pkg.train ARGS` "
+            "(`python train.py` and `python -m pkg.train` work too)",
+        )
+    return Entry.SCRIPT, rest[0], rest[1:], python

@@ -61,13 +61,20 @@ class LiveView:
         stream: TextIO = sys.stderr,
         plain_every_s: float = 10.0,
         console_ranks: frozenset[int] | None = None,
+        quiet: bool = False,
+        rank_stream: TextIO | None = None,
     ) -> None:
+        """``quiet`` (-q): ringtrain's status lines go to events.log only; warnings and the
+        ranks' output still reach the console. ``rank_stream``: where the ranks' stdout goes
+        (default stdout; ``launch --json`` keeps stdout for the result)."""
         self.stream = stream
+        self.quiet = quiet
         self.console_ranks = console_ranks  # None: every rank's lines reach the console
         self.tty = stream.isatty()
         self.plain_every_s = plain_every_s
         self.console = Console(file=stream, highlight=False, soft_wrap=True)
-        self.out = Console(file=sys.stdout, highlight=False, soft_wrap=True, markup=False)
+        self.out = Console(file=rank_stream or sys.stdout, highlight=False, soft_wrap=True,
+                           markup=False)
         self.events: Path | None = None
         self._live: Live | None = None
         self._lock = threading.Lock()  # events.log appends
@@ -83,7 +90,7 @@ class LiveView:
         threading.Thread(target=self._write, name="ringtrain-console", daemon=True).start()
 
     def start(self) -> None:
-        if self.tty:
+        if self.tty and not self.quiet:
             self._live = Live(Text(""), console=self.console, transient=True, auto_refresh=False)
             self._emit(self._live.start)
 
@@ -105,8 +112,10 @@ class LiveView:
                 "every line is in the run's logs", markup=False))
 
     def note(self, text: str) -> None:
-        """A plain status line: shown and logged."""
+        """A plain status line: shown (under -q only warnings) and logged."""
         self._log(text)
+        if self.quiet and not text.startswith(("warning", "teardown")):
+            return
         self._emit(lambda: self.console.print(f"ringtrain: {text}", markup=False))
 
     def line(self, line: OutputLine) -> None:
@@ -140,7 +149,12 @@ class LiveView:
         verdict: PreflightVerdict,
         policy: PreflightPolicy,
     ) -> None:
-        """The pre-flight table, on stderr like every ringtrain line (launch and dry run)."""
+        """The pre-flight table, on stderr like every ringtrain line (launch and dry run);
+        under -q only when a host has a problem or a warning."""
+        quiet_ok = not (verdict.refused or verdict.warnings or verdict.excluded
+                        or any(h.warnings for h in verdict.hosts))
+        if self.quiet and quiet_ok:
+            return
         self._emit(lambda: print_verdict(inventory, report, verdict, policy, stderr=True))
 
     def tick(self, snap: Snapshot, alloc: Allocation) -> None:
@@ -162,7 +176,7 @@ class LiveView:
                 self._status(progress, force=not self.tty)
 
     def _status(self, text: str, force: bool) -> None:
-        if force:
+        if force and not self.quiet:
             self._emit(lambda: self.console.print(f"ringtrain: {text}", markup=False))
         self._log(text)
 

@@ -149,14 +149,19 @@ def command(ctx: click.Context, runs_dir: Path, as_json: bool, last: int) -> Non
 
 @command.command("show")
 @click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the run as JSON (result.json with the run's id, start and hosts).")
 @click.pass_obj
-def show(runs_dir: Path, run_id: str) -> None:
+def show(runs_dir: Path, run_id: str, as_json: bool) -> None:
     """Show one run: attempts, faults, failing rank and log tail, teardown per host."""
     run_dir = runs_dir / run_id
     if not (run_dir / "attempt-1").is_dir():
         known = ", ".join(r["run_id"] for r in load_runs(runs_dir)[:5]) or "none"
         raise UsageError(f"no run {run_id!r} in {runs_dir}/", f"pick one of: {known}")
     r = _load(run_dir)
+    if as_json:
+        click.echo(json.dumps(r, indent=2, default=str))
+        return
     click.echo(f"run {r['run_id']}  started {r['started']}  state {r['state']}")
     click.echo(f"dir {run_dir}  hosts {','.join(r['hosts'])}  ranks {r.get('np')}")
     if r["state"] == "launcher killed":

@@ -106,6 +106,7 @@ class Host:
     user: str | None = None
     port: int | None = None
     identity_file: str | None = None
+    local: bool = False  # a name of the launching machine (set by launch/hosts.py): no SSH
 
     def label(self, key: str, default: str | None = None) -> str | None:
         for k, v in self.labels:
@@ -118,7 +119,7 @@ class Host:
 
     @property
     def is_local(self) -> bool:
-        return self.name in ("localhost", "127.0.0.1", "::1")
+        return self.local or self.name in ("localhost", "127.0.0.1", "::1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,16 +7,19 @@ chosen, for the caller to show.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
 from ringtrain.launch import run
 from ringtrain.remote import Remote
 from ringtrain.schedulers.calls import inventory_from_scheduler, remote_for
 from ringtrain.schedulers.jobenv import SchedulerJob
-from ringtrain.spec import LaunchSpec
+from ringtrain.spec import LaunchSpec, SshSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +37,11 @@ class Hosts:
 def resolve(spec: LaunchSpec, environ: Mapping[str, str]) -> Hosts:
     inventory = resolve_hosts(spec.hosts_file, spec.host_spec, spec.hosts_format)
     if inventory is not None:
-        return Hosts(inventory)
+        inventory = with_ssh_defaults(mark_this_machine(inventory), spec.ssh)
+        here = [h.name for h in inventory.hosts if h.local]
+        notes: tuple[str, ...] = (
+            (f"{', '.join(here)}: this machine; its ranks start without SSH",) if here else ())
+        return Hosts(inventory, notes=notes)
     sched = inventory_from_scheduler(environ)
     if sched is not None:
         notes = (f"no --hosts given; inside {sched.describe()}",
@@ -45,3 +52,47 @@ def resolve(spec: LaunchSpec, environ: Mapping[str, str]) -> Hosts:
     what = f"{gpus} GPUs" if gpus else f"no GPUs, {slots} CPU cores"
     local = Inventory(hosts=(Host("localhost", slots),), source="local slots", format="local")
     return Hosts(local, None, (f"no --hosts given; using local slots (localhost:{slots}, {what})",))
+
+
+def with_ssh_defaults(inventory: Inventory, ssh: SshSpec) -> Inventory:
+    """``-p``/``-i`` for every remote host whose inventory line names no port or key."""
+    if ssh.port is None and ssh.identity_file is None:
+        return inventory
+    hosts = tuple(
+        h if h.is_local else replace(
+            h, port=h.port or ssh.port, identity_file=h.identity_file or ssh.identity_file)
+        for h in inventory.hosts
+    )
+    return replace(inventory, hosts=hosts)
+
+
+def mark_this_machine(inventory: Inventory) -> Inventory:
+    """Hosts named by this machine's host name, or by a name that resolves to one of its own
+    addresses, run their ranks here without SSH, as horovodrun (and mpirun) treat them."""
+    candidates = [h for h in inventory.hosts if not h.is_local]
+    if not candidates:
+        return inventory
+    own = {socket.gethostname(), socket.getfqdn()}
+    with ThreadPoolExecutor(max_workers=min(32, len(candidates))) as pool:
+        found = dict(zip([h.name for h in candidates],
+                         pool.map(lambda h: _names_this_machine(h.name, own), candidates),
+                         strict=True))
+    if not any(found.values()):
+        return inventory
+    hosts = tuple(replace(h, local=True) if found.get(h.name) else h for h in inventory.hosts)
+    return replace(inventory, hosts=hosts)
+
+
+def _names_this_machine(name: str, own: set[str]) -> bool:
+    if name in own:
+        return True
+    try:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False  # the probe says what is wrong with the name
+    for family, _, _, _, sockaddr in infos:
+        # an address this machine can bind to is one of its own
+        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.bind((sockaddr[0], 0))
+            return True
+    return False

@@ -8,6 +8,7 @@ as ``NAME=VALUE`` in argv, so secrets stay out of ``ps`` output and logs.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Protocol
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_horovod_hosts
 from ringtrain.rank import envvars
-from ringtrain.spec import Backend
+from ringtrain.spec import Backend, Entry
 
 # Variables forwarded to every rank when the launcher has them. Prefixes forward whole families.
 FORWARD_NAMES = (
@@ -73,6 +74,9 @@ class LaunchContext:
     network_interface: str | None = None
     gloo: bool = False
     user_btl: bool = False
+    entry: Entry = Entry.SCRIPT
+    mpi_args: tuple[str, ...] = ()
+    ssh_port_key: tuple[int | None, str | None] | None = None  # horovodrun's -p and -i
 
 
 class LauncherBackend(Protocol):
@@ -97,7 +101,8 @@ def rank_argv(ctx: LaunchContext, *, mpi: bool) -> tuple[str, ...]:
     Open MPI's per-line rank tags stay intact) and, under MPI, mpi4py's runner, which turns an
     uncaught exception in one rank into MPI_Abort of the whole job instead of a hang."""
     wrapper = ("-m", "ringtrain.rank.entry", *(("--mpi",) if mpi else ()))
-    return (ctx.python, *wrapper, ctx.script, *ctx.script_args)
+    kind = {Entry.SCRIPT: (), Entry.MODULE: ("-m",), Entry.EXECUTABLE: ("--exec",)}[ctx.entry]
+    return (ctx.python, *wrapper, *kind, ctx.script, *ctx.script_args)
 
 
 def _check_path(path: Path, what: str) -> str:
@@ -130,6 +135,7 @@ class OpenMpiBackend:
             argv += ["-mca", "oob_tcp_if_include", ctx.tcp_include]
         for name in ctx.forward:
             argv += ["-x", name]
+        argv += ctx.mpi_args  # --mpi-arg: the user's, last, so they win over ours
         argv += rank_argv(ctx, mpi=True)
         return Command(argv=tuple(argv), env=ctx.env_delta)
 
@@ -144,12 +150,18 @@ class HorovodrunBackend:
         argv.append("--gloo" if ctx.gloo else "--mpi")
         if ctx.ssh_config is not None and not alloc.is_local_only:
             raise UsageError(
-                "horovodrun cannot take an ssh config file (it always uses ~/.ssh/config)",
-                "use --backend mpirun (the default) with --ssh-config, or merge the config "
-                "into ~/.ssh/config",
+                "horovodrun cannot take an ssh config file (it reads ~/.ssh/config), nor a "
+                "user, port or key that differs between hosts (one -p and -i for all)",
+                "use --backend mpirun (the default), or put these settings in ~/.ssh/config",
             )
+        if ctx.ssh_port_key is not None and not alloc.is_local_only:
+            port, key = ctx.ssh_port_key
+            argv += ["-p", str(port)] if port else []
+            argv += ["-i", _check_path(Path(key), "ssh identity file")] if key else []
         if ctx.network_interface and not alloc.is_local_only:
             argv += ["--network-interface", ctx.network_interface]
+        if ctx.mpi_args:
+            argv += ["--mpi-args", shlex.join(ctx.mpi_args)]
         argv += rank_argv(ctx, mpi=not ctx.gloo)
         return Command(argv=tuple(argv), env=ctx.env_delta)
 

@@ -20,7 +20,7 @@ from ringtrain.hostfile import Allocation, render_openmpi_hostfile
 from ringtrain.launch.launchers import Command, LaunchContext, backend_for, forwarded_names
 from ringtrain.rank import envvars
 from ringtrain.remote.sshconf import needs_ssh_config, render_ssh_config
-from ringtrain.spec import Backend, LaunchSpec
+from ringtrain.spec import Backend, Entry, LaunchSpec
 
 _SECRET_RE = re.compile(
     r"(SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|_KEY$|_KEY_ID$|^AUTH)", re.IGNORECASE
@@ -177,10 +177,13 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         forward=forward,
         is_root=inputs.is_root,
         ssh_config=_ssh_config_path(spec, alloc, run_dir / f"attempt-{inputs.attempt}"),
+        ssh_port_key=_horovodrun_ssh(spec, alloc),
         tcp_include=spec.network_interface or inputs.tcp_include,
         network_interface=spec.network_interface,
         gloo=spec.gloo,
         user_btl="OMPI_MCA_btl" in inputs.environ,
+        entry=spec.entry,
+        mpi_args=spec.mpi_args,
     )
     command = backend_for(spec.launcher).build(alloc, ctx)
     ssh_text = ""
@@ -202,8 +205,22 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
     )
 
 
+def _horovodrun_ssh(spec: LaunchSpec, alloc: Allocation) -> tuple[int | None, str | None] | None:
+    """horovodrun takes one SSH port and key for all hosts (``-p``/``-i``) and no ssh_config:
+    when every remote host has the same port and key and nothing else needs a config file,
+    those two are passed to it instead."""
+    if spec.launcher is not Backend.HOROVODRUN or spec.ssh.config or spec.ssh.known_hosts:
+        return None
+    remote = [h for h in alloc.hosts if not h.is_local]
+    coords = {(h.port, h.identity_file) for h in remote}
+    if len(coords) != 1 or any(h.user for h in remote):
+        return None
+    port, key = coords.pop()
+    return (port, key) if port or key else None
+
+
 def _own_ssh_config(spec: LaunchSpec, alloc: Allocation) -> bool:
-    if alloc.is_local_only:
+    if alloc.is_local_only or _horovodrun_ssh(spec, alloc) is not None:
         return False
     return needs_ssh_config(alloc.hosts) or spec.ssh.known_hosts is not None
 
@@ -217,6 +234,10 @@ def _ssh_config_path(spec: LaunchSpec, alloc: Allocation, attempt_dir: Path) -> 
 
 
 def _script_path(spec: LaunchSpec) -> str:
+    """A script or program's absolute path (the ranks may start elsewhere); a module's name,
+    and a program found on PATH by its bare name, stay as they are."""
+    if spec.entry is Entry.MODULE or (spec.entry is Entry.EXECUTABLE and "/" not in spec.script):
+        return spec.script
     path = Path(spec.script)
     if not path.is_absolute():
         path = (spec.working_dir / path).absolute()

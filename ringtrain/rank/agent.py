@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from ringtrain.rank import envvars, procfs
+from ringtrain.rank import envvars, procfs, relay
 from ringtrain.rank.events import HEARTBEAT_S, decode, encode
 
 _DAEMON_NAMES = ("orted", "prted")
@@ -193,28 +193,48 @@ def _wrap_init(
     basics.init = init
 
 
-_AGENT: RankAgent | None = None
+_AGENT: RankAgent | relay.RelaySender | None = None
 
 
-def agent() -> RankAgent | None:
+def agent() -> RankAgent | relay.RelaySender | None:
+    """This rank's line to the launcher: the agent the rank entry started, or, in a program
+    the entry runs as its child (a wrapper script's ``python train.py``), the relay to it."""
+    if _AGENT is None and envvars.RELAY_FD in os.environ:
+        return start_from_env()
     return _AGENT
 
 
-def start_from_env() -> RankAgent | None:
+def start_from_env() -> RankAgent | relay.RelaySender | None:
     """Start the agent when the launcher asked for supervision; None otherwise."""
     global _AGENT  # noqa: PLW0603 - one agent per rank process
     addr = os.environ.get(envvars.CONTROL_ADDR)
     token = os.environ.get(envvars.CONTROL_TOKEN, "")
-    if not addr or _AGENT is not None:
+    if _AGENT is not None:
+        return _AGENT
+    if not addr:
+        sender = relay.from_env()
+        if sender is not None:
+            _AGENT = sender
+            _report_horovod_init(sender)
         return _AGENT
     timeout = float(os.environ.get(envvars.LAUNCHER_TIMEOUT, "15"))
     candidate = RankAgent(addr, token, rank_from_env(), timeout)
     if not candidate.start():
         return None
     _AGENT = candidate
-
-    def report_init(hvd: Any) -> None:
-        candidate.send("init", size=hvd.size(), local_rank=hvd.local_rank(), hvd_rank=hvd.rank())
-
-    sys.meta_path.insert(0, HorovodInitHook(report_init, lambda: candidate.send("init_begin")))
+    _report_horovod_init(candidate)
     return candidate
+
+
+def _report_horovod_init(line: RankAgent | relay.RelaySender) -> None:
+    def report_init(hvd: Any) -> None:
+        line.send("init", size=hvd.size(), local_rank=hvd.local_rank(), hvd_rank=hvd.rank())
+
+    def report_begin() -> None:
+        line.send("init_begin")
+
+    loaded = sys.modules.get(HorovodInitHook.TARGET)
+    if loaded is not None:  # imported before ringtrain (a relayed child): wrap it now
+        _wrap_init(loaded, report_init, report_begin)
+    else:
+        sys.meta_path.insert(0, HorovodInitHook(report_init, report_begin))

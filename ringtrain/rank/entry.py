@@ -1,4 +1,6 @@
-"""Per-rank entry point: ``python -m ringtrain.rank.entry [--mpi] SCRIPT ARGS...``.
+"""Per-rank entry point: ``python -m ringtrain.rank.entry [--mpi] SCRIPT ARGS...``, or
+``... -m MODULE ARGS...`` (a module, run as ``python -m`` runs it), or ``... --exec PROGRAM
+ARGS...`` (any other program: a wrapper script, a binary; see ``run_program``).
 
 What each rank does before and after the training script:
 
@@ -20,13 +22,19 @@ What each rank does before and after the training script:
 from __future__ import annotations
 
 import atexit
+import codecs
 import contextlib
 import os
 import runpy
+import signal
+import subprocess
 import sys
+import threading
 import traceback
+from types import FrameType
+from typing import IO, TextIO
 
-from ringtrain.rank import cleanup
+from ringtrain.rank import cleanup, envvars, relay
 from ringtrain.rank.lines import LineStream
 
 
@@ -56,11 +64,19 @@ def _done() -> None:
         current.done()
 
 
-def run_script(args: list[str]) -> None:
-    sys.argv[:] = args
-    sys.path[0] = os.path.dirname(os.path.realpath(args[0]))
+def run_script(args: list[str], *, module: bool = False) -> None:
+    """Run a Python file (``module``: a module, as ``python -m`` does) in this process."""
+    if module:
+        sys.argv[:] = ["-m", *args[1:]]  # runpy puts the module's path in argv[0]
+        sys.path[0] = os.getcwd()
+    else:
+        sys.argv[:] = args
+        sys.path[0] = os.path.dirname(os.path.realpath(args[0]))
     try:
-        runpy.run_path(args[0], run_name="__main__")
+        if module:
+            runpy.run_module(args[0], run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(args[0], run_name="__main__")
     except SystemExit as exc:
         code = exc.code
         if code is None or code == 0:
@@ -76,6 +92,61 @@ def run_script(args: list[str]) -> None:
     _done()
 
 
+def run_program(args: list[str]) -> None:
+    """Run any program as this rank's child and end as it ends (its exit status, or 128+N
+    when signal N killed it). This process stays the rank for the launcher: it checks in,
+    heartbeats and forwards what the child reports (``relay``); SIGTERM, SIGINT and SIGHUP
+    reach the child. The launcher's address and token are not in the child's environment."""
+    read_fd, write_fd = os.pipe()
+    env = {k: v for k, v in os.environ.items()
+           if k not in (envvars.CONTROL_ADDR, envvars.CONTROL_TOKEN)}
+    env[envvars.RELAY_FD] = str(write_fd)
+    _flush()
+    try:
+        child = subprocess.Popen(args, env=env, pass_fds=(write_fd,),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as err:
+        sys.stderr.write(f"ringtrain: cannot run {args[0]!r}: {err}\n")
+        _exit_now(127)
+    os.close(write_fd)
+    from ringtrain.rank import agent as rankagent  # noqa: PLC0415 - standard library only
+
+    line = rankagent.agent()
+    if line is not None:
+        relay.forward(read_fd, line.send)
+    else:
+        os.close(read_fd)
+
+    def pass_on(signum: int, _frame: FrameType | None) -> None:
+        with contextlib.suppress(OSError):
+            child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, pass_on)
+    # the child's output goes through this process's whole-line streams, like a script's
+    assert child.stdout is not None and child.stderr is not None
+    pumps = [threading.Thread(target=_pump, args=(src, dst), daemon=True)
+             for src, dst in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
+    for pump in pumps:
+        pump.start()
+    status = child.wait()
+    for pump in pumps:
+        pump.join(timeout=5)  # a grandchild may hold the pipe open: do not wait for it
+    if status == 0:
+        _done()
+        _flush()
+        sys.exit(0)
+    _exit_now(128 - status if status < 0 else status)
+
+
+def _pump(src: IO[bytes], dst: TextIO) -> None:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with contextlib.suppress(OSError, ValueError):
+        while chunk := os.read(src.fileno(), 65536):
+            dst.write(decoder.decode(chunk))
+        dst.write(decoder.decode(b"", final=True))
+
+
 def main(argv: list[str]) -> None:
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
@@ -89,9 +160,16 @@ def main(argv: list[str]) -> None:
 
     rankagent.start_from_env()  # check in with a supervising launcher, if there is one
     args = argv[1:] if argv[:1] == ["--mpi"] else argv
+    kind = args[0] if args[:1] in (["-m"], ["--exec"]) else None
+    if kind is not None:
+        args = args[1:]
     if not args:
-        sys.exit("usage: python -m ringtrain.rank.entry [--mpi] SCRIPT [ARGS...]")
-    run_script(args)
+        sys.exit("usage: python -m ringtrain.rank.entry [--mpi] [-m MODULE | --exec PROGRAM | "
+                 "SCRIPT] [ARGS...]")
+    if kind == "--exec":
+        run_program(args)
+    else:
+        run_script(args, module=kind == "-m")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,8 @@ class LineStream:
         return len(text)
 
     def _feed(self, text: str) -> list[str]:
+        if not text:  # print(end=""): nothing to add, and no blank line at exit
+            return []
         if "\r" not in text and "\b" not in text:  # the usual case: plain text
             head, sep, tail = text.rpartition("\n")
             if not sep:

@@ -12,7 +12,7 @@ import pytest
 from ringtrain.cli.launch_cmd import command
 from ringtrain.cli.launch_spec import LaunchOptions, build_spec
 from ringtrain.errors import UsageError
-from ringtrain.spec import Backend, EnvSpec, GpuRule, LaunchSpec
+from ringtrain.spec import Backend, Entry, EnvSpec, GpuRule, LaunchSpec
 from tests.golden import assert_golden
 
 FULL = LaunchOptions(
@@ -25,6 +25,8 @@ FULL = LaunchOptions(
     env=(EnvSpec("NCCL_DEBUG"), EnvSpec("MODE", "fast")),
     ssh_config=Path("/etc/rt/ssh_config"),
     known_hosts=Path("/etc/rt/known_hosts"),
+    ssh_port=2222,
+    ssh_identity_file="/etc/rt/id_ed25519",
     gpu_mode="ignored",
     on_bad_host="exclude",
     min_hosts=2,
@@ -62,7 +64,8 @@ def test_cli_parameters_and_launch_options_match_one_for_one() -> None:
     """What click passes is exactly LaunchOptions: no option is dropped or added on the way,
     and click's defaults are LaunchOptions' defaults."""
     fields = {f.name: f for f in dataclasses.fields(LaunchOptions)}
-    display = ("dry_run", "from_run", "console_ranks")  # how to run or show, not the launch
+    # how to run or show, not the launch (-v/-q: added to every command by the group)
+    display = ("dry_run", "from_run", "console_ranks", "json_out", "verbose", "quiet")
     params = {p.name: p for p in command.params if p.name not in display}
     assert set(params) == set(fields)
     for name, param in params.items():
@@ -80,3 +83,47 @@ def test_unreadable_recorded_spec_is_a_usage_error() -> None:
         LaunchSpec.from_json({"version": 99, "script": "x.py"})
     with pytest.raises(UsageError, match="cannot be read"):
         LaunchSpec.from_json({"version": 1, "script": "x.py", "backend": "pbsdsh"})
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "module", "want"),
+    [
+        ("train.py", ("--epochs", "3"), None, (Entry.SCRIPT, "train.py", ("--epochs", "3"), None)),
+        ("--epochs", ("3",), "pkg.train", (Entry.MODULE, "pkg.train", ("--epochs", "3"), None)),
+        ("python", ("train.py", "-e", "1"), None, (Entry.SCRIPT, "train.py", ("-e", "1"), None)),
+        ("python3", ("-u", "-m", "pkg.train", "x"), None,
+         (Entry.MODULE, "pkg.train", ("x",), None)),
+        ("/opt/venv/bin/python3.11", ("t.py",), None,
+         (Entry.SCRIPT, "t.py", (), "/opt/venv/bin/python3.11")),
+        ("./run.sh", ("a",), None, (Entry.SCRIPT, "./run.sh", ("a",), None)),  # CLI tells later
+    ],
+)
+def test_the_command_as_horovodrun_users_write_it(
+    script: str, args: tuple[str, ...], module: str | None,
+    want: tuple[Entry, str, tuple[str, ...], str | None],
+) -> None:
+    spec = build_spec(LaunchOptions(script=script, script_args=args, module=module), Path("/w"))
+    assert (spec.entry, spec.script, spec.script_args, spec.python) == want
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "message"),
+    [
+        (None, (), "no training script"),
+        ("python", (), "not an interpreter"),
+        ("python", ("-c", "print(1)"), "not an interpreter"),
+    ],
+)
+def test_what_is_not_a_training_command_is_refused(
+    script: str | None, args: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        build_spec(LaunchOptions(script=script, script_args=args), Path("/w"))
+
+
+def test_mpi_args_are_refused_where_no_mpirun_reads_them() -> None:
+    with pytest.raises(UsageError, match="--mpi-arg"):
+        build_spec(LaunchOptions(script="t.py", mpi_args=("-mca", "x", "y"), backend="srun"),
+                   Path("/w"))
+    spec = build_spec(LaunchOptions(script="t.py", mpi_args=("--report-bindings",)), Path("/w"))
+    assert spec.mpi_args == ("--report-bindings",)

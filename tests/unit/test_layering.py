@@ -26,6 +26,7 @@ ALLOWED = {
         "launch/run.py",
         "hostfile/discover.py",
         "schedulers/calls.py",
+        "rank/entry.py",  # runs the user's program (a wrapper, a binary) as the rank's child
         "checkpoint/",
         "sim/",
         "bench/",

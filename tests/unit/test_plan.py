@@ -9,8 +9,9 @@ import pytest
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
+from ringtrain.launch.hosts import with_ssh_defaults
 from ringtrain.launch.plan import REDACTED, PlanInputs, make_plan, read_recorded_spec
-from ringtrain.spec import Backend, CheckpointLocation, EnvSpec, LaunchSpec, SshSpec
+from ringtrain.spec import Backend, CheckpointLocation, Entry, EnvSpec, LaunchSpec, SshSpec
 from tests.golden import assert_golden
 
 ENVIRON = {
@@ -152,3 +153,35 @@ def test_plan_json_records_the_spec_and_reads_it_back_without_secret_values() ->
     assert "hunter2" not in plan.to_json_text()
     spec = read_recorded_spec(data)
     assert spec == replace(plan.spec, env=(EnvSpec("API_SECRET"), EnvSpec("MODE", "fast")))
+
+
+def test_one_port_and_key_for_every_host_reach_horovodrun_as_its_p_and_i() -> None:
+    request = LaunchSpec(script="train.py", host_spec="gpu01:2,gpu02:2",
+                         backend=Backend.HOROVODRUN, working_dir=Path("/w"),
+                         ssh=SshSpec(port=2222, identity_file="/k/id"))
+    hosts = with_ssh_defaults(parse_host_spec("gpu01:2,gpu02:2"), request.ssh)
+    inputs = PlanInputs(run_id="R1", environ=ENVIRON, is_root=False, python="/venv/bin/python")
+    plan = make_plan(request, allocate(hosts, None), inputs)
+    argv = plan.command.argv
+    assert argv[argv.index("-p") + 1] == "2222" and argv[argv.index("-i") + 1] == "/k/id"
+    assert plan.ssh_config_text == ""
+    mixed = replace(hosts, hosts=(hosts.hosts[0], replace(hosts.hosts[1], port=22)))
+    with pytest.raises(UsageError, match="one -p and -i for all"):
+        make_plan(request, allocate(mixed, None), inputs)
+    # mpirun: the same settings through its ssh's config, per host
+    mpirun = make_plan(replace(request, backend=None), allocate(hosts, None), inputs)
+    assert "Port 2222" in mpirun.ssh_config_text and "-p" not in mpirun.command.argv
+
+
+def test_module_program_and_mpi_args_in_the_rank_command() -> None:
+    mod = _plan(entry=Entry.MODULE, mpi_args=("--report-bindings",))
+    argv = list(mod.command.argv)
+    tail = argv[argv.index("--report-bindings"):]
+    assert tail == ["--report-bindings", "/venv/bin/python", "-m", "ringtrain.rank.entry",
+                    "--mpi", "-m", "train.py", "--epochs", "3"]
+    prog = _plan(entry=Entry.EXECUTABLE)  # a bare name: found on the hosts' PATH (the CLI
+    # gives a program file in the working dir its whole path)
+    assert list(prog.command.argv[-5:]) == ["--mpi", "--exec", "train.py", "--epochs", "3"]
+    hvd = _plan(backend=Backend.HOROVODRUN, mpi_args=("-mca", "btl_tcp_if_exclude", "lo"))
+    assert hvd.command.argv[hvd.command.argv.index("--mpi-args") + 1] == (
+        "-mca btl_tcp_if_exclude lo")

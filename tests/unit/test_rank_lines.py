@@ -66,3 +66,12 @@ def test_a_long_redraw_is_shown_and_drain_ends_a_partial_line() -> None:
     stream.drain()
     assert out.getvalue() == "step 2\nprompt without newline\n"
     assert stream.encoding == out.encoding  # everything else forwards to the real stream
+
+
+def test_an_empty_write_adds_no_blank_line_at_exit() -> None:
+    out = io.StringIO()
+    stream = LineStream(out)
+    stream.write("x\n")
+    stream.write("")  # print("", end="") does this
+    stream.drain()
+    assert out.getvalue() == "x\n"

@@ -1,0 +1,47 @@
+"""``-v``/``-q`` on every sub-command, where users type them (``ringtrain launch -v ...``), as
+well as before it (``ringtrain -v launch``). Added by the command group to each command it
+loads; a command that already uses ``-q`` for something else (``pbs submit -q QUEUE``, qsub's
+own spelling) keeps it and gets ``--quiet`` alone."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+_state = {"quiet": False}
+
+
+def quiet() -> bool:
+    """Whether ``-q`` was given: ringtrain's status lines go to the run's events.log only."""
+    return _state["quiet"]
+
+
+def _verbose(_ctx: click.Context, _param: click.Parameter, count: int) -> None:
+    if count:
+        logging.getLogger().setLevel(max(logging.WARNING - 10 * count, logging.DEBUG))
+
+
+def _quiet(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        _state["quiet"] = True
+        logging.getLogger().setLevel(logging.ERROR)
+
+
+def add_to(command: click.Command) -> click.Command:
+    """Give ``command`` (and a group's sub-commands) -v/--verbose and -q/--quiet unless it has
+    them (idempotent)."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_to(sub)
+    taken = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+    if "--verbose" not in taken:
+        command.params.append(click.Option(
+            ["-v", "--verbose"] if "-v" not in taken else ["--verbose"], count=True,
+            expose_value=False, callback=_verbose, help="More log output (-vv: debug)."))
+    if "--quiet" not in taken:
+        command.params.append(click.Option(
+            ["-q", "--quiet"] if "-q" not in taken else ["--quiet"], is_flag=True,
+            expose_value=False, callback=_quiet,
+            help="Only warnings and errors from ringtrain (the job's own output still shows)."))
+    return command

@@ -1,0 +1,148 @@
+"""The command lines horovodrun users type, for real on local slots: ``python -m pkg.train``,
+``--hostfile``, a wrapper script as the rank program, this machine by its host name, a
+misspelt option, ``--``, ``--mpi-arg``, ``-q`` and ``--json``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RINGTRAIN = [sys.executable, "-m", "ringtrain"]
+
+pytestmark = [pytest.mark.slow, pytest.mark.mpi]
+
+TRAIN = """\
+import os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf
+import horovod.tensorflow as hvd
+from ringtrain.rank import progress
+hvd.init()
+total = hvd.allreduce(tf.constant(float(hvd.rank())), op=hvd.Sum)
+progress.report(epoch=1, epochs=1, step=5, loss=0.5)
+token = "RINGTRAIN_CONTROL_TOKEN" in os.environ
+print("SUM", hvd.rank(), int(total.numpy()), " ".join(sys.argv[1:]), "token", token, flush=True)
+sys.exit(int(os.environ.get("EXIT_WITH", "0")) if hvd.rank() == 1 else 0)
+"""
+
+
+def _launch(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RINGTRAIN, "launch", "--runs-dir", str(tmp_path / "runs"), *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return run_dir
+
+
+def test_python_dash_m_with_hostfile_mpi_args_quiet_and_json(tmp_path: Path) -> None:
+    pkg = tmp_path / "trainpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(TRAIN)
+    (tmp_path / "hf").write_text("localhost slots=2\n")
+    proc = _launch(tmp_path, "-q", "--hostfile", "hf", "-np", "2", "--json",
+                   "--mpi-arg=--display-map", "python", "-m", "trainpkg.train", "--tag", "x")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)  # stdout holds the result and nothing else
+    assert result["state"] == "succeeded" and result["run_id"] == _run_dir(tmp_path).name
+    assert "[0] SUM 0 1 --tag x" in proc.stderr  # the module's own argv, in-process
+    assert "[1] SUM 1 1 --tag x" in proc.stderr
+    assert "ringtrain check" not in proc.stderr  # -q: no pre-flight table when all is well
+    assert "JOB MAP" in proc.stderr  # mpirun read --display-map
+    assert "ringtrain: run " not in proc.stderr  # -q: status lines only in events.log
+    plan = json.loads((_run_dir(tmp_path) / "attempt-1" / "plan.json").read_text())
+    assert plan["argv"][-9:] == ["--display-map", sys.executable, "-m", "ringtrain.rank.entry",
+                                 "--mpi", "-m", "trainpkg.train", "--tag", "x"], plan["argv"]
+    shown = subprocess.run([*RINGTRAIN, "runs", "--runs-dir", str(tmp_path / "runs"), "show",
+                            result["run_id"], "--json"],
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(shown.stdout)["state"] == "succeeded"
+
+
+def _wrapper(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text(TRAIN)
+    wrapper = tmp_path / "run.sh"
+    wrapper.write_text(f'#!/bin/sh\necho "wrapper on $(hostname)"\nexec {sys.executable} '
+                       'train.py "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return wrapper
+
+
+def test_a_wrapper_script_runs_as_the_rank_and_its_python_reports_through_it(
+    tmp_path: Path,
+) -> None:
+    """The wrapper's python reports progress through the rank entry (relay): the launcher
+    shows it; the launcher's token never reaches the user's program."""
+    _wrapper(tmp_path)
+    proc = _launch(tmp_path, "-H", "localhost:2", "./run.sh", "--lr", "0.1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[0] SUM 0 1 --lr 0.1 token False" in proc.stdout, proc.stdout[-2000:]
+    assert "wrapper on" in proc.stdout
+    events = (_run_dir(tmp_path) / "events.log").read_text()
+    assert "training: epoch 1/1, step 5, loss 0.5000" in events, events
+    plan = json.loads((_run_dir(tmp_path) / "attempt-1" / "plan.json").read_text())
+    assert plan["spec"]["entry"] == "executable"
+
+
+def test_a_failing_wrapper_is_a_failed_rank_with_its_exit_code(tmp_path: Path) -> None:
+    _wrapper(tmp_path)
+    proc = _launch(tmp_path, "-H", "localhost:2", "./run.sh", env={"EXIT_WITH": "3"})
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "rank 1 on localhost failed (exit code 3)" in proc.stderr
+
+
+def test_this_machine_by_its_host_name_starts_without_ssh(tmp_path: Path) -> None:
+    """-p 1: were the probe or mpirun to use SSH, nothing listens on port 1 and the launch
+    fails; as horovodrun does, the ranks start here."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    name = socket.gethostname()
+    proc = _launch(tmp_path, "-p", "1", "-H", f"{name}:2", "train.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{name}: this machine; its ranks start without SSH" in proc.stderr
+    assert "[1] SUM 1 1" in proc.stdout
+
+
+def test_a_misspelt_option_is_named_with_a_suggestion(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TRAIN)
+    proc = _launch(tmp_path, "--hostz", "h.txt", "train.py")
+    assert proc.returncode == 2
+    assert "No such option '--hostz'" in proc.stderr and "'--hosts'" in proc.stderr
+    assert "not found" not in proc.stderr and not (tmp_path / "runs").exists()
+
+
+def test_double_dash_ends_ringtrains_options(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TRAIN)
+    proc = _launch(tmp_path, "--dry-run", "-H", "localhost:2", "--mpi-arg=--report-bindings",
+                   "--", "train.py", "-q", "--json")
+    assert proc.returncode == 0, proc.stderr
+    argv = proc.stdout
+    assert "--report-bindings" in argv.split("ringtrain.rank.entry")[0]
+    assert "train.py -q --json" in argv
+
+
+def _entry(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGTRAIN_")}
+    return subprocess.run([sys.executable, "-m", "ringtrain.rank.entry", *args],
+                          capture_output=True, text=True, timeout=60, check=False, env=env)
+
+
+def test_a_program_rank_keeps_whole_lines_and_its_exit_status() -> None:
+    proc = _entry("--exec", "sh", "-c", 'printf "a"; sleep 0.2; printf "b\\n"; exit 4')
+    assert proc.returncode == 4 and proc.stdout == "ab\n"
+    proc = _entry("--exec", "sh", "-c", "kill -TERM $$")
+    assert proc.returncode == 128 + 15
+    proc = _entry("--exec", "/nonexistent/prog")
+    assert proc.returncode == 127 and "cannot run '/nonexistent/prog'" in proc.stderr
