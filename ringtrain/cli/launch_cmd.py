@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import difflib
-import importlib.util
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -17,8 +14,7 @@ from typing import Any
 
 import click
 
-from ringtrain.cli import verbosity
-from ringtrain.cli.check_cmd import print_verdict
+from ringtrain.cli import launch_entry, launch_report, verbosity
 from ringtrain.cli.context import SshOptions, cli_context
 from ringtrain.cli.hosts_cmd import slot_override
 from ringtrain.cli.launch_spec import LaunchOptions, build_spec
@@ -26,11 +22,9 @@ from ringtrain.cli.live import LiveView
 from ringtrain.errors import JobFailed, UsageError
 from ringtrain.launch import hosts as launch_hosts
 from ringtrain.launch import run
-from ringtrain.launch.plan import read_recorded_spec
-from ringtrain.launch.reporter import NullReporter
-from ringtrain.launch.result import JobResult, JobState
+from ringtrain.launch.result import JobState
 from ringtrain.launch.session import Session
-from ringtrain.spec import Backend, Entry, EnvSpec, LaunchSpec
+from ringtrain.spec import Backend, EnvSpec
 
 _EPILOG = """\b
 Examples:
@@ -263,10 +257,10 @@ def command(
     runs a module. `python train.py` and `python -m pkg.train`, as horovodrun takes them, work
     too. Options end at SCRIPT (or at --): everything after it is the script's own."""
     if from_run:
-        spec = _spec_from_run(ctx, from_run)
+        spec = launch_entry.spec_from_run(ctx, from_run)
     else:
-        _refuse_unknown_option(ctx, options)
-        spec = resolve_entry(build_spec(LaunchOptions(**options), Path.cwd()))
+        launch_entry.refuse_unknown_option(ctx, options)
+        spec = launch_entry.resolve_entry(build_spec(LaunchOptions(**options), Path.cwd()))
     found = launch_hosts.resolve(spec, os.environ)
     for note in found.notes:
         click.echo(f"ringtrain: {note}", err=True)
@@ -280,7 +274,7 @@ def command(
         )
     remote = found.remote or cli_context().remote_factory(SshOptions(spec.ssh))
     if dry_run:
-        _dry_run(Session(spec, inventory, remote, _DryRunReporter()))
+        launch_report.dry_run(Session(spec, inventory, remote, launch_report.DryRunReporter()))
     else:
         view = LiveView(console_ranks=console_ranks, quiet=verbosity.quiet(),
                         rank_stream=sys.stderr if json_out else None)
@@ -298,108 +292,6 @@ def _rank_set(text: str | None) -> frozenset[int] | None:
             raise click.BadParameter(f"{text!r} is not a rank list like 0 or 0,3-4 or all")
         ranks.update(range(int(first), int(last or first) + 1))
     return frozenset(ranks)
-
-
-def _refuse_unknown_option(ctx: click.Context, options: dict[str, Any]) -> None:
-    """Options end at SCRIPT, so a misspelt option would be taken for the script: say
-    "no such option" with click's suggestion instead of "script not found"."""
-    script = options.get("script")
-    if options.get("module") is not None or not script or not script.startswith("-"):
-        return
-    if Path(script).is_file():  # a script named -x.py, given after --
-        return
-    name = script.partition("=")[0]
-    known = [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts)
-             if o.startswith("-")]
-    raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, known), ctx=ctx)
-
-
-def resolve_entry(spec: LaunchSpec) -> LaunchSpec:
-    """Tell a Python script from a program, and refuse what is not there: a SCRIPT that is an
-    executable file without a Python #! line, or a bare name found on PATH, is a program."""
-    if spec.entry is Entry.MODULE:
-        top = spec.script.partition(".")[0]
-        if spec.python is None and not (
-            (spec.working_dir / top).is_dir() or (spec.working_dir / f"{top}.py").is_file()
-            or importlib.util.find_spec(top) is not None
-        ):
-            raise UsageError(
-                f"module {spec.script!r} not found: no {top}/ or {top}.py in "
-                f"{spec.working_dir} and no installed {top!r}",
-                "run from the directory that holds the package, or install it",
-            )
-        return spec
-    path = spec.working_dir / spec.script
-    if path.is_file():
-        if path.suffix != ".py" and os.access(path, os.X_OK) and not _python_shebang(path):
-            return replace(spec, entry=Entry.EXECUTABLE, script=str(path))
-        return spec
-    if "/" not in spec.script and shutil.which(spec.script):
-        return replace(spec, entry=Entry.EXECUTABLE)
-    raise UsageError(
-        f"script {spec.script!r} not found in {spec.working_dir}",
-        "give the path of a training script (or -m MODULE, or a program on PATH)",
-    )
-
-
-def _python_shebang(path: Path) -> bool:
-    try:
-        with path.open("rb") as f:
-            first = f.readline(256)
-    except OSError:
-        return False
-    return first.startswith(b"#!") and b"python" in first
-
-
-def _spec_from_run(ctx: click.Context, run_dir: Path) -> LaunchSpec:
-    given = [
-        p.opts[0]
-        for p in ctx.command.params
-        if p.name not in ("from_run", "dry_run", "script_args")
-        and ctx.get_parameter_source(p.name or "") is click.core.ParameterSource.COMMANDLINE
-    ]
-    if given or ctx.params.get("script_args"):
-        raise UsageError(
-            f"--from reruns the launch recorded in {run_dir}; it takes no "
-            f"{' '.join(given) or 'script arguments'}",
-            "drop those options, or launch without --from and write every option out",
-        )
-    candidates = [run_dir / "attempt-1" / "plan.json", run_dir / "plan.json"]
-    path = next((c for c in candidates if c.is_file()), None)
-    if path is None:
-        raise UsageError(
-            f"--from {run_dir}: no plan.json there (looked for attempt-1/plan.json)",
-            "pass a run directory, e.g. runs/20261124-010203-ab12 (see `ringtrain runs`)",
-        )
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise UsageError(f"cannot read {path}: {err}", "pass another run directory") from err
-    spec = read_recorded_spec(data)
-    click.echo(f"ringtrain: launching again what {run_dir} ran ({spec.script})", err=True)
-    return spec
-
-
-class _DryRunReporter(NullReporter):
-    """The dry run's pre-flight table and notes go to stderr; the plan alone to stdout."""
-
-    def note(self, text: str) -> None:
-        click.echo(f"ringtrain: {text}", err=True)
-
-    def verdict(self, *args: Any) -> None:
-        print_verdict(*args, stderr=True)
-
-
-def _dry_run(session: Session) -> None:
-    """Print the plan attempt 1 would run: same pre-flight (unless --no-probe), same placement
-    and network settings; the probe table goes to stderr, the plan to stdout."""
-    plan = session.dry_plan()
-    run.prepare(plan)  # the hostfile the argv names exists, so the argv runs as printed
-    click.echo(plan.describe())
-    session.reporter.note(
-        "a real launch adds RINGTRAIN_CONTROL_ADDR and RINGTRAIN_CONTROL_TOKEN for "
-        "supervision; the command above also runs as is, unsupervised"
-    )
 
 
 def _run(session: Session, view: LiveView, *, json_out: bool = False) -> None:
@@ -429,7 +321,7 @@ def _run(session: Session, view: LiveView, *, json_out: bool = False) -> None:
         view.stop()
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    _report_teardown(view, result)
+    launch_report.report_teardown(view, result)
     if json_out:  # the run's result.json (every attempt, the checkpoint), else this attempt's
         view.flush()
         path = session.run_dir / "result.json"
@@ -439,56 +331,10 @@ def _run(session: Session, view: LiveView, *, json_out: bool = False) -> None:
         view.flush()
         return
     view.flush()  # the notes before the error lines the CLI prints
-    message = _failure_message(result) + "\n" + _what_ringtrain_did(session, result)
+    message = (launch_report.failure_message(result) + "\n"
+               + launch_report.what_ringtrain_did(session, result))
     hint = result.failure.hint(result.attempt_dir) if result.failure else (
         f"see the logs in {result.attempt_dir}")
     raise JobFailed(message, hint, exit_code=result.exit_code)
 
 
-def _report_teardown(view: LiveView, result: JobResult) -> None:
-    dirty = [t for t in result.teardown if not t.clean]
-    killed = sum(t.killed for t in result.teardown)
-    if not dirty:
-        if killed:
-            view.note(f"teardown: ended {killed} leftover process(es); every host verified clean")
-        return
-    for t in dirty:
-        left = "; ".join(t.left[:5]) or "-"
-        view.note(f"teardown: {t.host}: {t.error or 'processes still running: ' + left}")
-
-
-def _failure_message(result: JobResult) -> str:
-    if result.state is JobState.INTERRUPTED:
-        return f"job interrupted after {result.duration_s:.1f} s and stopped on every host"
-    if result.failure is None:  # pragma: no cover - a failed result always carries one
-        return f"the job failed (exit code {result.exit_code}) after {result.duration_s:.1f} s"
-    return result.failure.describe(result.attempt)
-
-
-def _what_ringtrain_did(session: Session, result: JobResult) -> str:
-    """The second half of the root-cause report: teardown, attempts, the resume point."""
-    clean = [t.host for t in result.teardown if t.clean]
-    unverified = [t.host for t in result.teardown if not t.clean]
-    did = f"ringtrain: tore the job down; {len(clean)} host(s) verified clean"
-    if unverified:
-        did += f", not verified: {', '.join(unverified)}"
-    did += f". Attempt {result.attempt} of {session.spec.restart.max_restarts + 1}"
-    if result.state is JobState.INTERRUPTED:
-        did += " (stopped by the user: no restart)"
-    else:
-        asked = session.spec.restart.max_restarts
-        did += " (restarts used up)" if asked else " (no restart asked)"
-    ckpt = session.last_checkpoint
-    if ckpt and "error" in ckpt:
-        did += (
-            f". Could not list the checkpoints at {ckpt['url']} ({ckpt['error']}); a relaunch "
-            f"with --checkpoint {ckpt['url']} resumes from the newest one that verifies."
-        )
-    elif ckpt:
-        did += (
-            f". Last committed checkpoint: step {ckpt['step']} (epoch {ckpt['epoch']}) at "
-            f"{ckpt['url']}; a relaunch with --checkpoint {ckpt['url']} resumes there."
-        )
-    else:
-        did += ". No committed checkpoint."
-    return did
