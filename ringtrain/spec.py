@@ -126,13 +126,19 @@ class CheckpointLocation:
 
 @dataclass(frozen=True, slots=True)
 class PreflightSpec:
-    """The SSH pre-flight before every attempt (``--no-probe`` turns it off)."""
+    """The SSH pre-flight before every attempt (``--no-probe`` turns it off), and the ring
+    check before the first (``--ring-check``: every host pair's bandwidth with real MPI
+    traffic; a slow host warned about or left out)."""
 
     enabled: bool = True
     gpus: GpuRule = GpuRule.AUTO
     on_bad_host: Literal["fail", "exclude"] = "fail"
     require_same_versions: bool = True
     timeout_s: float = 30.0
+    ring_check: bool = False
+    expect_link_Bps: float | None = None
+    slow_ratio: float = 0.5
+    on_slow_host: Literal["warn", "exclude"] = "warn"
 
 
 @dataclass(frozen=True, slots=True)

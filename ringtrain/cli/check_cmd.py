@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ringtrain.cli.context import SshOptions, cli_context
+from ringtrain.cli.options import ring_check_options
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
 from ringtrain.launch.gate import gpu_rule
@@ -82,6 +83,9 @@ _STYLE = {HostStatus.OK: "green", HostStatus.WARN: "yellow", HostStatus.EXCLUDED
 @click.option("--connect-timeout", type=click.FloatRange(min=1), default=5.0, show_default=True)
 @click.option("--concurrency", type=click.IntRange(min=1), default=64, show_default=True,
               help="Hosts probed at once.")
+@ring_check_options("--ring")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
+              show_default=True, help="Where the ring check's run (logs, measurements) goes.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 def command(
     hosts_file: str | None, host_spec: str | None, hosts_format: str | None, np: int | None,
@@ -89,7 +93,9 @@ def command(
     on_bad_host: str, min_hosts: int, on_busy: str, busy_memory_mib: int, busy_util: int,
     gpu_mode: str | None, allow_mixed_versions: bool, python: str | None,
     network_interface: str | None,
-    timeout: float, connect_timeout: float, concurrency: int, as_json: bool,
+    timeout: float, connect_timeout: float, concurrency: int, ring_check: bool,
+    expect_link: str | None, slow_ratio: float, on_slow_host: str, runs_dir: Path,
+    as_json: bool,
 ) -> None:
     """Probe every host over SSH: GPUs, software versions, network; report what a launch would do.
 
@@ -115,11 +121,30 @@ def command(
 
     policy = gpu_rule(GpuRule(gpu_mode or "auto"), report, policy, note)
     verdict = evaluate(inventory, report, policy)
-    if as_json:
-        click.echo(json.dumps(verdict_to_dict(inventory, report, verdict), indent=2))
-    else:
+    data = verdict_to_dict(inventory, report, verdict)
+    if not as_json:
         print_verdict(inventory, report, verdict, policy)
     err: RingtrainError | None = verdict.error()
+    if err is None and ring_check:
+        from ringtrain.cli import ring_view  # noqa: PLC0415 - it imports this module
+        from ringtrain.ringcheck.outliers import parse_link_rate  # noqa: PLC0415
+        from ringtrain.ringcheck.runner import RingCheckOptions, run_ring_check  # noqa: PLC0415
+
+        opts = RingCheckOptions(
+            runs_dir=runs_dir, working_dir=Path.cwd(),
+            ssh=SshSpec(ssh_config, known_hosts, accept_new_host_keys), python=python,
+            network_interface=network_interface, slow_ratio=slow_ratio,
+            expect_Bps=parse_link_rate(expect_link) if expect_link else None)
+        check = run_ring_check(verdict.apply(inventory), remote, opts, ring_view.RingReporter())
+        ring_view.show_ring_check(check, stderr=as_json)
+        data["ring"] = {**check.verdict.to_json(), "run_dir": str(check.run_dir)}
+        if check.verdict.slow_hosts:
+            what = ("a launch with --on-slow-host exclude leaves out" if on_slow_host == "exclude"
+                    else "warning: slow host(s), a launch keeps them (--on-slow-host warn):")
+            click.echo(f"ringtrain: ring check: {what} {', '.join(check.verdict.slow_hosts)}",
+                       err=True)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
     if err is not None:
         raise err
 

@@ -17,8 +17,10 @@ import click
 from ringtrain.cli import launch_entry, launch_report, verbosity
 from ringtrain.cli.context import SshOptions, cli_context
 from ringtrain.cli.hosts_cmd import slot_override
+from ringtrain.cli.launch_ring import ring_precheck
 from ringtrain.cli.launch_spec import LaunchOptions, build_spec
 from ringtrain.cli.live import LiveView
+from ringtrain.cli.options import ring_check_options
 from ringtrain.errors import JobFailed, UsageError
 from ringtrain.launch import hosts as launch_hosts
 from ringtrain.launch import run
@@ -100,6 +102,7 @@ def _env_specs(
     help="Trust keys of hosts not yet in known_hosts (a changed key is always refused).",
 )
 @click.option("--no-probe", is_flag=True, help="Skip the SSH pre-flight probe of every host.")
+@ring_check_options("--ring-check")
 @click.option(
     "--gpus",
     "gpu_mode",
@@ -273,6 +276,8 @@ def command(
             "run inside sbatch/salloc (see `ringtrain slurm render`), or use --backend mpirun",
         )
     remote = found.remote or cli_context().remote_factory(SshOptions(spec.ssh))
+    if spec.preflight.ring_check and not dry_run:
+        spec = ring_precheck(spec, inventory, remote)
     if dry_run:
         launch_report.dry_run(Session(spec, inventory, remote, launch_report.DryRunReporter()))
     else:

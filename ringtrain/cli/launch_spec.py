@@ -13,6 +13,7 @@ from typing import Literal
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import AllocationPolicy
+from ringtrain.ringcheck.outliers import parse_link_rate
 from ringtrain.spec import (
     Backend,
     CheckpointLocation,
@@ -48,6 +49,10 @@ class LaunchOptions:
     ssh_port: int | None = None
     ssh_identity_file: str | None = None
     no_probe: bool = False
+    ring_check: bool = False
+    expect_link: str | None = None
+    slow_ratio: float = 0.5
+    on_slow_host: str = "warn"
     gpu_mode: str | None = None
     on_bad_host: str = "fail"
     min_hosts: int = 1
@@ -114,6 +119,11 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
             gpus=GpuRule(opts.gpu_mode or GpuRule.AUTO.value),
             on_bad_host=on_bad,
             require_same_versions=not opts.allow_mixed_versions,
+            ring_check=opts.ring_check,
+            expect_link_Bps=(parse_link_rate(opts.expect_link)
+                             if opts.expect_link is not None else None),
+            slow_ratio=opts.slow_ratio,
+            on_slow_host="exclude" if opts.on_slow_host == "exclude" else "warn",
         ),
         supervision=SupervisionPolicy(
             start_timeout=opts.start_timeout,

@@ -1,0 +1,106 @@
+"""Run the ring check on a set of hosts: one rank per host, through the ordinary launch Session
+(same SSH settings, supervision, teardown, run directory and logs as any job), then read rank
+0's ``RINGCHECK`` line and analyse it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ringtrain.errors import LaunchError
+from ringtrain.hostfile import Inventory
+from ringtrain.launch.reporter import Reporter
+from ringtrain.launch.result import JobState
+from ringtrain.launch.session import Session
+from ringtrain.remote import Remote
+from ringtrain.ringcheck.outliers import Pair, RingVerdict, analyse
+from ringtrain.spec import (
+    Backend,
+    Entry,
+    GpuRule,
+    LaunchSpec,
+    PreflightSpec,
+    SshSpec,
+    SupervisionPolicy,
+)
+
+MARK = "RINGCHECK "
+
+
+@dataclass(frozen=True, slots=True)
+class RingCheckOptions:
+    runs_dir: Path = Path("runs")
+    working_dir: Path = Path(".")
+    ssh: SshSpec = field(default_factory=SshSpec)
+    python: str | None = None
+    network_interface: str | None = None
+    expect_Bps: float | None = None
+    slow_ratio: float = 0.5
+    pair_bytes: int = 4 << 20
+    ring_bytes: int = 8 << 20
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class RingCheck:
+    verdict: RingVerdict
+    raw: dict[str, Any]
+    run_dir: Path
+
+
+def run_ring_check(
+    inventory: Inventory, remote: Remote, opts: RingCheckOptions, reporter: Reporter
+) -> RingCheck:
+    """Measure every host pair and the ring over ``inventory`` (one rank per host)."""
+    one_each = replace(inventory, hosts=tuple(replace(h, slots=1, max_slots=None)
+                                              for h in inventory.hosts))
+    spec = LaunchSpec(
+        script="ringtrain.ringcheck.rankprog",
+        script_args=("--size", str(opts.pair_bytes), "--ring-size", str(opts.ring_bytes)),
+        entry=Entry.MODULE,
+        # waiting ranks yield the CPU instead of spinning: where hosts share cores (a
+        # simulated cluster, an oversubscribed node) spinning peers distort the timings
+        mpi_args=("-mca", "mpi_yield_when_idle", "1"),
+        np=len(one_each.hosts),
+        backend=Backend.MPIRUN,
+        runs_dir=opts.runs_dir,
+        working_dir=opts.working_dir,
+        python=opts.python,
+        network_interface=opts.network_interface,
+        ssh=opts.ssh,
+        preflight=PreflightSpec(enabled=False, gpus=GpuRule.IGNORED),
+        supervision=SupervisionPolicy(start_timeout=min(120.0, opts.timeout_s)),
+    )
+    session = Session(spec, one_each, remote, reporter)
+    result = session.run()
+    if result.state is not JobState.SUCCEEDED:
+        why = result.failure.message if result.failure else result.state.value
+        raise LaunchError(f"the ring check failed: {why}",
+                          f"see the logs in {result.attempt_dir}")
+    raw = _read(result.attempt_dir / "rank.0.log")
+    plan = json.loads((result.attempt_dir / "plan.json").read_text())
+    hosts = tuple(h["name"] for h in plan["hosts"] for _ in range(h["slots"]))
+    pairs = [Pair(p["a"], p["b"], p["bandwidth_Bps"], p["latency_s"]) for p in raw["pairs"]]
+    ring = raw.get("ring") or {}
+    verdict = analyse(hosts, pairs, expect_Bps=opts.expect_Bps, slow_ratio=opts.slow_ratio,
+                      ring_busbw_Bps=ring.get("busbw_Bps"))
+    out = {"verdict": verdict.to_json(), "measured": raw}
+    (session.run_dir / "ringcheck.json").write_text(json.dumps(out, indent=2))
+    return RingCheck(verdict, raw, session.run_dir)
+
+
+def _read(log: Path) -> dict[str, Any]:
+    try:
+        text = log.read_text(errors="replace")
+    except OSError as err:
+        raise LaunchError(f"the ring check left no result: {err}", f"see {log.parent}") from err
+    for line in reversed(text.splitlines()):
+        _, mark, body = line.partition(MARK)
+        if mark:
+            data: dict[str, Any] = json.loads(body)
+            return data
+    raise LaunchError(f"the ring check's rank 0 printed no result in {log}",
+                      f"see the logs in {log.parent}")

@@ -1,0 +1,90 @@
+"""The ring check on the simulated cluster, with real mpirun traffic over shaped links: one host
+at a quarter of the others' rate is named (not its neighbours), a launch with
+``--on-slow-host exclude`` trains without it, and equal links raise no alarm."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringtrain.sim import shaping
+
+sim = pytest.importorskip("ringtrain.sim")
+
+pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
+
+FAST, SLOW = "400mbit", "100mbit"
+HOSTS = "gpu01:1,gpu02:1,gpu03:1,gpu04:1"
+
+
+@pytest.fixture
+def links(sim_cluster: Any) -> Iterator[Any]:
+    shaping.set_all_link_rates(sim_cluster.config, FAST)
+    try:
+        yield sim_cluster
+    finally:
+        shaping.set_all_link_rates(sim_cluster.config, None)
+
+
+def _ringtrain(cluster: Any, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command, *rest = args
+    return subprocess.run(
+        [sys.executable, "-m", "ringtrain", command, "--runs-dir", str(tmp_path / "runs"),
+         "-H", HOSTS, "--ssh-config", str(cluster.ssh_config),
+         "--known-hosts", str(cluster.known_hosts), *rest],
+        capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path,
+    )
+
+
+def test_check_ring_names_the_host_at_a_quarter_with_numbers_and_a_picture(
+    links: Any, tmp_path: Path
+) -> None:
+    shaping.set_link_rate(links.config, "gpu03", SLOW)
+    proc = _ringtrain(links, tmp_path, "check", "--cpu", "--ring", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ring = json.loads(proc.stdout)["ring"]
+    assert ring["slow_hosts"] == ["gpu03"] and ring["slow_links"] == [], ring
+    scores = {s["host"]: s for s in ring["scores"]}
+    # gpu03's pairs run at its quarter rate (100 Mbit/s = 12.5 MB/s, within the shaper's
+    # slack), below half the reference (the median of the hosts' best pairs: 400 Mbit/s)
+    assert 6e6 < scores["gpu03"]["median_Bps"] < 16e6
+    assert scores["gpu03"]["median_Bps"] < 0.5 * ring["reference_Bps"]
+    assert 30e6 < ring["reference_Bps"] < 60e6
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert (run_dir / "ringcheck.json").is_file() and (run_dir / "ringcheck.png").is_file()
+    assert "slow host gpu03" in proc.stderr
+
+
+def test_launch_with_ring_check_excludes_the_slow_host_and_trains(
+    links: Any, tmp_path: Path
+) -> None:
+    shaping.set_link_rate(links.config, "gpu03", SLOW)
+    script = tmp_path / "where.py"
+    script.write_text(
+        "import socket\nimport horovod.tensorflow as hvd\nimport tensorflow as tf\nhvd.init()\n"
+        "total = hvd.allreduce(tf.constant(1.0), op=hvd.Sum)\n"
+        "print('HOST', hvd.rank(), socket.gethostname(), int(total.numpy()), flush=True)\n")
+    proc = _ringtrain(links, tmp_path, "launch", "--cpu", "--ring-check",
+                      "--on-slow-host", "exclude", str(script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hosts = {line.split()[3] for line in proc.stdout.splitlines() if " HOST " in line}
+    assert hosts == {"gpu01", "gpu02", "gpu04"}, proc.stdout[-2000:]
+    assert "ring check: excluding gpu03" in proc.stderr
+    runs = sorted((tmp_path / "runs").iterdir())
+    job = json.loads((runs[-1] / "attempt-1" / "plan.json").read_text())
+    assert "gpu03" in job["spec"]["allocation"]["exclude"]  # --from reruns it without gpu03
+
+
+def test_equal_links_raise_no_alarm_over_repeated_checks(links: Any, tmp_path: Path) -> None:
+    for i in range(3):
+        (tmp_path / str(i)).mkdir()
+        proc = _ringtrain(links, tmp_path / str(i), "check", "--cpu", "--ring", "--json")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        ring = json.loads(proc.stdout)["ring"]
+        assert ring["slow_hosts"] == [] and ring["slow_links"] == [], ring

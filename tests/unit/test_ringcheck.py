@@ -1,0 +1,78 @@
+"""The ring check's pure parts: round-robin pairing and naming the slow host or link."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ringtrain.errors import UsageError
+from ringtrain.ringcheck.outliers import Pair, analyse, parse_link_rate
+from ringtrain.ringcheck.schedule import rounds
+
+GBIT = 1e9 / 8
+
+
+@pytest.mark.parametrize("n", range(1, 18))
+def test_every_pair_once_in_n_minus_1_rounds_of_disjoint_pairs(n: int) -> None:
+    sched = rounds(n)
+    assert len(sched) == (0 if n < 2 else n - 1 + n % 2)
+    seen = [p for r in sched for p in r]
+    assert sorted(seen) == list(itertools.combinations(range(n), 2))
+    for r in sched:
+        busy = [h for p in r for h in p]
+        assert len(busy) == len(set(busy))  # nobody in two pairs of one round
+        assert len(r) == n // 2
+
+
+def _matrix(n: int, slow_host: int | None = None, slow_link: tuple[int, int] | None = None,
+            fast: float = 4 * GBIT, slow: float = 1 * GBIT, jitter: float = 0.05) -> list[Pair]:
+    pairs = []
+    for k, (a, b) in enumerate(itertools.combinations(range(n), 2)):
+        bw = fast * (1 + jitter * ((k * 7919) % 11 - 5) / 5)  # deterministic noise, +-5%
+        if slow_host in (a, b) or slow_link == (a, b):
+            bw = slow
+        pairs.append(Pair(a, b, bw, 50e-6))
+    return pairs
+
+
+@pytest.mark.parametrize("n", [3, 4, 8, 16])
+def test_a_host_at_a_quarter_is_named_and_its_neighbours_are_not(n: int) -> None:
+    hosts = tuple(f"gpu{i:02d}" for i in range(n))
+    for culprit in range(n):
+        v = analyse(hosts, _matrix(n, slow_host=culprit))
+        assert v.slow_hosts == (hosts[culprit],) and not v.slow_links, v.describe()
+        assert "slow host " + hosts[culprit] in v.describe()[0]
+
+
+def test_a_slow_link_between_healthy_hosts_is_a_link() -> None:
+    hosts = tuple(f"h{i}" for i in range(6))
+    v = analyse(hosts, _matrix(6, slow_link=(1, 4)))
+    assert v.slow_hosts == () and [(a, b) for a, b, _ in v.slow_links] == [("h1", "h4")]
+
+
+def test_a_healthy_cluster_raises_no_alarm_and_two_hosts_blame_no_host() -> None:
+    for n in (2, 3, 5, 8):
+        assert analyse(tuple(map(str, range(n))), _matrix(n, jitter=0.3)).healthy
+    two = analyse(("a", "b"), [Pair(0, 1, 1 * GBIT, 1e-4)], expect_Bps=25 * GBIT)
+    assert two.slow_hosts == () and two.slow_links == (("a", "b", 1 * GBIT),)
+
+
+def test_the_expected_rate_is_the_reference_when_given() -> None:
+    hosts = ("a", "b", "c")
+    everything_slow = [Pair(a, b, 1 * GBIT, 1e-4) for a, b in itertools.combinations(range(3), 2)]
+    assert analyse(hosts, everything_slow).healthy  # against their own median
+    v = analyse(hosts, everything_slow, expect_Bps=25 * GBIT)
+    assert v.reference_kind == "expected" and set(v.slow_hosts) == {"a", "b", "c"}
+
+
+@pytest.mark.parametrize(("text", "bps"), [("25gbit", 25e9 / 8), ("100Mbit/s", 100e6 / 8),
+                                          ("3GB/s", 3e9), ("400mb", 50e6), ("1.5 gbps", 1.5e9 / 8)])
+def test_link_rates_read_as_links_are_sold(text: str, bps: float) -> None:
+    assert parse_link_rate(text) == pytest.approx(bps)
+
+
+@pytest.mark.parametrize("text", ["fast", "25", "0gbit", "-1gbit"])
+def test_a_bad_link_rate_says_how_to_write_one(text: str) -> None:
+    with pytest.raises(UsageError, match="--expect-link"):
+        parse_link_rate(text)
