@@ -98,14 +98,45 @@ def control_host(
         found = local_address_in(net.include)
         if found is not None:
             return found
+    # without the probe's network choice (--no-probe, the ring check's own job): the address
+    # this machine's routes use towards the hosts; this machine's own name often resolves to
+    # a loopback address (Debian's /etc/hosts), which no other host can reach
+    for host in inventory.hosts:
+        if not host.is_local:
+            found = _route_source(host.name)
+            if found is not None:
+                return found
     try:
-        return socket.gethostbyname(socket.getfqdn())
-    except OSError:
-        note(
-            "warning: no address of this machine found that the hosts can reach; "
-            "supervision may be degraded"
-        )
-        return "0.0.0.0"  # noqa: S104 - the token still guards the port
+        own = socket.gethostbyname(socket.getfqdn())
+        if not ipaddress.ip_address(own).is_loopback:
+            return own
+    except (OSError, ValueError):
+        pass
+    note(
+        "warning: no address of this machine found that the hosts can reach; "
+        "supervision may be degraded"
+    )
+    return "0.0.0.0"  # noqa: S104 - the token still guards the port
+
+
+def _route_source(name: str) -> str | None:
+    """The local address the kernel picks to reach ``name`` (a UDP connect sends nothing)."""
+    try:
+        infos = socket.getaddrinfo(name, 9, socket.AF_INET, socket.SOCK_DGRAM)
+    except (OSError, UnicodeError):
+        return None
+    for *_, sockaddr in infos:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                sock.connect(sockaddr)
+                address = str(sock.getsockname()[0])
+        except OSError:
+            continue
+        # a loopback source is right only for a host that is itself a loopback address
+        if not ipaddress.ip_address(address).is_loopback or ipaddress.ip_address(
+                sockaddr[0]).is_loopback:
+            return address
+    return None
 
 
 def local_address_in(include: tuple[str, ...]) -> str | None:

@@ -126,9 +126,31 @@ class RankAgent:
         )
         _kill_children(os.getpid())
         if daemon:
+            session = _ssh_session_of(ppid)
             with contextlib.suppress(OSError):
                 os.kill(ppid, signal.SIGKILL)
+            if session is not None:
+                # the link is gone: the sshd session that started the daemon would wait for
+                # TCP to time out (many minutes) to report the daemon's exit to nobody
+                with contextlib.suppress(OSError):
+                    os.kill(session, signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _ssh_session_of(daemon: int) -> int | None:
+    """The sshd session process (``sshd: user@notty``) that started the Open MPI daemon, maybe
+    through a shell, when it carries that daemon alone (not a multiplexed connection)."""
+    child, pid = daemon, procfs.parent(daemon)
+    for _ in range(3):
+        if pid <= 1 or procfs.children(pid) != [child]:
+            return None
+        name = procfs.comm(pid)
+        if name == "sshd":
+            return pid if procfs.cmdline(pid).startswith("sshd: ") else None
+        if name not in ("sh", "bash", "dash", "zsh"):
+            return None
+        child, pid = pid, procfs.parent(pid)
+    return None
 
 
 def _kill_children(pid: int) -> None:

@@ -94,6 +94,11 @@ def _job_processes(cluster: sim.SimCluster) -> dict[str, list[str]]:
     return left
 
 
+def _ssh_sessions(cluster: sim.SimCluster, host: str) -> list[str]:
+    return [cmd for _, cmd in sim.host_processes(cluster.config, host)
+            if cmd.startswith("sshd: ") and "@" in cmd]
+
+
 def test_ranks_run_on_four_distinct_hosts(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
     script = tmp_path / "where.py"
     script.write_text(ALLREDUCE)
@@ -197,6 +202,12 @@ def test_link_down_is_detected_and_torn_down(sim_cluster: sim.SimCluster, tmp_pa
     # gpu02 could not be reached: its ranks end themselves (and their orted) once they stop
     # hearing from the launcher, heartbeat timeout + 2 s after the cut.
     _assert_no_job_processes(sim_cluster)
+    # ... and the sshd session that started the orted, which would otherwise wait for TCP to
+    # give up (many minutes) to report to a launcher it cannot reach
+    deadline = time.monotonic() + 10
+    while _ssh_sessions(sim_cluster, "gpu02") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _ssh_sessions(sim_cluster, "gpu02") == []
 
 
 def test_killed_sshd_session_ends_the_job_cleanly(

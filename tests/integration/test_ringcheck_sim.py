@@ -58,6 +58,10 @@ def test_check_ring_names_the_host_at_a_quarter_with_numbers_and_a_picture(
     assert 30e6 < ring["reference_Bps"] < 60e6
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert (run_dir / "ringcheck.json").is_file() and (run_dir / "ringcheck.png").is_file()
+    # supervised like any job: without the probe's network choice the ranks still get an
+    # address of this machine they can reach (not its name's 127.0.0.1)
+    for log in (run_dir / "attempt-1").glob("rank.*.log"):
+        assert "cannot reach the launcher" not in log.read_text(), log
     assert "slow host gpu03" in proc.stderr
 
 
