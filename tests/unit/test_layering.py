@@ -62,7 +62,7 @@ LAYERS: dict[str, set[str]] = {
     "models": {"errors", "checkpoint", "rank", "keras"},
     "sim": {"errors", "checkpoint", "rank"},
     "bench": {"errors", "hostfile", "remote", "rank", "checkpoint", "launch", "keras", "models",
-              "sim"},
+              "sim", "spec"},
     "ringcheck": {"errors", "hostfile", "remote", "spec", "launch", "bench", "sim"},
     "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
             "bench", "sim", "rank", "ringcheck"},
