@@ -121,7 +121,7 @@ def _read_line(tokens: list[_Token], nodes: dict[str, _Node]) -> None:
     host = tokens[0]
     name, user = _host_name(host)
     pairs = _pairs(tokens[1:])
-    key = _node_key(name)
+    key = node_key(name)
     node = nodes.get(key)
     if node is None:
         node = nodes[key] = _Node(name, host.where, user)
@@ -260,7 +260,7 @@ def _host_name(token: _Token) -> tuple[str, str | None]:
     return check_name(text, where), user or None
 
 
-def _node_key(name: str) -> str:
+def node_key(name: str) -> str:
     """The name Open MPI files a host under: local names are one machine, domains are cut."""
     if name in _LOCAL_NAMES:
         return "localhost"
@@ -275,7 +275,7 @@ def _check_same_host(node: _Node, name: str, user: str | None, where: Where) -> 
     if name != node.name:
         why = (
             "both name the launching machine"
-            if _node_key(name) == "localhost"
+            if node_key(name) == "localhost"
             else "are one host to Open MPI, which compares names without their domain"
         )
         raise where.error(

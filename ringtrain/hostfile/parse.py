@@ -84,15 +84,10 @@ def parse_item(
 
 def _split_slots(item: str) -> tuple[str, str | None]:
     """``NAME:SLOTS`` at the first ':' outside brackets (``a[1-10:2]`` has none)."""
-    depth = 0
-    for i, char in enumerate(item):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth = max(depth - 1, 0)
-        elif char == ":" and depth == 0:
-            return item[:i], item[i + 1 :]
-    return item, None
+    parts = split_items(item, ":")
+    if len(parts) == 1:
+        return item, None
+    return parts[0][0], item[parts[1][1]:]
 
 
 def _check_ipv6(name: str, where: Where) -> None:

@@ -109,7 +109,11 @@ def parse_line(raw: str, *, srun: bool = False) -> OutputLine:
     m = _TAG_RE.match(raw)
     if m is None:
         return OutputLine(rank=None, stream="launcher", text=raw)
-    return OutputLine(rank=int(m.group("rank")), stream=m.group("stream"), text=m.group("text"))
+    # Open MPI tags each chunk it reads from a rank's pipe: a line that crossed a read boundary
+    # arrives as "[1,0]<stdout>:first half[1,0]<stdout>:second half"; the rank wrote one line
+    tag = raw[: m.start("text")]
+    return OutputLine(rank=int(m.group("rank")), stream=m.group("stream"),
+                      text=m.group("text").replace(tag, ""))
 
 
 class Job:

@@ -28,6 +28,7 @@ from ringtrain.spec import (
 )
 
 MARK = "RINGCHECK "
+PAIR_MARK = "RINGCHECK-PAIR "
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +94,26 @@ def run_ring_check(
 
 
 def _read(log: Path) -> dict[str, Any]:
+    """Rank 0's summary line with its pair lines gathered under ``pairs``."""
     try:
         text = log.read_text(errors="replace")
     except OSError as err:
         raise LaunchError(f"the ring check left no result: {err}", f"see {log.parent}") from err
-    for line in reversed(text.splitlines()):
-        _, mark, body = line.partition(MARK)
-        if mark:
-            data: dict[str, Any] = json.loads(body)
-            return data
-    raise LaunchError(f"the ring check's rank 0 printed no result in {log}",
-                      f"see the logs in {log.parent}")
+    pairs: list[dict[str, Any]] = []
+    summary: dict[str, Any] | None = None
+    try:
+        for line in text.splitlines():
+            _, mark, body = line.partition(PAIR_MARK)
+            if mark:
+                pairs.append(json.loads(body))
+                continue
+            _, mark, body = line.partition(MARK)
+            if mark:
+                summary = json.loads(body)
+    except ValueError as err:
+        raise LaunchError(f"the ring check's rank 0 printed a damaged result line ({err})",
+                          f"see {log}") from err
+    if summary is None or len(pairs) != summary.get("pair_count"):
+        raise LaunchError(f"the ring check's rank 0 printed no complete result in {log}",
+                          f"see the logs in {log.parent}")
+    return {**summary, "pairs": pairs}

@@ -15,7 +15,6 @@ Where ringtrain deliberately differs, ``ringtrain`` says how and ``why`` says wh
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 
 from ringtrain.errors import InventoryError
 from ringtrain.hostfile import Host, allocate, load_inventory, parse_openmpi_hostfile
+from ringtrain.hostfile.openmpi import node_key
 from tests.golden import assert_golden
 
 SAME = "same"  # ringtrain reads the file as Open MPI does (both accept, or both refuse)
@@ -149,13 +149,7 @@ CASES = {c.name: c for c in CORPUS}
 
 def canonical(name: str) -> str:
     """A host name as Open MPI shows it: the launching machine as localhost, no domain."""
-    if Host(name, 1).is_local:
-        return "localhost"
-    try:
-        ipaddress.ip_address(name.partition("%")[0])
-    except ValueError:
-        return name.split(".", 1)[0]
-    return name
+    return node_key(name)
 
 
 def ranks_of(nodes: tuple[tuple[str, int], ...]) -> list[str]:

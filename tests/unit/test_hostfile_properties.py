@@ -19,7 +19,7 @@ from ringtrain.hostfile import (
     render_inventory,
 )
 from ringtrain.hostfile.nodeset import compress, expand, split_items
-from ringtrain.hostfile.openmpi import _node_key
+from ringtrain.hostfile.openmpi import node_key
 
 TEXT_FORMATS = ("openmpi", "mpich", "horovod", "nodelist", "pbs", "yaml", "toml")
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -88,7 +88,7 @@ def _domain(fmt):
         return _grouped()
     if fmt == "openmpi":  # names Open MPI tells apart (it cuts domains: openmpi.py refuses)
         return _hosts(_any_names, max_slots=True).filter(
-            lambda hs: len({_node_key(h.name) for h in hs}) == len(hs)).map(lambda h: (h, ()))
+            lambda hs: len({node_key(h.name) for h in hs}) == len(hs)).map(lambda h: (h, ()))
     if fmt == "pbs":
         return _hosts(_plain_names).map(lambda h: (h, ()))
     return _hosts(_any_names).map(lambda h: (h, ()))

@@ -100,3 +100,10 @@ def test_ssh_cause_survives_a_page_of_orte_text_after_it() -> None:
     assert failure.launcher_tail[-1] == "ORTE explanation line 24"
     assert len(failure.launcher_tail) == 10
     assert "Host key verification failed." in failure.describe(1)
+
+
+def test_a_line_open_mpi_tagged_twice_is_the_rank_s_one_line() -> None:
+    """Seen with 120 result lines written at once: Open MPI read the pipe mid-line and tagged
+    both halves; the rank wrote one line."""
+    line = parse_line('[1,0]<stdout>:RINGCHECK-PAIR {"a": 0, "b"[1,0]<stdout>:: 1}')
+    assert line.rank == 0 and line.text == 'RINGCHECK-PAIR {"a": 0, "b": 1}'
