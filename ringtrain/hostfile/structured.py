@@ -94,6 +94,8 @@ class _YamlTree:
                 f"YAML reads {node.value!r} as type {kind!r}, which an inventory cannot use",
                 "quote the value to make it text, and remove any !!tag",
             )
+        if node.tag == "tag:yaml.org,2002:str":
+            return node.value  # the common case, without the constructor's bookkeeping
         try:
             return self._constructor.construct_object(node)
         except (ValueError, yaml.YAMLError) as err:
