@@ -365,7 +365,16 @@ def count_local_gpus(timeout_s: float = 10.0) -> int:
         return 0
     if out.returncode != 0:
         return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    return gpus_listed(out.stdout)
+
+
+_GPU_LISTED_RE = re.compile(r"^GPU \d+: .+\(UUID: (GPU|MIG)-")
+
+
+def gpus_listed(text: str) -> int:
+    """Working GPUs in ``nvidia-smi -L`` output: ``GPU 0: <model> (UUID: GPU-...)`` lines only,
+    not a lost GPU's error line (``... GPU 0000:07:00.0: GPU is lost ...``)."""
+    return sum(1 for line in text.splitlines() if _GPU_LISTED_RE.match(line))
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -65,10 +65,13 @@ def test_model_is_fitted_and_judged(shaped: dict[str, object]) -> None:
     assert isinstance(res, dict)
     fits = res["analysis"]["fits"]
     assert {"mpi4py", "mpi4py-ring", "ps-sync", "ps-pipe"} <= set(fits)
-    # no ring beats the link; the lower bound is loose: the machine is shared, and at N=2 a
-    # 4 MiB ring step sometimes runs at 1/1.5 of the link (docs/BENCH.md)
+    # The measured cells never beat the link (the test above, 2% slack). This is the fitted
+    # slope, not a measurement: the shaper lets each transfer's first 128 KiB (its burst) pass
+    # at line speed, which a + S/B over a few sizes absorbs partly into B; CI saw 1.097x.
+    # The lower bound is loose: the machine is shared, and at N=2 a 4 MiB ring step sometimes
+    # runs at 1/1.5 of the link (docs/BENCH.md)
     for key in ("mpi4py", "mpi4py-ring"):
-        assert 0.25 * LINK < fits[key]["B"] < 1.05 * LINK, fits[key]
+        assert 0.25 * LINK < fits[key]["B"] < 1.15 * LINK, fits[key]
     judged = res["analysis"]["targets"]["model_within_5pct"]
     assert judged["measured"] and judged["ps"]["cells"] == 2
     assert judged["mpi4py"]["cells"] == judged["mpi4py-ring"]["cells"] == 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ringtrain.launch.result import FailureKind
-from ringtrain.launch.run import failure_from_output, find_failed_ranks, parse_line
+from ringtrain.launch.run import failure_from_output, find_failed_ranks, gpus_listed, parse_line
 
 # Captured from Open MPI 4.1.4 on this machine (rank 1 raised under python -m mpi4py).
 MPI_EXIT_MESSAGE = """\
@@ -107,3 +107,13 @@ def test_a_line_open_mpi_tagged_twice_is_the_rank_s_one_line() -> None:
     both halves; the rank wrote one line."""
     line = parse_line('[1,0]<stdout>:RINGCHECK-PAIR {"a": 0, "b"[1,0]<stdout>:: 1}')
     assert line.rank == 0 and line.text == 'RINGCHECK-PAIR {"a": 0, "b": 1}'
+
+
+def test_only_working_gpus_count_as_local_slots() -> None:
+    listing = (
+        "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-ddc57447-cc37-b3fe-c49d-de074e669137)\n"
+        "GPU 0000:07:00.0: GPU is lost. Reboot the system to recover this GPU\n"
+        "Unable to determine the device handle for GPU 0000:3A:00.0: Unknown Error\n"
+        "GPU 2: NVIDIA H100 80GB HBM3 (UUID: GPU-8dbc6058-e033-5380-9813-416c6830708a)\n"
+    )
+    assert gpus_listed(listing) == 2
