@@ -59,7 +59,7 @@ class HostScore:
 class RingVerdict:
     hosts: tuple[str, ...]
     reference_Bps: float
-    reference_kind: str  # "expected" or "median"
+    reference_kind: str  # "expected" (--expect-link) or "median of host bests"
     mad_Bps: float
     scores: tuple[HostScore, ...]
     slow_hosts: tuple[str, ...]
