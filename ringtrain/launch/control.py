@@ -5,9 +5,12 @@ a heartbeat to every rank each second. ``snapshot()`` returns an immutable view 
 supervision checks in supervise.py read.
 
 Anyone who can reach the port can connect, so nothing is trusted before the token: a peer
-must say ``hello`` with it within ``HELLO_TIMEOUT_S``; at most ``MAX_PENDING`` connections may
+must say ``hello`` with it within ``HELLO_TIMEOUT_S``; at most ``max_pending`` connections may
 be waiting to do so (more are closed at once); every read is bounded by ``MAX_LINE`` (a longer
-line drops the connection), so memory and threads stay flat under a flood.
+line drops the connection), so memory and threads stay flat under a flood. ``max_pending`` is
+``MAX_PENDING`` or the job's rank count, whichever is larger: all ranks of a large job may check
+in at once (bench/control_scale.py: with a fixed 64, 116 of 8,000 simulated ranks were closed
+unheard and would have been reported as never started).
 """
 
 from __future__ import annotations
@@ -82,8 +85,10 @@ class ControlServer:
         on_event: Callable[[RankEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         hello_timeout: float = HELLO_TIMEOUT_S,
+        ranks: int = 0,
     ) -> None:
         self.hello_timeout = hello_timeout
+        self.max_pending = max(MAX_PENDING, ranks + 8)
         self.token = secrets.token_hex(16)
         self._clock = clock
         self._on_event = on_event
@@ -91,7 +96,7 @@ class ControlServer:
         self._progress: Progress | None = None
         self._conns: list[_Conn] = []
         self._pending = 0  # connections that have not said hello yet
-        self.refused = 0  # connections closed unheard: over MAX_PENDING, silent, bad token
+        self.refused = 0  # connections closed unheard: over max_pending, silent, bad token
         self._lock = threading.Lock()
         self._closed = threading.Event()
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
@@ -134,7 +139,7 @@ class ControlServer:
             except OSError:
                 return
             with self._lock:
-                full = self._pending >= MAX_PENDING
+                full = self._pending >= self.max_pending
                 if not full:
                     self._pending += 1
                     conn = _Conn(sock)

@@ -256,7 +256,7 @@ class Session:
         return alloc
 
     def _attempt(self, attempt: int, alloc: Allocation, checked: Preflight) -> JobResult:
-        control = self._control = ControlServer(bind=checked.control_host)
+        control = self._control = ControlServer(bind=checked.control_host, ranks=alloc.np)
         try:
             plan = make_plan(self.spec, alloc, self._inputs(attempt, control, checked))
             self.reporter.note(

@@ -91,3 +91,21 @@ def test_a_flood_of_idle_connections_stays_bounded_and_times_out() -> None:
         for s in socks:
             s.close()
         server.close()
+
+
+def test_every_rank_of_a_large_job_may_check_in_at_once() -> None:
+    """The flood bound is MAX_PENDING or the job's size: 300 ranks connecting at the same
+    moment (none has said hello yet) are all kept."""
+    server = ControlServer(ranks=300)
+    socks = []
+    try:
+        host, port = server.address.rsplit(":", 1)
+        socks = [socket.create_connection((host, int(port))) for _ in range(300)]
+        for rank, sock in enumerate(socks):
+            sock.sendall(encode("hello", rank=rank, token=server.token, host="h", pid=rank))
+        assert _wait(lambda: len(server.snapshot().ranks) == 300)
+        assert server.refused == 0
+    finally:
+        for sock in socks:
+            sock.close()
+        server.close()

@@ -1,0 +1,153 @@
+"""Benchmark: the launcher's control server and supervision with 8 to 8,000 simulated ranks
+(issue 14, items 2 and 3 in part).
+
+Simulated ranks are real sockets speaking the real protocol (``ringtrain.rank.events``): worker
+processes open one connection per rank, say hello with the job's token, heartbeat every
+second and drain the launcher's beats, like ``ringtrain.rank.agent``. The control server is the
+real one, in this process, so its CPU is this process's CPU (the workers' is not counted). Per
+size it prints the time until every rank checked in, this process's CPU per second in steady
+state, one supervision tick (snapshot + ``supervise.check``, median of 20), the threads this
+process runs, and how long after ``--heartbeat-timeout`` one rank that goes silent is named
+(or the false fault a healthy job showed: heartbeats the server did not read in time). The
+workers share this machine's cores with the server; on a real cluster the ranks are elsewhere.
+
+    python -m ringtrain.bench.control_scale [--sizes 8,80,800,8000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing as mp
+import resource
+import selectors
+import socket
+import statistics
+import threading
+import time
+from typing import Any
+
+from ringtrain.bench.monitor import own_seconds
+from ringtrain.hostfile import Host, Inventory, allocate
+from ringtrain.launch.control import ControlServer
+from ringtrain.launch.result import FailureKind
+from ringtrain.launch.supervise import check
+from ringtrain.rank.events import HEARTBEAT_S, encode
+from ringtrain.spec import SupervisionPolicy
+
+PER_HOST = 8
+
+
+def _raise_fd_limit() -> None:
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
+            stop: Any) -> None:
+    """One process of simulated ranks: connect, hello, heartbeat; ``silence`` holds the rank
+    that must go quiet (-1: none)."""
+    _raise_fd_limit()
+    sel = selectors.DefaultSelector()
+    socks: dict[int, socket.socket] = {}
+    for rank in ranks:
+        sock = socket.create_connection(addr)
+        sock.sendall(encode("hello", rank=rank, token=token, host=f"sim{rank // PER_HOST:05d}",
+                            pid=100000 + rank, start=1, ppid=1, parent="orted", parent_start=1))
+        sock.setblocking(False)
+        sel.register(sock, selectors.EVENT_READ)
+        socks[rank] = sock
+    beat = {rank: encode("hb", rank=rank) for rank in ranks}
+    next_beat = time.monotonic()
+    while not stop.is_set():
+        now = time.monotonic()
+        if now >= next_beat:
+            quiet = silence.value
+            for rank, sock in socks.items():
+                if rank != quiet:
+                    with contextlib.suppress(OSError):  # a full buffer drops this beat
+                        sock.send(beat[rank])
+            next_beat = now + HEARTBEAT_S
+        for key, _ in sel.select(timeout=0.1):
+            with contextlib.suppress(OSError):
+                key.fileobj.recv(65536)  # type: ignore[union-attr]
+    for sock in socks.values():
+        sock.close()
+
+
+def run_size(n: int, workers: int, heartbeat_timeout: float) -> dict[str, Any]:
+    server = ControlServer("127.0.0.1", ranks=n)
+    host, port = server.address.rsplit(":", 1)
+    ctx = mp.get_context("fork")
+    silence = ctx.Value("i", -1)
+    stop = ctx.Event()
+    chunks = [list(range(i, n, workers)) for i in range(workers)]
+    procs = [ctx.Process(target=_worker, args=((host, int(port)), server.token, c, silence, stop),
+                         daemon=True) for c in chunks if c]
+    started = time.perf_counter()
+    for p in procs:
+        p.start()
+    while len(server.snapshot().ranks) < n:
+        if time.perf_counter() - started > 300:
+            raise SystemExit(f"only {len(server.snapshot().ranks)}/{n} ranks checked in")
+        time.sleep(0.05)
+    checkin = time.perf_counter() - started
+    inventory = Inventory(tuple(Host(f"sim{h:05d}", PER_HOST) for h in range(n // PER_HOST)))
+    alloc = allocate(inventory, n)
+    policy = SupervisionPolicy(heartbeat_timeout=heartbeat_timeout)
+    t0 = time.monotonic()
+    time.sleep(2 * HEARTBEAT_S)  # steady state
+    cpu0, wall0 = own_seconds(), time.perf_counter()
+    time.sleep(5)
+    cpu_per_s = (own_seconds() - cpu0) / (time.perf_counter() - wall0)
+    ticks = []
+    false_fault = ""
+    for _ in range(20):
+        tick0 = time.perf_counter()
+        fault = check(server.snapshot(), alloc, policy, t0)
+        ticks.append(time.perf_counter() - tick0)
+        if fault is not None and not false_fault:
+            false_fault = fault.message  # a healthy job: heartbeats were not read in time
+    threads = threading.active_count()
+    silence.value = n // 2
+    quiet_from = time.monotonic()
+    detected = None
+    while detected is None and not false_fault and (
+            time.monotonic() - quiet_from < heartbeat_timeout + 30):
+        fault = check(server.snapshot(), alloc, policy, t0)
+        if fault is not None:
+            if fault.kind is not FailureKind.RANK_SILENT or fault.ranks != (n // 2,):
+                false_fault = fault.message
+            else:
+                detected = time.monotonic() - quiet_from
+        time.sleep(policy.poll_s)
+    stop.set()
+    for p in procs:
+        p.join(timeout=10)
+    server.close()
+    return {"checkin_s": checkin, "cpu_per_s": cpu_per_s, "tick_ms": statistics.median(ticks) * 1e3,
+            "threads": threads, "detect_s": detected if detected is not None else float("nan"),
+            "false_fault": false_fault}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="8,80,800,8000")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--heartbeat-timeout", type=float, default=5.0)
+    args = p.parse_args(argv)
+    _raise_fd_limit()
+    print(f"{'ranks':>6} {'check-in':>9} {'server CPU':>11} {'tick':>9} {'threads':>8} "
+          f"{'silent rank named':>18}")
+    for n in (int(s) for s in args.sizes.split(",")):
+        r = run_size(n, args.workers, args.heartbeat_timeout)
+        print(f"{n:>6} {r['checkin_s']:>8.2f}s {r['cpu_per_s'] * 100:>9.1f}% "
+              f"{r['tick_ms']:>7.2f}ms {r['threads']:>8.0f} "
+              f"{r['detect_s']:>7.2f}s (timeout {args.heartbeat_timeout:g} s)", flush=True)
+        if r["false_fault"]:
+            print(f"       FALSE FAULT in a healthy job: {r['false_fault']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
