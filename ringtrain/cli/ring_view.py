@@ -12,18 +12,14 @@ from rich.table import Table
 
 from ringtrain.cli.check_cmd import print_verdict
 from ringtrain.launch.reporter import NullReporter
-from ringtrain.ringcheck.outliers import Pair, rate
+from ringtrain.ringcheck.outliers import rate
 from ringtrain.ringcheck.picture import heat_map
 from ringtrain.ringcheck.runner import RingCheck
 
 
-def pairs_of(check: RingCheck) -> list[Pair]:
-    return [Pair(p["a"], p["b"], p["bandwidth_Bps"], p["latency_s"]) for p in check.raw["pairs"]]
-
-
 def show_ring_check(check: RingCheck, *, stderr: bool = False) -> None:
     v = check.verdict
-    pairs = pairs_of(check)
+    pairs = check.pairs
     table = Table(title=f"ring check: {len(v.hosts)} hosts, {len(pairs)} pairs in "
                         f"{check.raw.get('rounds', '?')} rounds", header_style="bold")
     for col in ("HOST", "MEDIAN PAIR", "WORST PAIR", "SLOW PAIRS", "LATENCY", "VERDICT"):

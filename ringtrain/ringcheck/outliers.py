@@ -73,15 +73,15 @@ class RingVerdict:
         return not self.slow_hosts and not self.slow_links
 
     def describe(self) -> list[str]:
-        ref = f"{_rate(self.reference_Bps)} ({self.reference_kind})"
+        ref = f"{rate(self.reference_Bps)} ({self.reference_kind})"
         lines = []
         for s in self.scores:
             if s.slow:
-                lines.append(f"slow host {s.host}: median {_rate(s.median_Bps)} over its "
+                lines.append(f"slow host {s.host}: median {rate(s.median_Bps)} over its "
                              f"{s.pairs} pairs, {s.slow_pairs} of them below the threshold; "
                              f"reference {ref}")
         for a, b, bw in self.slow_links:
-            lines.append(f"slow link {a} <-> {b}: {_rate(bw)}; reference {ref} (both hosts are "
+            lines.append(f"slow link {a} <-> {b}: {rate(bw)}; reference {ref} (both hosts are "
                          "fast with every other host)")
         return lines
 
@@ -122,7 +122,7 @@ def analyse(
     scores = []
     slow_host_ids: set[int] = set()
     for i, own in per_host.items():
-        n_slow = sum(p in slow for p in own)
+        n_slow = sum(p.bandwidth_Bps < threshold for p in own)
         # a host is the common factor when most of its pairs are slow; with 2 hosts nothing
         # tells which end is at fault
         is_slow = len(hosts) >= 3 and n_slow * 2 > len(own)
@@ -141,14 +141,10 @@ def analyse(
                        tuple(notes), slow_ratio)
 
 
-def _rate(bps: float) -> str:
+def rate(bps: float) -> str:
+    """Bytes per second as a link rate (bits, decimal units, as links are sold)."""
     bits = bps * 8
     for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
         if bits >= scale:
             return f"{bits / scale:.2f} {unit}"
     return f"{bits:.0f} bit/s"
-
-
-def rate(bps: float) -> str:
-    """Bytes per second as a link rate (bits, decimal units, as links are sold)."""
-    return _rate(bps)

@@ -48,6 +48,7 @@ class RingCheckOptions:
 @dataclass(frozen=True, slots=True)
 class RingCheck:
     verdict: RingVerdict
+    pairs: list[Pair]
     raw: dict[str, Any]
     run_dir: Path
 
@@ -90,7 +91,7 @@ def run_ring_check(
                       ring_busbw_Bps=ring.get("busbw_Bps"))
     out = {"verdict": verdict.to_json(), "measured": raw}
     (session.run_dir / "ringcheck.json").write_text(json.dumps(out, indent=2))
-    return RingCheck(verdict, raw, session.run_dir)
+    return RingCheck(verdict, pairs, raw, session.run_dir)
 
 
 def _read(log: Path) -> dict[str, Any]:
