@@ -46,10 +46,14 @@ import tensorflow as tf
 from ringtrain.checkpoint import Store, commit, find_latest, open_store
 from ringtrain.checkpoint.store import StorageError
 from ringtrain.errors import CheckpointError, UsageError
+from ringtrain.keras_steps import StepTimer
 from ringtrain.rank import agent, cleanup, envvars
 from ringtrain.rank.progress import report as progress
+from ringtrain.rank.progress import step_time
 
-__all__ = ["ResumePoint", "callbacks", "checkpoint_url", "progress", "resume", "save"]
+__all__ = [
+    "ResumePoint", "callbacks", "checkpoint_url", "progress", "resume", "save", "step_time",
+]
 
 CKPT_PREFIX = "ckpt"
 FORMAT = "tf.train.Checkpoint/keras2"
@@ -110,15 +114,18 @@ def callbacks(
 ) -> list[Any]:
     """Keras callbacks for ``model.fit``: on rank 0, a checkpoint commit at every epoch end
     and progress reports (epoch, step, loss, samples/s with ``batch_size``, per rank); on
-    other ranks none. Add them after Horovod's own callbacks."""
+    every rank, its step times for straggler detection (``ringtrain.keras_steps``). Add them
+    after Horovod's own callbacks."""
     hvd = _horovod()
     where = checkpoint_url(url)
     _tell_launcher(checkpoint=where, progress=True)
+    timer = StepTimer(every_s=progress_every_s)
     if hvd.rank() != 0:
-        return []
+        return [timer]
     return [
         CommitCheckpoint(where, keep=keep, meta=meta),
         ProgressCallback(batch_size, world_size=hvd.size(), every_s=progress_every_s),
+        timer,
     ]
 
 

@@ -157,6 +157,25 @@ class SshSpec:
 DEFAULT_STALL_S = 600.0
 
 
+class StragglerAction(enum.Enum):
+    OFF = "off"
+    WARN = "warn"
+    RESTART_WITHOUT = "restart-without"
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerPolicy:
+    """``--on-straggler``: a rank whose own step time (before the all-reduce) stays at least
+    ``threshold`` x the median of the other ranks' for ``window_s`` is named (warn), or the job
+    restarts from its last checkpoint without that rank's host (restart-without). ``asked``: the
+    user chose the action (and is told when no rank reports step times)."""
+
+    action: StragglerAction = StragglerAction.WARN
+    threshold: float = 1.5
+    window_s: float = 60.0
+    asked: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class SupervisionPolicy:
     """Detection bounds. ``stall_timeout`` None: the default (600 s), applied once a rank
@@ -170,6 +189,7 @@ class SupervisionPolicy:
     teardown_grace: float = 3.0
     poll_s: float = 0.2
     exit_grace: float = 120.0
+    straggler: StragglerPolicy = StragglerPolicy()
 
     @property
     def stall_limit(self) -> float:
@@ -273,6 +293,7 @@ _NESTED: dict[str, type] = {
     "allocation": AllocationPolicy,
     "preflight": PreflightSpec,
     "supervision": SupervisionPolicy,
+    "straggler": StragglerPolicy,
     "restart": RestartPolicy,
 }
 
@@ -312,6 +333,8 @@ def _decode_field(cls: type, name: str, raw: Any) -> Any:  # noqa: PLR0911 - one
         return GpuRule(raw)
     if name == "entry":
         return Entry(raw)
+    if name == "action":
+        return StragglerAction(raw)
     if name in ("runs_dir", "working_dir", "config", "known_hosts"):
         return Path(raw)
     if name == "slot_overrides":

@@ -26,7 +26,7 @@ from ringtrain.launch import hosts as launch_hosts
 from ringtrain.launch import run
 from ringtrain.launch.result import JobState
 from ringtrain.launch.session import Session
-from ringtrain.spec import Backend, EnvSpec
+from ringtrain.spec import Backend, EnvSpec, StragglerAction
 
 _EPILOG = """\b
 Examples:
@@ -214,6 +214,29 @@ def _env_specs(
     default=10,
     show_default=True,
     help="Seconds of silence after which a host counts as lost.",
+)
+@click.option(
+    "--on-straggler",
+    type=click.Choice([a.value for a in StragglerAction]),
+    help="A rank whose own part of each step (before the all-reduce) stays "
+    "--straggler-threshold x the other ranks' median for --straggler-window seconds: name it "
+    "(warn), or restart from the last checkpoint without its host (restart-without; needs "
+    "--max-restarts). Ranks report step times through ringtrain.keras.callbacks() or "
+    "ringtrain.keras.step_time(). [default: warn]",
+)
+@click.option(
+    "--straggler-threshold",
+    type=click.FloatRange(min=1.05),
+    default=1.5,
+    show_default=True,
+    help="How many times the other ranks' median step time makes a straggler.",
+)
+@click.option(
+    "--straggler-window",
+    type=click.FloatRange(min=1),
+    default=60,
+    show_default=True,
+    help="Seconds a rank must stay over the threshold before it is named.",
 )
 @click.option(
     "--console-ranks",

@@ -24,6 +24,8 @@ from ringtrain.spec import (
     PreflightSpec,
     RestartPolicy,
     SshSpec,
+    StragglerAction,
+    StragglerPolicy,
     SupervisionPolicy,
 )
 
@@ -72,6 +74,9 @@ class LaunchOptions:
     stall_timeout: float | None = None
     heartbeat_timeout: float = 10.0
     exit_grace: float = 120.0
+    on_straggler: str | None = None
+    straggler_threshold: float = 1.5
+    straggler_window: float = 60.0
 
 
 def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
@@ -130,8 +135,24 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
             stall_timeout=opts.stall_timeout,
             heartbeat_timeout=opts.heartbeat_timeout,
             exit_grace=opts.exit_grace,
+            straggler=_straggler_policy(opts),
         ),
         restart=RestartPolicy(max_restarts=opts.max_restarts, min_np=opts.min_np),
+    )
+
+
+def _straggler_policy(opts: LaunchOptions) -> StragglerPolicy:
+    action = StragglerAction(opts.on_straggler or StragglerAction.WARN.value)
+    if action is StragglerAction.RESTART_WITHOUT and opts.max_restarts < 1:
+        raise UsageError(
+            "--on-straggler restart-without restarts the job, but --max-restarts is 0",
+            "add --max-restarts 1 (and --min-np N if the job may shrink without the host)",
+        )
+    return StragglerPolicy(
+        action=action,
+        threshold=opts.straggler_threshold,
+        window_s=opts.straggler_window,
+        asked=opts.on_straggler is not None,
     )
 
 

@@ -184,6 +184,11 @@ def show(runs_dir: Path, run_id: str, as_json: bool) -> None:
             )
         for line in a.get("log_tail", [])[-10:]:
             click.echo(f"    | {line}")
+        for s in a.get("stragglers", []):
+            click.echo(
+                f"  straggler: {s['host']} rank {s['rank']}: {s['vs_median']:.1f}x the median "
+                f"(peak {s['peak']:.1f}x)" + (", caught up" if s.get("cleared") else "")
+            )
         for t in a.get("teardown", []):
             status = (
                 "clean"

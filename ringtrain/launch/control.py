@@ -33,6 +33,35 @@ MAX_PENDING = 64
 
 
 @dataclass(frozen=True, slots=True)
+class StepTimes:
+    """A rank's step times: the latest window's mean compute (its own part of a step, before
+    the all-reduce) and whole step in seconds, when it came, and running totals of compute
+    seconds and steps measured (a reader that skips windows still gets exact means)."""
+
+    compute: float | None
+    wall: float | None
+    at: float
+    total_compute: float = 0.0
+    total_steps: int = 0
+
+    def then(self, msg: dict[str, Any], now: float) -> StepTimes:
+        compute, wall = _seconds(msg.get("compute")), _seconds(msg.get("wall"))
+        n = msg.get("n")
+        n = n if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 1_000_000 else 1
+        if compute is None:
+            return StepTimes(None, wall, now, self.total_compute, self.total_steps)
+        return StepTimes(
+            compute, wall, now, self.total_compute + compute * n, self.total_steps + n
+        )
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        return None
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
 class RankState:
     rank: int
     host: str
@@ -47,6 +76,7 @@ class RankState:
     last_heard: float = 0.0
     done_at: float | None = None  # when the rank said its script returned
     api: tuple[str, ...] = ()  # parts of ringtrain.keras the rank uses ("checkpoint", ...)
+    steps: StepTimes | None = None  # from the rank's step timer (straggler detection)
 
     @property
     def done(self) -> bool:
@@ -215,6 +245,8 @@ class ControlServer:
                     initialized=state.initialized or kind == "init",
                     done_at=now if kind == "done" and state.done_at is None else state.done_at,
                     api=_api_parts(state.api, msg) if kind == "api" else state.api,
+                    steps=(state.steps or _NO_STEPS).then(msg, now)
+                    if kind == "steps" else state.steps,
                 )
                 self._ranks[conn.rank] = state
             if kind == "progress":
@@ -227,7 +259,7 @@ class ControlServer:
                     samples_per_s=msg.get("samples_per_s"),
                     at=now,
                 )
-        if self._on_event is not None and kind != "hb":
+        if self._on_event is not None and kind not in ("hb", "steps"):
             self._on_event(to_event(msg, conn.rank))
 
     def _beat(self) -> None:
@@ -242,6 +274,9 @@ class ControlServer:
             # Never block on a rank whose host stopped reading (a cut link): drop the beat.
             with conn.lock, contextlib.suppress(OSError):
                 conn.sock.send(data, socket.MSG_DONTWAIT)
+
+
+_NO_STEPS = StepTimes(None, None, 0.0)
 
 
 def _api_parts(known: tuple[str, ...], msg: dict[str, Any]) -> tuple[str, ...]:

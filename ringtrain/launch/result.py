@@ -49,6 +49,7 @@ class FailureKind(enum.Enum):
     RANK_SILENT = "rank-silent"  # one rank stopped answering while its host is fine
     STALL = "stall"
     EXIT_HANG = "exit-hang"  # every script returned, the job did not exit: ended, a success
+    STRAGGLER = "straggler"  # --on-straggler restart-without: a rank stayed far behind
 
     @property
     def exit_code(self) -> int | None:
@@ -65,6 +66,7 @@ class FailureKind(enum.Enum):
             FailureKind.RANK_SILENT,
             FailureKind.STALL,
             FailureKind.EXIT_HANG,
+            FailureKind.STRAGGLER,
         )
 
 
@@ -76,7 +78,46 @@ FAULT_EXIT_CODES = {
     FailureKind.RANK_SILENT: 22,
     FailureKind.STALL: 23,
     FailureKind.DAEMON_LOST: 24,
+    FailureKind.STRAGGLER: 25,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """A rank named a straggler during training: its own step time (before the all-reduce)
+    against the median of the other ranks' and against its own best, sustained for
+    ``seconds``; ``peak``: the highest ratio seen while named; ``cleared``: it caught up."""
+
+    rank: int
+    host: str
+    vs_median: float
+    vs_best: float | None
+    compute_s: float
+    median_s: float
+    seconds: float
+    peak: float
+    cleared: bool = False
+
+    def describe(self) -> str:
+        best = f", {self.vs_best:.1f}x its own best" if self.vs_best is not None else ""
+        return (
+            f"{self.host}: rank {self.rank} step {self.vs_median:.1f}x the median for "
+            f"{self.seconds:.0f} s (its own part {self.compute_s * 1e3:.1f} ms, the others' "
+            f"median {self.median_s * 1e3:.1f} ms{best})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "vs_median": round(self.vs_median, 3),
+            "vs_best": None if self.vs_best is None else round(self.vs_best, 3),
+            "compute_s": round(self.compute_s, 6),
+            "median_s": round(self.median_s, 6),
+            "seconds": round(self.seconds, 1),
+            "peak": round(self.peak, 3),
+            "cleared": self.cleared,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +202,7 @@ class JobResult:
     teardown_s: float | None = None
     attempt: int = 1
     warnings: tuple[str, ...] = ()  # what could not take effect, what ringtrain overrode
+    stragglers: tuple[Straggler, ...] = ()  # ranks named stragglers during this attempt
 
     @property
     def clean_teardown(self) -> bool:
@@ -192,6 +234,7 @@ class JobResult:
             "teardown_s": _round(self.teardown_s),
             "teardown": [t.to_json() for t in self.teardown],
             "warnings": list(self.warnings),
+            "stragglers": [s.to_json() for s in self.stragglers],
         }
 
 

@@ -49,17 +49,19 @@ from ringtrain.launch.result import (
     RankFailure,
 )
 from ringtrain.launch.run import Job
+from ringtrain.launch.straggler import StragglerWatch
 from ringtrain.launch.supervise import (
     Fault,
     all_done,
     local_teardown,
+    rank_hosts,
     reap_hosts,
     usage_warnings,
     wait_or_fault,
 )
 from ringtrain.rank import procfs
 from ringtrain.remote import Remote
-from ringtrain.spec import CheckpointLocation, LaunchSpec, RestartPolicy
+from ringtrain.spec import CheckpointLocation, LaunchSpec, RestartPolicy, StragglerAction
 
 log = logging.getLogger(__name__)
 FAULT_GRACE_S = 1.0
@@ -86,7 +88,9 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
     exclude: tuple[str, ...] = ()
     suspect: tuple[str, ...] = ()
     failure = result.failure
-    if failure is not None and failure.kind in (FailureKind.HOST_LOST, FailureKind.START_TIMEOUT):
+    if failure is not None and failure.kind in (
+        FailureKind.HOST_LOST, FailureKind.START_TIMEOUT, FailureKind.STRAGGLER
+    ):
         exclude = failure.hosts
     elif (
         failure is not None
@@ -266,7 +270,8 @@ class Session:
             job = self._job = run.start(plan, self.reporter.line)
             if self._stopped is not None:  # a signal arrived while starting
                 job.request_stop(self.spec.supervision.teardown_grace, signum=self._stopped)
-            fault = self._supervise(job, control, plan)
+            watch = StragglerWatch(self.spec.supervision.straggler, rank_hosts(alloc))
+            fault = self._supervise(job, control, plan, watch)
             detected_at = time.time()
             result = job.wait()
             self._job = None
@@ -293,12 +298,16 @@ class Session:
             )
             for text in (*merged.warnings, *warnings):
                 self.reporter.note(f"warning: {text}")
-            return replace(merged, warnings=merged.warnings + warnings)
+            return replace(
+                merged, warnings=merged.warnings + warnings, stragglers=watch.found
+            )
         finally:
             control.close()
             self._control = None
 
-    def _supervise(self, job: Job, control: ControlServer, plan: LaunchPlan) -> Fault | None:
+    def _supervise(
+        self, job: Job, control: ControlServer, plan: LaunchPlan, watch: StragglerWatch
+    ) -> Fault | None:
         alloc = plan.allocation
         fault = wait_or_fault(
             job.ended,
@@ -307,6 +316,9 @@ class Session:
             self.spec.supervision,
             job.started,
             lambda snap: self.reporter.tick(snap, alloc),
+            None
+            if watch.policy.action is StragglerAction.OFF
+            else lambda snap: watch.tick(snap, self.reporter.note),
         )
         if fault is not None:
             self.reporter.note(f"{fault.message}; tearing the job down")

@@ -31,7 +31,7 @@ from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.result import FailureKind, HostTeardown
 from ringtrain.rank import reaper
 from ringtrain.remote import CmdResult, Remote
-from ringtrain.spec import SupervisionPolicy
+from ringtrain.spec import StragglerAction, SupervisionPolicy
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,21 @@ def usage_warnings(
             "--stall-timeout was given but no rank reported progress, so stalls could not be "
             "detected; add ringtrain.keras.callbacks() (model.fit) or ringtrain.keras.progress()"
         )
+    straggler = policy.straggler
+    if straggler.asked and straggler.action is not StragglerAction.OFF:
+        if not any(r.steps is not None for r in snap.ranks):
+            out.append(
+                "--on-straggler was given but no rank reported its step times, so no straggler "
+                "could be found; add ringtrain.keras.callbacks() (model.fit) or "
+                "ringtrain.keras.step_time() (a custom loop)"
+            )
+        elif not any(r.steps is not None and r.steps.total_steps for r in snap.ranks):
+            out.append(
+                "--on-straggler was given but the ranks reported whole-step times only (the "
+                "optimizer is not Horovod's DistributedOptimizer), which are equal on every "
+                "rank of a synchronous job; report each rank's own part with "
+                "ringtrain.keras.step_time(compute_s)"
+            )
     if alloc.np > 1 and not any(r.init_begun for r in snap.ranks):
         out.append(
             f"no rank called hvd.init(): the {alloc.np} ranks ran as {alloc.np} independent "
@@ -300,16 +315,20 @@ def wait_or_fault(
     policy: SupervisionPolicy,
     started: float,
     on_tick: Callable[[Snapshot], None] | None = None,
+    watch: Callable[[Snapshot], Fault | None] | None = None,
 ) -> Fault | None:
     """Block until the job ends by itself (None) or a fault shows (the Fault).
 
     ``wait(seconds)`` returns True as soon as the job has ended (at most ``seconds`` later), so
-    the end of a job is seen at once, and the checks run every ``policy.poll_s``."""
+    the end of a job is seen at once, and the checks run every ``policy.poll_s``. ``watch``:
+    a check that keeps state across ticks (stragglers), asked after the pure ones."""
     while not wait(0):
         snap = control.snapshot()
         if on_tick is not None:
             on_tick(snap)
         fault = check(snap, alloc, policy, started)
+        if fault is None and watch is not None:
+            fault = watch(snap)
         if fault is not None:
             log.warning("fault detected: %s", fault.message)
             return fault

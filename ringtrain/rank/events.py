@@ -7,6 +7,9 @@ Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port) and first send ``hello``
 * ``init``     Horovod finished ``hvd.init()``: rank, size, local_rank
 * ``hb``       heartbeat, every ``HEARTBEAT_S``
 * ``progress`` epoch, step, loss, samples_per_s (rank 0, from the training callback)
+* ``steps``    every rank, about once a second: ``n`` steps in the window, the mean
+  ``compute`` (step start until the rank's gradients are ready for the all-reduce: its own
+  work, whatever the others do) and ``wall`` (the whole step) in seconds
 * ``api``      the script uses ringtrain.keras: ``checkpoint`` (URL) and/or ``progress``
 * ``done``     the script returned (or exited 0); interpreter finalisation follows
 

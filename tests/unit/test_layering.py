@@ -34,7 +34,7 @@ ALLOWED = {
     "paramiko": ("remote/ssh.py", "remote/keys.py"),
     "fabric": ("remote/ssh.py",),
     "invoke": ("remote/ssh.py",),
-    "tensorflow": ("keras.py", "models/", "bench/"),
+    "tensorflow": ("keras.py", "keras_steps.py", "models/", "bench/"),
     "horovod": ("keras.py", "models/", "bench/"),
     "mpi4py": ("rank/entry.py", "models/", "bench/", "ringcheck/rankprog.py"),
 }
@@ -58,7 +58,8 @@ LAYERS: dict[str, set[str]] = {
     "checkpoint": {"errors"},
     "schedulers": {"errors", "hostfile", "remote", "spec"},
     "launch": {"errors", "hostfile", "remote", "rank", "spec", "checkpoint", "schedulers"},
-    "keras": {"errors", "checkpoint", "rank"},
+    "keras_steps": {"rank"},
+    "keras": {"errors", "checkpoint", "rank", "keras_steps"},
     "models": {"errors", "checkpoint", "rank", "keras"},
     "sim": {"errors", "checkpoint", "rank"},
     "bench": {"errors", "hostfile", "remote", "rank", "checkpoint", "launch", "keras", "models",
