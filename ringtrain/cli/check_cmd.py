@@ -137,7 +137,8 @@ def command(
             expect_Bps=parse_link_rate(expect_link) if expect_link else None)
         check = run_ring_check(verdict.apply(inventory), remote, opts, ring_view.RingReporter())
         ring_view.show_ring_check(check, stderr=as_json)
-        data["ring"] = {**check.verdict.to_json(), "run_dir": str(check.run_dir)}
+        data["ring"] = {**check.verdict.to_json(), "run_dir": str(check.run_dir),
+                        "gpu_to_gpu": check.intra}
         if check.verdict.slow_hosts:
             what = ("a launch with --on-slow-host exclude leaves out" if on_slow_host == "exclude"
                     else "warning: slow host(s), a launch keeps them (--on-slow-host warn):")

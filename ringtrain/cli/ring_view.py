@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ringtrain.cli.check_cmd import print_verdict
 from ringtrain.launch.reporter import NullReporter
+from ringtrain.ringcheck.intra import describe_intra
 from ringtrain.ringcheck.outliers import rate
 from ringtrain.ringcheck.picture import heat_map
 from ringtrain.ringcheck.runner import RingCheck
@@ -48,6 +49,8 @@ def show_ring_check(check: RingCheck, *, stderr: bool = False) -> None:
         click.secho(line, fg="red", err=stderr)
     for note in v.notes:
         echo(f"note: {note}", err=stderr)
+    for line in describe_intra(check.intra):
+        echo(f"GPU-to-GPU: {line}", err=stderr)
     if v.healthy:
         echo("no slow host or link", err=stderr)
     picture = heat_map(check.run_dir / "ringcheck.png", v, pairs)

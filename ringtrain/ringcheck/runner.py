@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from ringtrain.launch.reporter import Reporter
 from ringtrain.launch.result import JobState
 from ringtrain.launch.session import Session
 from ringtrain.remote import Remote
+from ringtrain.ringcheck.intra import measure_intra
 from ringtrain.ringcheck.outliers import Pair, RingVerdict, analyse
 from ringtrain.spec import (
     Backend,
@@ -51,6 +53,7 @@ class RingCheck:
     pairs: list[Pair]
     raw: dict[str, Any]
     run_dir: Path
+    intra: dict[str, dict[str, Any]] = field(default_factory=dict)  # GPU-to-GPU per host
 
 
 def run_ring_check(
@@ -89,9 +92,10 @@ def run_ring_check(
     ring = raw.get("ring") or {}
     verdict = analyse(hosts, pairs, expect_Bps=opts.expect_Bps, slow_ratio=opts.slow_ratio,
                       ring_busbw_Bps=ring.get("busbw_Bps"))
-    out = {"verdict": verdict.to_json(), "measured": raw}
+    intra = measure_intra(remote, one_each, opts.python or sys.executable)
+    out = {"verdict": verdict.to_json(), "measured": raw, "gpu_to_gpu": intra}
     (session.run_dir / "ringcheck.json").write_text(json.dumps(out, indent=2))
-    return RingCheck(verdict, pairs, raw, session.run_dir)
+    return RingCheck(verdict, pairs, raw, session.run_dir, intra)
 
 
 def _read(log: Path) -> dict[str, Any]:

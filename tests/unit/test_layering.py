@@ -27,6 +27,7 @@ ALLOWED = {
         "hostfile/discover.py",
         "schedulers/calls.py",
         "rank/entry.py",  # runs the user's program (a wrapper, a binary) as the rank's child
+        "ringcheck/intraprog.py",  # nccl-tests' all_reduce_perf on a host
         "checkpoint/",
         "sim/",
         "bench/",
@@ -238,11 +239,11 @@ def test_no_shell_true_no_print_outside_cli(path: Path) -> None:
         ):
             # cli/ prints; models/, bench/ and the sim helpers are programs whose output is read;
             # keras.py runs in the ranks, and its lines go to the rank's log; the ring check's
-            # rank program prints its one result line, read from rank 0's log; scaling.py is
-            # a benchmark program
+            # rank program prints its one result line, read from rank 0's log, and so does its
+            # GPU-to-GPU program, read through the Remote seam; scaling.py is a benchmark
             assert rel.startswith(("cli/", "keras.py", "models/", "bench/", "sim/fake_",
                                    "sim/_hostinit", "ringcheck/rankprog.py",
-                                   "ringcheck/scaling.py")), (
+                                   "ringcheck/intraprog.py", "ringcheck/scaling.py")), (
                 f"print() in {rel}"
             )
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
 from ringtrain.errors import UsageError
+from ringtrain.remote import CmdResult
+from ringtrain.ringcheck.intra import describe_intra, read_answer
+from ringtrain.ringcheck.intraprog import parse_nccl_tests
 from ringtrain.ringcheck.outliers import Pair, analyse, parse_link_rate
 from ringtrain.ringcheck.schedule import rounds
 
@@ -76,3 +80,41 @@ def test_link_rates_read_as_links_are_sold(text: str, bps: float) -> None:
 def test_a_bad_link_rate_says_how_to_write_one(text: str) -> None:
     with pytest.raises(UsageError, match="--expect-link"):
         parse_link_rate(text)
+
+
+# nccl-tests' all_reduce_perf, its output's shape (header comments, one row per size: out-of-
+# place then in-place time/algbw/busbw/#wrong, the bounds and average lines); numbers made up.
+NCCL_TESTS_OUT = (Path(__file__).parent / "golden" / "ringcheck" /
+                  "nccl_tests_all_reduce.txt").read_text()
+
+
+def test_nccl_tests_output_is_read_and_wrong_results_are_flagged() -> None:
+    got = parse_nccl_tests(NCCL_TESTS_OUT)
+    assert got["avg_busbw_GBps"] == 223.805 and got["peak_busbw_GBps"] == 238.52
+    assert len(got["rows"]) == 4 and not got["wrong"]
+    srun = "\n".join(f" 0: {line}" for line in NCCL_TESTS_OUT.splitlines())  # srun -l prefix
+    assert parse_nccl_tests(srun)["peak_busbw_GBps"] == 238.52
+    bad = NCCL_TESTS_OUT.replace("238.70      0", "238.70      3")
+    assert parse_nccl_tests(bad)["wrong"]
+    bounds = NCCL_TESTS_OUT.replace("values : 0 OK", "values : 2 FAILED")
+    assert parse_nccl_tests(bounds)["wrong"]
+    with pytest.raises(ValueError, match="Avg bus bandwidth"):
+        parse_nccl_tests(NCCL_TESTS_OUT.split("# Out of bounds")[0])
+
+
+def test_gpu_to_gpu_answers_say_what_was_measured_or_why_not() -> None:
+    ok = CmdResult("gpu01", 0, 'noise\nRINGCHECK-INTRA {"status": "ok", "gpus": 4, '
+                   '"avg_busbw_GBps": 223.8, "peak_busbw_GBps": 238.5, "wrong": false}\n', "",
+                   None, 1.0)
+    none = CmdResult("gpu02", 0, 'RINGCHECK-INTRA {"status": "no-tool", "gpus": 8, '
+                     '"note": "all_reduce_perf (nccl-tests) is not on PATH"}\n', "", None, 1.0)
+    broken = CmdResult("gpu03", 1, "", "Traceback ...\nModuleNotFoundError: ringtrain\n", None,
+                       1.0)
+    lines = describe_intra({r.host: read_answer(r) for r in (ok, none, broken)}
+                           | {"gpu04": {"status": "one-gpu", "gpus": 1}})
+    assert lines[0] == ("gpu01: 4 GPUs, NCCL all-reduce bus bandwidth 223.8 GB/s average, "
+                        "238.5 GB/s at 256 MiB")
+    assert lines[1].startswith("gpu02: 8 GPUs, GPU-to-GPU not measured: all_reduce_perf")
+    assert lines[2] == ("gpu03: GPU-to-GPU not measured: exit 1: Traceback ... | "
+                        "ModuleNotFoundError: ringtrain")
+    assert len(lines) == 3  # one GPU: nothing between GPUs to say
