@@ -38,7 +38,7 @@ from ringtrain.spec import SupervisionPolicy
 PER_HOST = 8
 
 
-def _raise_fd_limit() -> None:
+def raise_fd_limit() -> None:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
@@ -47,7 +47,7 @@ def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
             stop: Any) -> None:
     """One process of simulated ranks: connect, hello, heartbeat; ``silence`` holds the rank
     that must go quiet (-1: none)."""
-    _raise_fd_limit()
+    raise_fd_limit()
     sel = selectors.DefaultSelector()
     socks: dict[int, socket.socket] = {}
     for rank in ranks:
@@ -62,9 +62,10 @@ def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
     while not stop.is_set():
         now = time.monotonic()
         if now >= next_beat:
-            quiet = silence.value
+            quiet = silence.value  # a rank, or -2 - h: every rank of host h
+            host = -2 - quiet if quiet <= -2 else -1
             for rank, sock in socks.items():
-                if rank != quiet:
+                if rank != quiet and rank // PER_HOST != host:
                     with contextlib.suppress(OSError):  # a full buffer drops this beat
                         sock.send(beat[rank])
             next_beat = now + HEARTBEAT_S
@@ -73,6 +74,24 @@ def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
                 key.fileobj.recv(65536)  # type: ignore[union-attr]
     for sock in socks.values():
         sock.close()
+
+
+def _named_after(
+    server: ControlServer, alloc: Any, policy: SupervisionPolicy, t0: float, silence: Any,
+    quiet: int, kind: FailureKind, ranks: tuple[int, ...],
+) -> tuple[float | None, str]:
+    """Silence ``quiet`` (a rank, or -2 - h for host h); seconds until supervision names
+    exactly that, or (None, the wrong fault it named instead)."""
+    silence.value = quiet
+    quiet_from = time.monotonic()
+    while time.monotonic() - quiet_from < policy.heartbeat_timeout + 30:
+        fault = check(server.snapshot(), alloc, policy, t0)
+        if fault is not None:
+            if fault.kind is not kind or fault.ranks != ranks:
+                return None, fault.message
+            return time.monotonic() - quiet_from, ""
+        time.sleep(policy.poll_s)
+    return None, ""
 
 
 def run_size(n: int, workers: int, heartbeat_timeout: float) -> dict[str, Any]:
@@ -109,24 +128,25 @@ def run_size(n: int, workers: int, heartbeat_timeout: float) -> dict[str, Any]:
         if fault is not None and not false_fault:
             false_fault = fault.message  # a healthy job: heartbeats were not read in time
     threads = threading.active_count()
-    silence.value = n // 2
-    quiet_from = time.monotonic()
-    detected = None
-    while detected is None and not false_fault and (
-            time.monotonic() - quiet_from < heartbeat_timeout + 30):
-        fault = check(server.snapshot(), alloc, policy, t0)
-        if fault is not None:
-            if fault.kind is not FailureKind.RANK_SILENT or fault.ranks != (n // 2,):
-                false_fault = fault.message
-            else:
-                detected = time.monotonic() - quiet_from
-        time.sleep(policy.poll_s)
+    detected = host_detected = None
+    if not false_fault:
+        detected, false_fault = _named_after(
+            server, alloc, policy, t0, silence, n // 2, FailureKind.RANK_SILENT, (n // 2,))
+    if detected is not None and n >= 2 * PER_HOST:
+        lost = n // PER_HOST - 1  # the last host: every rank on it goes quiet
+        silence.value = -1
+        time.sleep(2 * HEARTBEAT_S)  # the silent rank beats again first
+        host_detected, false_fault = _named_after(
+            server, alloc, policy, t0, silence, -2 - lost, FailureKind.HOST_LOST,
+            tuple(range(lost * PER_HOST, (lost + 1) * PER_HOST)))
     stop.set()
     for p in procs:
         p.join(timeout=10)
     server.close()
+    nan = float("nan")
     return {"checkin_s": checkin, "cpu_per_s": cpu_per_s, "tick_ms": statistics.median(ticks) * 1e3,
-            "threads": threads, "detect_s": detected if detected is not None else float("nan"),
+            "threads": threads, "detect_s": detected if detected is not None else nan,
+            "host_detect_s": host_detected if host_detected is not None else nan,
             "false_fault": false_fault}
 
 
@@ -136,14 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--heartbeat-timeout", type=float, default=5.0)
     args = p.parse_args(argv)
-    _raise_fd_limit()
+    raise_fd_limit()
     print(f"{'ranks':>6} {'check-in':>9} {'server CPU':>11} {'tick':>9} {'threads':>8} "
-          f"{'silent rank named':>18}")
+          f"{'silent rank named':>18} {'lost host named':>16}")
     for n in (int(s) for s in args.sizes.split(",")):
         r = run_size(n, args.workers, args.heartbeat_timeout)
         print(f"{n:>6} {r['checkin_s']:>8.2f}s {r['cpu_per_s'] * 100:>9.1f}% "
               f"{r['tick_ms']:>7.2f}ms {r['threads']:>8.0f} "
-              f"{r['detect_s']:>7.2f}s (timeout {args.heartbeat_timeout:g} s)", flush=True)
+              f"{r['detect_s']:>7.2f}s (timeout {args.heartbeat_timeout:g} s) "
+              f"{r['host_detect_s']:>8.2f}s", flush=True)
         if r["false_fault"]:
             print(f"       FALSE FAULT in a healthy job: {r['false_fault']}", flush=True)
     return 0

@@ -30,10 +30,12 @@ from ringtrain.hostfile import Allocation
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.result import FailureKind, HostTeardown
 from ringtrain.rank import reaper
+from ringtrain.rank.events import HEARTBEAT_S
 from ringtrain.remote import CmdResult, Remote
 from ringtrain.spec import StragglerAction, SupervisionPolicy
 
 log = logging.getLogger(__name__)
+HOST_ANSWERS_S = 2 * HEARTBEAT_S  # a host whose newest beat is older is going quiet
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +162,22 @@ def _silent_rank(
     ]
     if not silent:
         return None
-    r = min(silent, key=lambda s: s.last_heard)
+    # "Its host answers": another rank there was heard within two beats. A host that is going
+    # quiet is a lost host a beat later (its ranks' beats are up to a second apart, so the
+    # first of them passes the timeout before the last does: bench/control_scale.py named a
+    # lost host's rank as silent before this).
+    fresh: dict[str, float] = {}
+    for o in snap.ranks:
+        if o.connected and not o.done:
+            h = where.get(o.rank, "?")
+            fresh[h] = max(fresh.get(h, 0.0), o.last_heard)
+    answering = [
+        r for r in silent
+        if snap.now - fresh.get(where.get(r.rank, "?"), 0.0) <= HOST_ANSWERS_S
+    ]
+    if not answering:
+        return None
+    r = min(answering, key=lambda s: s.last_heard)
     host = where.get(r.rank, r.host)
     return Fault(
         FailureKind.RANK_SILENT,

@@ -69,6 +69,17 @@ def test_one_silent_rank_is_named_with_host_and_pid_not_taken_for_a_lost_host() 
     assert FailureKind.RANK_SILENT.exit_code == 22
 
 
+def test_a_host_going_quiet_is_a_lost_host_not_its_first_silent_rank() -> None:
+    """A cut link silences every rank of a host at once, but their last beats were up to a
+    second apart: the first passes the timeout while the last has not. That is not "one rank
+    silent while its host answers" (bench/control_scale.py named it so at 8,000 ranks)."""
+    ranks = (_rank(0, 99), _rank(1, 99), _rank(2, 89.5), _rank(3, 90.4))
+    assert check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0) is None
+    fault = check(Snapshot(ranks, None, now=100.5), ALLOC, POLICY, started=0)
+    assert fault is not None and fault.kind is FailureKind.HOST_LOST
+    assert fault.hosts == ("gpu02",) and fault.ranks == (2, 3)
+
+
 def test_exited_ranks_do_not_count_as_silent() -> None:
     ranks = (
         _rank(0, 99),

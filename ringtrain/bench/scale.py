@@ -1,0 +1,172 @@
+"""Benchmark: the launcher's own costs from 1 to 1,000 hosts (8 ranks each), by simulation
+(issue 14). One command, a table, ``scale.json`` and ``scale.png``:
+
+    python -m ringtrain.bench.scale [--hosts 1,10,100,1000] [--out DIR]
+
+Per host count N:
+
+* probe: ringtrain's real SSH fan-out (``SshRemote``: strict host keys, ssh_config, 64 at a
+  time) and the real probe parser against N SSH hosts served by one process
+  (``ringtrain.sim.sshfarm``, its own host key per address): wall time, this process's CPU per
+  host, and the farm's CPU apart (it plays N sshds and shells);
+* teardown fan-out: the reaper command on every host through the same path;
+* supervision with 8N simulated ranks over real sockets (``control_scale.run_size``): the
+  control server's CPU, one supervision tick, the time to name one silent rank and one lost
+  host (heartbeat timeout 5 s);
+* parse + allocate + plan of 10N hosts (``plan_scale.plan_times``: an Open MPI hostfile, and
+  YAML with a rack label).
+
+The goals (issue 14, at 1,000 hosts / 8,000 ranks on this 2-core machine): probe <= 30 s and
+<= 10 ms launcher CPU per host; a tick <= 50 ms; silent rank / lost host named within the
+8-rank bound + 1 s; teardown fan-out <= 30 s; plan of 10,000 hosts <= 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ringtrain.bench import control_scale, plan_scale
+from ringtrain.hostfile import Host, Inventory
+from ringtrain.launch.probe import GpuStatus, probe
+from ringtrain.launch.supervise import reaper_argv
+from ringtrain.remote.ssh import SshRemote
+from ringtrain.sim import sshfarm
+
+FAIL_EVERY = 97  # every 97th simulated host reports a lost GPU: the parser's failure path too
+
+
+def _cpu_self() -> float:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime
+
+
+def _farm_cpu(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return float(t.user + t.system)
+
+
+def ssh_phase(n: int, workdir: Path) -> dict[str, Any]:
+    """Probe and teardown fan-out over N simulated SSH hosts."""
+    farm_dir = workdir / f"farm-{n}"
+    farm = subprocess.Popen(
+        [sys.executable, "-m", "ringtrain.sim.sshfarm", "--hosts", str(n), "--dir",
+         str(farm_dir), "--fail-every", str(FAIL_EVERY)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert farm.stdout is not None
+        ready = farm.stdout.readline()
+        if not ready.startswith("READY"):
+            raise SystemExit(f"the SSH farm did not start: {ready!r}")
+        watched = psutil.Process(farm.pid)
+        inventory = Inventory(tuple(Host(sshfarm.name(i), 8) for i in range(n)))
+        remote = SshRemote(farm_dir / "ssh_config", farm_dir / "known_hosts",
+                           connect_timeout=30.0)
+        farm0, cpu0, wall0 = _farm_cpu(watched), _cpu_self(), time.perf_counter()
+        report = probe(inventory, remote, python=sys.executable, timeout=120)
+        probe_s, probe_cpu = time.perf_counter() - wall0, _cpu_self() - cpu0
+        probe_farm = _farm_cpu(watched) - farm0
+        unreachable = [r.host for r in report.results if not r.reachable]
+        lost = sum(r.gpu.status is GpuStatus.FAILED for r in report.results)
+        if unreachable:
+            raise SystemExit(f"{len(unreachable)} simulated hosts unreachable: "
+                             f"{report.result(unreachable[0]).error}")
+        argv = reaper_argv(sys.executable, "bench-scale", {})
+        farm0, cpu0, wall0 = _farm_cpu(watched), _cpu_self(), time.perf_counter()
+        answers = remote.run_each([(h, argv) for h in inventory.hosts], 60)
+        reap_s, reap_cpu = time.perf_counter() - wall0, _cpu_self() - cpu0
+        reap_farm = _farm_cpu(watched) - farm0
+        clean = sum(1 for a in answers.values() if a.exit_code == 0 and '"left": []' in a.stdout)
+    finally:
+        farm.terminate()
+        farm.wait(timeout=30)
+    return {"probe_s": probe_s, "probe_cpu_ms_per_host": probe_cpu / n * 1e3,
+            "probe_farm_cpu_s": probe_farm, "lost_gpu_hosts": lost,
+            "expected_lost_gpu_hosts": n // FAIL_EVERY,
+            "teardown_s": reap_s, "teardown_cpu_ms_per_host": reap_cpu / n * 1e3,
+            "teardown_farm_cpu_s": reap_farm, "teardown_clean": clean}
+
+
+def run(sizes: list[int], out: Path) -> list[dict[str, Any]]:
+    rows = []
+    header = (f"{'hosts':>5} {'probe':>7} {'cpu/host':>9} {'farm cpu':>9} {'teardown':>9} "
+              f"{'ranks':>6} {'ctl cpu':>8} {'tick':>8} {'silent':>7} {'lost':>6} "
+              f"{'plan 10N (mpi/yaml)':>20}")
+    print(header, flush=True)
+    with tempfile.TemporaryDirectory(prefix="ringtrain-scale-") as tmp:
+        for n in sizes:
+            row: dict[str, Any] = {"hosts": n, "ranks": 8 * n}
+            row.update(ssh_phase(n, Path(tmp)))
+            ctl = control_scale.run_size(8 * n, workers=4, heartbeat_timeout=5.0)
+            row.update({f"control_{k}": v for k, v in ctl.items()})
+            for fmt in ("openmpi", "yaml"):
+                row[f"plan_{fmt}_s"] = plan_scale.plan_times(10 * n, fmt)["total_s"]
+            rows.append(row)
+            print(f"{n:>5} {row['probe_s']:>6.2f}s {row['probe_cpu_ms_per_host']:>7.1f}ms "
+                  f"{row['probe_farm_cpu_s']:>8.2f}s {row['teardown_s']:>8.2f}s {8 * n:>6} "
+                  f"{ctl['cpu_per_s'] * 100:>7.1f}% {ctl['tick_ms']:>6.2f}ms "
+                  f"{ctl['detect_s']:>6.2f}s {ctl['host_detect_s']:>5.2f}s "
+                  f"{row['plan_openmpi_s']:>9.3f}s/{row['plan_yaml_s']:.3f}s", flush=True)
+            if ctl["false_fault"]:
+                print(f"      FALSE FAULT: {ctl['false_fault']}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scale.json").write_text(json.dumps(rows, indent=2))
+    picture = plot(out / "scale.png", rows)
+    print(f"\nwritten: {out / 'scale.json'}" + (f", {picture}" if picture else ""))
+    return rows
+
+
+def plot(path: Path, rows: list[dict[str, Any]]) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    hosts = [r["hosts"] for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    left, right = axes
+    for key, label in (("probe_s", "probe wall"), ("teardown_s", "teardown fan-out"),
+                       ("plan_openmpi_s", "plan 10N hosts (Open MPI)"),
+                       ("plan_yaml_s", "plan 10N hosts (YAML)")):
+        left.plot(hosts, [r[key] for r in rows], marker="o", label=label)
+    left.axhline(30, color="grey", linestyle=":", label="probe/teardown goal 30 s")
+    left.set(xscale="log", yscale="log", xlabel="hosts", ylabel="seconds")
+    for key, label, scale in (("probe_cpu_ms_per_host", "launcher CPU per host (ms)", 1),
+                              ("control_tick_ms", "supervision tick (ms)", 1),
+                              ("control_cpu_per_s", "control server CPU (%)", 100)):
+        right.plot(hosts, [r[key] * scale for r in rows], marker="o", label=label)
+    right.set(xscale="log", yscale="log", xlabel="hosts (8 ranks each)")
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hosts", default="1,10,100,1000")
+    p.add_argument("--out", type=Path, default=Path("runs") / time.strftime("scale-%Y%m%d-%H%M%S"))
+    args = p.parse_args(argv)
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+    control_scale.raise_fd_limit()
+    run([int(s) for s in args.hosts.split(",")], args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
