@@ -38,16 +38,10 @@ from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, 
 from ringtrain.launch import run
 from ringtrain.launch.control import ControlServer
 from ringtrain.launch.gate import Preflight, run_gate
+from ringtrain.launch.outcome import Decision, Ending, decide, merge
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
 from ringtrain.launch.reporter import NullReporter, Reporter
-from ringtrain.launch.result import (
-    Failure,
-    FailureKind,
-    HostTeardown,
-    JobResult,
-    JobState,
-    RankFailure,
-)
+from ringtrain.launch.result import FailureKind, HostTeardown, JobResult
 from ringtrain.launch.run import Job
 from ringtrain.launch.straggler import StragglerWatch
 from ringtrain.launch.supervise import (
@@ -61,57 +55,10 @@ from ringtrain.launch.supervise import (
 )
 from ringtrain.rank import procfs
 from ringtrain.remote import Remote
-from ringtrain.spec import CheckpointLocation, LaunchSpec, RestartPolicy, StragglerAction
+from ringtrain.spec import CheckpointLocation, LaunchSpec, StragglerAction
 
 log = logging.getLogger(__name__)
 FAULT_GRACE_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """Whether to restart; hosts to leave out (``exclude``: lost or never started) and hosts
-    to avoid when the others suffice (``suspect``: a rank there was killed by a signal that
-    was not ringtrain's, e.g. the OOM killer)."""
-
-    restart: bool
-    reason: str
-    exclude: tuple[str, ...] = ()
-    suspect: tuple[str, ...] = ()
-
-
-def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
-    """Whether to restart after ``result``, and which hosts to leave out. Pure."""
-    if result.state is JobState.SUCCEEDED:
-        return Decision(False, "succeeded")
-    if result.state is JobState.INTERRUPTED:
-        return Decision(False, "stopped by the user")
-    exclude: tuple[str, ...] = ()
-    suspect: tuple[str, ...] = ()
-    failure = result.failure
-    if failure is not None and failure.kind in (
-        FailureKind.HOST_LOST, FailureKind.START_TIMEOUT, FailureKind.STRAGGLER
-    ):
-        exclude = failure.hosts
-    elif (
-        failure is not None
-        and failure.kind is FailureKind.RANK_SIGNAL
-        and failure.root is not None
-        and failure.root.host is not None
-    ):
-        # killed by something other than ringtrain (OOM killer, hardware): suspect the host;
-        # after a fault ringtrain detected, the signals are its own teardown's
-        suspect = (failure.root.host,)
-    if attempt > policy.max_restarts:
-        spent = f"restart budget spent ({policy.max_restarts} of {policy.max_restarts})"
-        return Decision(
-            False, spent if policy.max_restarts else "no restarts asked (--max-restarts)"
-        )
-    why = f"restarting: attempt {attempt + 1} of {policy.max_restarts + 1}"
-    if exclude:
-        why += f", without {', '.join(exclude)} for a cooldown"
-    if suspect:
-        why += f", avoiding {', '.join(suspect)} if the other hosts suffice"
-    return Decision(True, why, exclude, suspect)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +227,7 @@ class Session:
             log.info("hosts reaped %.2f s after detection", time.time() - detected_at)
             tails = {r: tuple(t) for r, t in job.tails().items() if r is not None}
             snap = control.snapshot()
-            merged = _merge(
+            merged = merge(
                 result,
                 fault,
                 teardown,
@@ -439,62 +386,3 @@ class Session:
         tmp = self.run_dir / "result.json.tmp"
         tmp.write_text(json.dumps(summary, indent=2))
         os.replace(tmp, self.run_dir / "result.json")
-
-
-@dataclass(frozen=True, slots=True)
-class Ending:
-    """How an attempt ended, beyond the job's own result: when ringtrain saw it end (or the
-    fault), when every host was clean, the ranks' last lines and hosts, and whether every
-    rank said its script returned."""
-
-    detected_at: float
-    torn_down_at: float
-    tails: Mapping[int, tuple[str, ...]]
-    where: Mapping[int, str]
-    finished: bool = False
-
-
-def _merge(
-    result: JobResult,
-    fault: Fault | None,
-    teardown: tuple[HostTeardown, ...],
-    attempt: int,
-    ending: Ending,
-) -> JobResult:
-    """The attempt's result: the job's own, with teardown and timing; a fault ringtrain
-    detected takes the place of whatever the teardown's signals made of the job; and a job
-    whose every rank returned from its script succeeded, however its processes exited. Pure."""
-    merged = replace(
-        result,
-        detected_at=ending.detected_at,  # when ringtrain saw the fault, or the job's end
-        teardown=teardown,
-        attempt=attempt,
-        torn_down_at=ending.torn_down_at,
-        teardown_s=ending.torn_down_at - ending.detected_at,
-    )
-    if ending.finished and result.state is not JobState.INTERRUPTED:
-        if fault is not None:
-            note = fault.message
-        elif result.state is JobState.FAILED:
-            note = (
-                f"every rank finished its script, then the job exited with code "
-                f"{result.exit_code} while shutting down; counted as a success"
-            )
-        else:
-            return merged
-        return replace(merged, state=JobState.SUCCEEDED, exit_code=0, failure=None,
-                       signal_name=None, warnings=(*merged.warnings, note))
-    if fault is None:
-        kind = merged.failure.kind if merged.failure else None
-        if kind is not None and kind.exit_code is not None:  # a lost daemon: 24, not 205
-            return replace(merged, exit_code=kind.exit_code)
-        return merged
-    tails, where = ending.tails, ending.where
-    ranks = tuple(RankFailure(r, where.get(r), log_tail=tails.get(r, ())) for r in fault.ranks)
-    return replace(
-        merged,
-        state=JobState.FAILED,
-        exit_code=fault.kind.exit_code or result.exit_code or 1,
-        failure=Failure(fault.kind, fault.message, fault.hosts, ranks),
-        signal_name=None,  # the signals were ringtrain's own teardown
-    )

@@ -168,11 +168,15 @@ def serve(n: int, directory: Path, fail_every: int = 0, net: int = 3) -> None:
     print(f"READY {n}", flush=True)
     while not stop.is_set():
         for key, _ in sel.select(timeout=0.5):
-            with contextlib.suppress(OSError):
+            # a failed handshake (a client that refuses the host key) ends its own transport,
+            # never the farm; with an event, start_server negotiates in the transport's thread
+            # instead of blocking this loop, so handshakes run side by side as with sshd
+            with contextlib.suppress(Exception):
                 conn, _ = key.fileobj.accept()  # type: ignore[union-attr]
                 transport = paramiko.Transport(conn)
                 transport.add_server_key(keys[key.data])
-                transport.start_server(server=_Server(key.data, client_key, work))
+                transport.start_server(event=threading.Event(),
+                                       server=_Server(key.data, client_key, work))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -93,7 +93,7 @@ def test_an_unusable_runs_dir_is_refused_before_any_ssh(tmp_path: Path) -> None:
 
 
 def test_a_host_suspected_after_a_kill_is_avoided_only_when_the_others_suffice() -> None:
-    from ringtrain.launch.session import Decision
+    from ringtrain.launch.outcome import Decision
 
     for min_np, expected in ((2, ["gpu01"]), (None, ["gpu01", "gpu02"])):
         reporter = Verdicts()

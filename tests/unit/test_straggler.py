@@ -15,8 +15,8 @@ from ringtrain.cli.launch_spec import LaunchOptions, build_spec
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.control import RankState, Snapshot, StepTimes
+from ringtrain.launch.outcome import decide
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, Straggler
-from ringtrain.launch.session import decide
 from ringtrain.launch.straggler import StragglerWatch, leave_one_out_median
 from ringtrain.launch.supervise import Fault, rank_hosts, usage_warnings
 from ringtrain.rank.progress import StepWindow

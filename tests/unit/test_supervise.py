@@ -7,8 +7,9 @@ from pathlib import Path
 
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.control import Progress, RankState, Snapshot
+from ringtrain.launch.outcome import Ending, decide
+from ringtrain.launch.outcome import merge as _merge
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
-from ringtrain.launch.session import Ending, _merge, decide
 from ringtrain.launch.supervise import Fault, all_done, check, job_pids, usage_warnings
 from ringtrain.spec import RestartPolicy, SupervisionPolicy
 
