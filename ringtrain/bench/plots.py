@@ -18,7 +18,7 @@ from ringtrain.bench import costmodel as model
 log = logging.getLogger(__name__)
 
 
-def _plt() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -27,12 +27,12 @@ def _plt() -> Any:
     return plt
 
 
-def _dress(ax: Any) -> None:
+def dress(ax: Any) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
 
 
-def _save(plt: Any, fig: Any, path: Path) -> Path:
+def save_figure(plt: Any, fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -59,7 +59,7 @@ def bandwidth_vs_size(path: Path, res: dict[str, Any]) -> Path | None:
     ns = sorted({n for _, _, n in series})
     if not ns:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(ns), figsize=(6 * len(ns), 4.5), squeeze=False)
     ceil = res["ceilings"]
     for ax, n in zip(axes[0], ns, strict=True):
@@ -75,8 +75,8 @@ def bandwidth_vs_size(path: Path, res: dict[str, Any]) -> Path | None:
             ax.axhline(p["Bps"] / 1e9, color="black", lw=0.8, ls="-.", label="raw MPI p2p")
         ax.set(xscale="log", yscale="log", xlabel="bytes per worker",
                ylabel="busbw (GB/s)", title=f"N = {n}")
-        _dress(ax)
-    return _save(plt, fig, path)
+        dress(ax)
+    return save_figure(plt, fig, path)
 
 
 def _largest(cells: Sequence[dict[str, Any]]) -> int | None:
@@ -94,7 +94,7 @@ def time_vs_n(path: Path, res: dict[str, Any]) -> Path | None:
         by_name.setdefault(_label((name, algo, 0)), []).extend(cells)
     if not by_name:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, group in sorted(by_name.items()):
         cells = sorted(group, key=lambda c: c["n"])
@@ -105,8 +105,8 @@ def time_vs_n(path: Path, res: dict[str, Any]) -> Path | None:
                     color=line.get_color())
     ax.set(xlabel="workers N", ylabel="time (s), dotted: model", yscale="log",
            title=f"time vs N at {size / 2**20:g} MiB")
-    _dress(ax)
-    return _save(plt, fig, path)
+    dress(ax)
+    return save_figure(plt, fig, path)
 
 
 def ps_ring_vs_k(path: Path, res: dict[str, Any]) -> Path | None:
@@ -118,7 +118,7 @@ def ps_ring_vs_k(path: Path, res: dict[str, Any]) -> Path | None:
     if not cells:
         return None
     fits = res["analysis"]["fits"]
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (algo, n) in sorted({(c["algo"], c["n"]) for c in cells}):
         sel = sorted((c for c in cells if c["algo"] == algo and c["n"] == n),
@@ -143,8 +143,8 @@ def ps_ring_vs_k(path: Path, res: dict[str, Any]) -> Path | None:
     ax.set(xlabel="PS shards k", ylabel="PS time / ring time (dotted: fitted model, "
            "dashed: bandwidth terms only)", yscale="log",
            title=f"PS vs ring at {size / 2**20:g} MiB")
-    _dress(ax)
-    return _save(plt, fig, path)
+    dress(ax)
+    return save_figure(plt, fig, path)
 
 
 def write_plots(run_dir: Path, res: dict[str, Any]) -> list[Path]:

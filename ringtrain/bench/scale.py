@@ -36,7 +36,7 @@ from typing import Any
 
 import psutil
 
-from ringtrain.bench import control_scale, plan_scale
+from ringtrain.bench import control_scale, plan_scale, plots
 from ringtrain.hostfile import Host, Inventory
 from ringtrain.launch.probe import GpuStatus, probe
 from ringtrain.launch.supervise import reaper_argv
@@ -128,10 +128,7 @@ def run(sizes: list[int], out: Path) -> list[dict[str, Any]]:
 
 def plot(path: Path, rows: list[dict[str, Any]]) -> Path | None:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = plots.pyplot()
     except ImportError:
         return None
     hosts = [r["hosts"] for r in rows]
@@ -149,12 +146,8 @@ def plot(path: Path, rows: list[dict[str, Any]]) -> Path | None:
         right.plot(hosts, [r[key] * scale for r in rows], marker="o", label=label)
     right.set(xscale="log", yscale="log", xlabel="hosts (8 ranks each)")
     for ax in axes:
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+        plots.dress(ax)
+    return plots.save_figure(plt, fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

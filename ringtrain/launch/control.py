@@ -197,9 +197,7 @@ class ControlServer:
         while True:
             try:
                 sock, _ = self._server.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
+            except OSError:  # nothing more to accept now (BlockingIOError), or closed
                 return
             if len(self._pending) >= self.max_pending:
                 self.refused += 1

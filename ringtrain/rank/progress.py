@@ -18,7 +18,6 @@ Horovod's all-reduce.
 from __future__ import annotations
 
 import math
-import statistics
 import threading
 import time
 from typing import Any
@@ -60,27 +59,27 @@ class StepWindow:
     def __init__(self, every_s: float = 1.0, clock: Any = time.monotonic) -> None:
         self.every_s = every_s
         self._clock = clock
-        self._compute: list[float] = []
-        self._wall: list[float] = []
+        self._sums = [0.0, 0.0]  # compute, wall seconds in this window
+        self._counts = [0, 0]
         self._started = clock()
         self._lock = threading.Lock()
 
     def add(self, compute_s: float | None, wall_s: float | None = None) -> dict[str, Any] | None:
         """Record one step; the message due now (already sent when a launcher listens)."""
         with self._lock:
-            if compute_s is not None and math.isfinite(compute_s) and compute_s >= 0:
-                self._compute.append(compute_s)
-            if wall_s is not None and math.isfinite(wall_s) and wall_s >= 0:
-                self._wall.append(wall_s)
+            for i, value in enumerate((compute_s, wall_s)):
+                if value is not None and math.isfinite(value) and value >= 0:
+                    self._sums[i] += value
+                    self._counts[i] += 1
             now = self._clock()
-            if now - self._started < self.every_s or not (self._compute or self._wall):
+            if now - self._started < self.every_s or not any(self._counts):
                 return None
-            fields: dict[str, Any] = {"n": max(len(self._compute), len(self._wall))}
-            if self._compute:
-                fields["compute"] = round(statistics.fmean(self._compute), 6)
-            if self._wall:
-                fields["wall"] = round(statistics.fmean(self._wall), 6)
-            self._compute, self._wall, self._started = [], [], now
+            # n: the steps the compute mean is over (the launcher keeps n x mean as a total)
+            fields: dict[str, Any] = {"n": self._counts[0] or self._counts[1]}
+            for i, key in enumerate(("compute", "wall")):
+                if self._counts[i]:
+                    fields[key] = round(self._sums[i] / self._counts[i], 6)
+            self._sums, self._counts, self._started = [0.0, 0.0], [0, 0], now
         agent = rankagent.agent()
         if agent is not None:
             agent.send("steps", **fields)
