@@ -71,28 +71,50 @@ def fingerprint(key_b64: str) -> str:
 
 
 class KnownHosts:
-    """The known_hosts files for one fan-out; appends (accept-new) go to ``write_path``."""
+    """The known_hosts files for one fan-out; appends (accept-new) go to ``write_path``.
+
+    Entries whose patterns are all plain names are indexed by name, so looking a host up costs
+    the same with 10 entries or 10,000 (a generated file has one per host; scanning it for every
+    host made a 1,000-host fan-out quadratic). Hashed, wildcard and negated entries are scanned.
+    """
 
     def __init__(self, paths: Sequence[Path], write_path: Path) -> None:
         self.paths = tuple(paths)
         self.write_path = write_path
         self._lock = threading.Lock()
-        entries: list[KnownHostsEntry] = []
+        self._entries: list[KnownHostsEntry] = []
+        self._by_name: dict[str, list[int]] = {}
+        self._scanned: list[int] = []
+        self._revoked: set[str] = set()
         for path in self.paths:
             with contextlib.suppress(FileNotFoundError):
-                entries.extend(parse_known_hosts(path.read_text(errors="replace")))
-        self._entries = entries
+                for entry in parse_known_hosts(path.read_text(errors="replace")):
+                    self._append(entry)
+
+    def _append(self, entry: KnownHostsEntry) -> None:
+        index = len(self._entries)
+        self._entries.append(entry)
+        if entry.marker == "@revoked":
+            self._revoked.add(entry.key_b64)
+        if entry.marker:
+            return
+        if any(p.startswith(("!", "|")) or "*" in p or "?" in p for p in entry.patterns):
+            self._scanned.append(index)
+            return
+        for pattern in {p.lower() for p in entry.patterns}:
+            self._by_name.setdefault(pattern, []).append(index)
 
     def keys_for(self, names: Sequence[str]) -> tuple[KnownHostsEntry, ...]:
+        """The usable (unmarked) entries for any of ``names``, in file order."""
         with self._lock:
-            return tuple(
-                e for e in self._entries
-                if e.marker == "" and any(e.matches(n) for n in names)
-            )
+            hits = {i for n in names for i in self._by_name.get(n.lower(), ())}
+            hits.update(i for i in self._scanned
+                        if any(self._entries[i].matches(n) for n in names))
+            return tuple(self._entries[i] for i in sorted(hits))
 
     def is_revoked(self, key_b64: str) -> bool:
         with self._lock:
-            return any(e.marker == "@revoked" and e.key_b64 == key_b64 for e in self._entries)
+            return key_b64 in self._revoked
 
     def add(self, names: Sequence[str], key_type: str, key_b64: str) -> None:
         entry = KnownHostsEntry(tuple(names), key_type, key_b64)
@@ -101,6 +123,6 @@ class KnownHosts:
             fd = os.open(self.write_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             with os.fdopen(fd, "a") as f:
                 f.write(f"{','.join(names)} {key_type} {key_b64}\n")
-            self._entries.append(entry)
+            self._append(entry)
         log.warning("added host key %s %s for %s to %s", key_type, fingerprint(key_b64),
                     ",".join(names), self.write_path)
