@@ -178,3 +178,26 @@ def test_toml_errors_find_the_line(text, line, words):
     for word in words:
         assert word in err.message
     assert err.hint
+
+
+def test_yaml_scalars_read_as_yaml_reads_them():
+    """The decimal fast path and the constructor give yaml.safe_load's values and types."""
+    import yaml
+
+    from ringtrain.hostfile.schema import Node
+    from ringtrain.hostfile.structured import _LOADER, _YamlTree
+
+    def plain(node: Node) -> object:
+        if node.kind == "map":
+            return {key: plain(value) for key, _, value in node.entries}
+        if node.kind == "seq":
+            return [plain(item) for item in node.items]
+        return node.value
+
+    values = ["7", "+5", "-0", "-12", "00", "012", "0o14", "0x1f", "1_000", "0b101", "1e3",
+              "0.5", "yes", "No", "~", "null", "", "12345678901234567890123", "'8'", "+"]
+    text = "".join(f"k{i}: {v}\n" for i, v in enumerate(values))
+    got = plain(_YamlTree("t.yaml").node(yaml.compose(text, Loader=_LOADER), 0))
+    want = yaml.safe_load(text)
+    assert got == want
+    assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
