@@ -14,7 +14,12 @@ Per host count N:
   control server's CPU, one supervision tick, the time to name one silent rank and one lost
   host (heartbeat timeout 5 s);
 * parse + allocate + plan of 10N hosts (``plan_scale.plan_times``: an Open MPI hostfile, and
-  YAML with a rack label).
+  YAML with a rack label);
+* the anchor, where Horovod is installed: horovodrun's own SSH check
+  (``horovod.runner.launch._check_all_hosts_ssh_successful``, one OpenSSH ``ssh HOST true`` per
+  host, up to 1,000 at a time) over the same farm, its wall time and CPU (its ssh processes
+  included). ``ssh`` there is a wrapper that adds the farm's ssh_config and known_hosts, so the
+  check finds the hosts and writes nothing to the user's ~/.ssh.
 
 The goals (issue 14, at 1,000 hosts / 8,000 ranks on this 2-core machine): probe <= 30 s and
 <= 10 ms launcher CPU per host; a tick <= 50 ms; silent rank / lost host named within the
@@ -24,9 +29,13 @@ The goals (issue 14, at 1,000 hosts / 8,000 ranks on this 2-core machine): probe
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
+import math
+import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -87,6 +96,7 @@ def ssh_phase(n: int, workdir: Path) -> dict[str, Any]:
         reap_s, reap_cpu = time.perf_counter() - wall0, _cpu_self() - cpu0
         reap_farm = _farm_cpu(watched) - farm0
         clean = sum(1 for a in answers.values() if a.exit_code == 0 and '"left": []' in a.stdout)
+        anchor = horovod_ssh_check(n, farm_dir)
     finally:
         farm.terminate()
         farm.wait(timeout=30)
@@ -94,14 +104,55 @@ def ssh_phase(n: int, workdir: Path) -> dict[str, Any]:
             "probe_farm_cpu_s": probe_farm, "lost_gpu_hosts": lost,
             "expected_lost_gpu_hosts": n // FAIL_EVERY,
             "teardown_s": reap_s, "teardown_cpu_ms_per_host": reap_cpu / n * 1e3,
-            "teardown_farm_cpu_s": reap_farm, "teardown_clean": clean}
+            "teardown_farm_cpu_s": reap_farm, "teardown_clean": clean, **anchor}
+
+
+# Runs horovodrun's own check; prints its wall time and CPU (with its ssh processes) as JSON.
+_HOROVOD_CHECK = """
+import json, resource, sys, time
+from horovod.runner.launch import _check_all_hosts_ssh_successful as check
+def cpu():
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
+cpu0, wall0 = cpu(), time.perf_counter()
+ok = check(sys.argv[1:], fn_cache=None)
+print(json.dumps({"ok": bool(ok), "wall_s": time.perf_counter() - wall0, "cpu_s": cpu() - cpu0}))
+"""
+
+
+def horovod_ssh_check(n: int, farm_dir: Path) -> dict[str, Any]:
+    """horovodrun's SSH check over the farm; {} where Horovod or OpenSSH's ssh is missing."""
+    ssh = shutil.which("ssh")
+    if ssh is None or importlib.util.find_spec("horovod") is None:
+        return {}
+    bin_dir = farm_dir / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    wrapper = bin_dir / "ssh"
+    wrapper.write_text(f"#!/bin/sh\nexec {ssh} -F {farm_dir / 'ssh_config'} "
+                       f"-o UserKnownHostsFile={farm_dir / 'known_hosts'} -o LogLevel=ERROR "
+                       '"$@"\n')
+    wrapper.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run([sys.executable, "-c", _HOROVOD_CHECK, *(sshfarm.name(i)
+                           for i in range(n))], env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    try:
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"horovod_check_error": (done.stderr or done.stdout)[-500:]}
+    lines = done.stdout.splitlines()
+    failed = [i for i, line in enumerate(lines) if line.startswith("ssh not successful")]
+    why = lines[failed[0] + 1].strip() if failed and failed[0] + 1 < len(lines) else ""
+    return {"horovod_check_s": got["wall_s"], "horovod_check_ok": got["ok"],
+            "horovod_check_cpu_ms_per_host": got["cpu_s"] / n * 1e3,
+            "horovod_check_failed_hosts": len(failed), "horovod_check_why": why}
 
 
 def run(sizes: list[int], out: Path) -> list[dict[str, Any]]:
     rows = []
     header = (f"{'hosts':>5} {'probe':>7} {'cpu/host':>9} {'farm cpu':>9} {'teardown':>9} "
               f"{'ranks':>6} {'ctl cpu':>8} {'tick':>8} {'silent':>7} {'lost':>6} "
-              f"{'plan 10N (mpi/yaml)':>20}")
+              f"{'plan 10N (mpi/yaml)':>20} {'horovodrun check':>17}")
     print(header, flush=True)
     with tempfile.TemporaryDirectory(prefix="ringtrain-scale-") as tmp:
         for n in sizes:
@@ -115,8 +166,12 @@ def run(sizes: list[int], out: Path) -> list[dict[str, Any]]:
             print(f"{n:>5} {row['probe_s']:>6.2f}s {row['probe_cpu_ms_per_host']:>7.1f}ms "
                   f"{row['probe_farm_cpu_s']:>8.2f}s {row['teardown_s']:>8.2f}s {8 * n:>6} "
                   f"{ctl['cpu_per_s'] * 100:>7.1f}% {ctl['tick_ms']:>6.2f}ms "
-                  f"{ctl['detect_s']:>6.2f}s {ctl['host_detect_s']:>5.2f}s "
-                  f"{row['plan_openmpi_s']:>9.3f}s/{row['plan_yaml_s']:.3f}s", flush=True)
+                  f"{_secs(ctl['detect_s']):>7} {_secs(ctl['host_detect_s']):>6} "
+                  f"{row['plan_openmpi_s']:>9.3f}s/{row['plan_yaml_s']:.3f}s "
+                  f"{_anchor_cell(row):>17}", flush=True)
+            if row.get("horovod_check_failed_hosts"):
+                print(f"      horovodrun's check failed on {row['horovod_check_failed_hosts']} "
+                      f"hosts: {row['horovod_check_why']}", flush=True)
             if ctl["false_fault"]:
                 print(f"      FALSE FAULT: {ctl['false_fault']}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -124,6 +179,17 @@ def run(sizes: list[int], out: Path) -> list[dict[str, Any]]:
     picture = plot(out / "scale.png", rows)
     print(f"\nwritten: {out / 'scale.json'}" + (f", {picture}" if picture else ""))
     return rows
+
+
+def _secs(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}s"  # NaN: nothing to detect (one host)
+
+
+def _anchor_cell(row: dict[str, Any]) -> str:
+    if "horovod_check_s" not in row:
+        return "n/a" if "horovod_check_error" not in row else "error"
+    cell = f"{row['horovod_check_s']:.2f}s {row['horovod_check_cpu_ms_per_host']:.0f}ms/h"
+    return cell if row["horovod_check_ok"] else cell + " FAIL"
 
 
 def plot(path: Path, rows: list[dict[str, Any]]) -> Path | None:
@@ -136,14 +202,19 @@ def plot(path: Path, rows: list[dict[str, Any]]) -> Path | None:
     left, right = axes
     for key, label in (("probe_s", "probe wall"), ("teardown_s", "teardown fan-out"),
                        ("plan_openmpi_s", "plan 10N hosts (Open MPI)"),
-                       ("plan_yaml_s", "plan 10N hosts (YAML)")):
-        left.plot(hosts, [r[key] for r in rows], marker="o", label=label)
+                       ("plan_yaml_s", "plan 10N hosts (YAML)"),
+                       ("horovod_check_s", "horovodrun's SSH check")):
+        if all(key in r for r in rows):
+            left.plot(hosts, [r[key] for r in rows], marker="o", label=label)
     left.axhline(30, color="grey", linestyle=":", label="probe/teardown goal 30 s")
     left.set(xscale="log", yscale="log", xlabel="hosts", ylabel="seconds")
     for key, label, scale in (("probe_cpu_ms_per_host", "launcher CPU per host (ms)", 1),
+                              ("horovod_check_cpu_ms_per_host",
+                               "horovodrun check CPU per host (ms)", 1),
                               ("control_tick_ms", "supervision tick (ms)", 1),
                               ("control_cpu_per_s", "control server CPU (%)", 100)):
-        right.plot(hosts, [r[key] * scale for r in rows], marker="o", label=label)
+        if all(key in r for r in rows):
+            right.plot(hosts, [r[key] * scale for r in rows], marker="o", label=label)
     right.set(xscale="log", yscale="log", xlabel="hosts (8 ranks each)")
     for ax in axes:
         plots.dress(ax)

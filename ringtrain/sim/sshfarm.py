@@ -7,6 +7,7 @@ unchanged against it; only the commands are answered from a table instead of run
 * the probe (``@@ringtrain:probe``): the host's name, 8 GPUs (every ``--fail-every``-th host:
   nvidia-smi failing, as with a lost GPU), the Python stack, Open MPI and an interface;
 * the reaper (``ringtrain.rank.reaper``): nothing found, nothing left;
+* ``true``: exit 0 (horovodrun's SSH check runs it on every host);
 * anything else: exit 127.
 
     python -m ringtrain.sim.sshfarm --hosts 1000 --dir DIR
@@ -91,6 +92,8 @@ def answer(i: int, command: str, fail_every: int) -> tuple[str, int]:
         return probe_output(i, fail_every), 0
     if "ringtrain.rank.reaper" in command:
         return '{"found": [], "left": []}\n', 0
+    if command.strip() == "true":
+        return "", 0
     return "", 127
 
 

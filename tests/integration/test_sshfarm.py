@@ -62,3 +62,17 @@ def test_a_changed_host_key_is_refused_by_the_farm_too(farm: Path, tmp_path: Pat
     first, second = report.results
     assert not first.reachable and "host key" in (first.error or "").lower(), first.error
     assert second.reachable
+
+
+def test_horovodruns_own_ssh_check_passes_over_the_farm(farm: Path) -> None:
+    """The scale benchmark's anchor: Horovod's check, OpenSSH's ssh, the farm's keys; nothing
+    written to the user's known_hosts."""
+    pytest.importorskip("horovod")
+    from ringtrain.bench.scale import horovod_ssh_check
+
+    user_known = Path("~/.ssh/known_hosts").expanduser()
+    before = user_known.read_bytes() if user_known.exists() else None
+    got = horovod_ssh_check(N, farm)
+    assert got.get("horovod_check_ok") is True, got
+    assert got["horovod_check_failed_hosts"] == 0 and got["horovod_check_cpu_ms_per_host"] > 0
+    assert (user_known.read_bytes() if user_known.exists() else None) == before
