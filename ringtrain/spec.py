@@ -30,6 +30,14 @@ class Backend(enum.Enum):
     SRUN = "srun"
 
 
+class Strategy(enum.Enum):
+    """How the ranks train together: Horovod's ring all-reduce, or TensorFlow's own
+    ``MultiWorkerMirroredStrategy``, each rank a worker task with its ``TF_CONFIG``."""
+
+    HOROVOD = "horovod"
+    TF_MULTIWORKER = "tf-multiworker"
+
+
 class Entry(enum.Enum):
     """What each rank runs: a Python file (``train.py``), a module (``-m pkg.train``, or
     ``python -m pkg.train`` as horovodrun users type it), or any other program (a wrapper
@@ -222,6 +230,8 @@ class LaunchSpec:
     np: int | None = None
     backend: Backend | None = None  # None: srun inside a Slurm job, else mpirun
     gloo: bool = False
+    strategy: Strategy = Strategy.HOROVOD
+    tf_port: int = 23456  # TF strategies: a host's tasks listen on tf_port, tf_port + 1, ...
     env: tuple[EnvSpec, ...] = ()
     runs_dir: Path = Path("runs")
     working_dir: Path = Path(".")
@@ -254,6 +264,17 @@ class LaunchSpec:
                 "--gloo needs the horovodrun backend (mpirun always uses MPI)",
                 "add --backend horovodrun, or drop --gloo",
             )
+
+        if self.strategy is not Strategy.HOROVOD and (
+                self.backend is Backend.HOROVODRUN or self.gloo):
+            raise UsageError(
+                f"--strategy {self.strategy.value} starts TensorFlow tasks, not Horovod ranks: "
+                "horovodrun and Gloo do not apply",
+                "drop --backend horovodrun and --gloo (mpirun or srun start the tasks)",
+            )
+        if not 1024 <= self.tf_port <= 65000:
+            raise UsageError(f"--tf-port {self.tf_port} is outside 1024-65000",
+                             "pass a port such as 23456 that no service on the hosts uses")
 
     @property
     def launcher(self) -> Backend:
@@ -333,6 +354,8 @@ def _decode_field(cls: type, name: str, raw: Any) -> Any:  # noqa: PLR0911 - one
         return GpuRule(raw)
     if name == "entry":
         return Entry(raw)
+    if name == "strategy":
+        return Strategy(raw)
     if name == "action":
         return StragglerAction(raw)
     if name in ("runs_dir", "working_dir", "config", "known_hosts"):

@@ -26,7 +26,7 @@ from ringtrain.launch import hosts as launch_hosts
 from ringtrain.launch import run
 from ringtrain.launch.result import JobState
 from ringtrain.launch.session import Session
-from ringtrain.spec import Backend, EnvSpec, StragglerAction
+from ringtrain.spec import Backend, EnvSpec, StragglerAction, Strategy
 
 _EPILOG = """\b
 Examples:
@@ -35,6 +35,7 @@ Examples:
   ringtrain launch --hosts gpu.txt -np 8 train.py --batch-size 64
   ringtrain launch --hosts cluster.yaml --exclude gpu03 --ring-label rack train.py
   ringtrain launch --backend horovodrun --gloo -H localhost:2 train.py
+  ringtrain launch --strategy tf-multiworker --hosts gpu.txt mwms_train.py
   ringtrain launch --dry-run -H localhost:2 train.py   print the plan; run nothing
   ringtrain launch --from runs/20261124-010203-ab12   launch again what that run ran
 
@@ -72,6 +73,21 @@ def _env_specs(
     help="What starts the ranks (default: srun inside a Slurm job, else mpirun).",
 )
 @click.option("--gloo", is_flag=True, help="With --backend horovodrun: Gloo instead of MPI.")
+@click.option(
+    "--strategy",
+    type=click.Choice([s.value for s in Strategy]),
+    default=Strategy.HOROVOD.value,
+    show_default=True,
+    help="horovod: Horovod's ring all-reduce. tf-multiworker: TensorFlow's "
+    "MultiWorkerMirroredStrategy; every rank is a worker task and gets its TF_CONFIG.",
+)
+@click.option(
+    "--tf-port",
+    type=click.IntRange(1024, 65000),
+    default=23456,
+    show_default=True,
+    help="With a TF strategy: a host's tasks listen on this port and the next ones.",
+)
 @click.option(
     "--env",
     "env",

@@ -26,6 +26,7 @@ from ringtrain.spec import (
     SshSpec,
     StragglerAction,
     StragglerPolicy,
+    Strategy,
     SupervisionPolicy,
 )
 
@@ -44,6 +45,8 @@ class LaunchOptions:
     np: int | None = None
     backend: str | None = None
     gloo: bool = False
+    strategy: str = "horovod"
+    tf_port: int = 23456
     env: tuple[EnvSpec, ...] = ()
     ssh_config: Path | None = None
     known_hosts: Path | None = None
@@ -94,6 +97,8 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         np=opts.np,
         backend=Backend(opts.backend) if opts.backend else None,
         gloo=opts.gloo,
+        strategy=Strategy(opts.strategy),
+        tf_port=opts.tf_port,
         env=opts.env,
         runs_dir=opts.runs_dir,
         working_dir=working_dir,

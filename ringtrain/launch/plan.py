@@ -17,10 +17,11 @@ from typing import Any
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_openmpi_hostfile
+from ringtrain.launch import tfcluster
 from ringtrain.launch.launchers import Command, LaunchContext, backend_for, forwarded_names
 from ringtrain.rank import envvars
 from ringtrain.remote.sshconf import needs_ssh_config, render_ssh_config
-from ringtrain.spec import Backend, Entry, LaunchSpec
+from ringtrain.spec import Backend, Entry, LaunchSpec, Strategy
 
 _SECRET_RE = re.compile(
     r"(SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|_KEY$|_KEY_ID$|^AUTH)", re.IGNORECASE
@@ -73,13 +74,18 @@ class LaunchPlan:
         out = [f"run id:      {self.run_id}   attempt {self.attempt}"]
         out.append(f"run dir:     {self.run_dir}")
         out.append(f"working dir: {self.working_dir}")
-        out.append(f"backend:     {self.backend.value}   ranks: {self.allocation.np}")
+        out.append(f"backend:     {self.backend.value}   ranks: {self.allocation.np}"
+                   f"   strategy: {self.spec.strategy.value}")
         out.append(f"hostfile ({self.hostfile_path}):")
         out += [f"    {line}" for line in self.hostfile_text.splitlines()]
         out.append("ranks:")
         by_host = self.allocation.ranks_by_host()
         for host in self.allocation.hosts:
             out.append(f"    {host.name}: ranks {_ranges(by_host[host.name])}")
+        cluster = dict(self.command.env).get(envvars.TF_CLUSTER)
+        if cluster is not None:
+            out.append("TensorFlow tasks (each rank's TF_CONFIG, set by the rank entry):")
+            out += tfcluster.describe(json.loads(cluster))
         out.append("environment set by ringtrain (secrets redacted):")
         out += [
             f"    {k}={v if v == REDACTED else shlex.quote(v)}"
@@ -159,6 +165,9 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
     run_dir = (spec.runs_dir / inputs.run_id).absolute()
     script = _script_path(spec)
     delta = _env_delta(spec, inputs, run_dir)
+    if spec.strategy is not Strategy.HOROVOD:
+        delta[envvars.TF_CLUSTER] = tfcluster.encode(
+            tfcluster.tf_cluster(alloc, spec.strategy, spec.tf_port))
     extra = [e.name for e in spec.env]
     forward = forwarded_names(inputs.environ, delta, extra)
     missing = [e.name for e in spec.env if e.value is None and e.name not in inputs.environ]

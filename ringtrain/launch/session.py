@@ -55,7 +55,7 @@ from ringtrain.launch.supervise import (
 )
 from ringtrain.rank import procfs
 from ringtrain.remote import Remote
-from ringtrain.spec import CheckpointLocation, LaunchSpec, StragglerAction
+from ringtrain.spec import CheckpointLocation, LaunchSpec, StragglerAction, Strategy
 
 log = logging.getLogger(__name__)
 FAULT_GRACE_S = 1.0
@@ -241,7 +241,8 @@ class Session:
                 ),
             )
             warnings = usage_warnings(
-                snap, alloc, self.spec.supervision, self.spec.checkpoint is not None
+                snap, alloc, self.spec.supervision, self.spec.checkpoint is not None,
+                horovod=self.spec.strategy is Strategy.HOROVOD,
             )
             for text in (*merged.warnings, *warnings):
                 self.reporter.note(f"warning: {text}")

@@ -68,9 +68,11 @@ def all_done(snap: Snapshot, alloc: Allocation) -> bool:
 
 
 def usage_warnings(
-    snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy, checkpoint_asked: bool
+    snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy, checkpoint_asked: bool,
+    *, horovod: bool = True,
 ) -> tuple[str, ...]:
-    """What the user asked for that could not take effect, from what the ranks said. Pure."""
+    """What the user asked for that could not take effect, from what the ranks said (``horovod``:
+    the job is meant to be one Horovod job, not a TF strategy's tasks). Pure."""
     if not snap.ranks:
         return ()  # unsupervised (no rank checked in): nothing to say
     out = []
@@ -100,7 +102,7 @@ def usage_warnings(
                 "rank of a synchronous job; report each rank's own part with "
                 "ringtrain.keras.step_time(compute_s)"
             )
-    if alloc.np > 1 and not any(r.init_begun for r in snap.ranks):
+    if horovod and alloc.np > 1 and not any(r.init_begun for r in snap.ranks):
         out.append(
             f"no rank called hvd.init(): the {alloc.np} ranks ran as {alloc.np} independent "
             "copies of the script, not one Horovod job; call hvd.init() first thing"

@@ -159,6 +159,13 @@ def main(argv: list[str]) -> None:
     from ringtrain.rank import agent as rankagent  # noqa: PLC0415 - standard library only
 
     rankagent.start_from_env()  # check in with a supervising launcher, if there is one
+    from ringtrain.rank import tfconfig  # noqa: PLC0415 - standard library only
+
+    try:
+        tfconfig.apply()  # --strategy tf-*: this task's TF_CONFIG
+    except tfconfig.TfConfigError as err:
+        sys.stderr.write(f"ringtrain: {err}\n")
+        _exit_now(2)
     args = argv[1:] if argv[:1] == ["--mpi"] else argv
     kind = args[0] if args[:1] in (["-m"], ["--exec"]) else None
     if kind is not None:

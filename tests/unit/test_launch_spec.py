@@ -22,6 +22,7 @@ FULL = LaunchOptions(
     np=8,
     backend="horovodrun",
     gloo=True,
+    tf_port=24000,
     env=(EnvSpec("NCCL_DEBUG"), EnvSpec("MODE", "fast")),
     ssh_config=Path("/etc/rt/ssh_config"),
     known_hosts=Path("/etc/rt/known_hosts"),

@@ -1,0 +1,84 @@
+"""--strategy tf-multiworker on the simulated cluster: a script written from TensorFlow's
+multi-worker Keras tutorial (nothing of ringtrain in it) trains across two hosts with the
+TF_CONFIG ringtrain gives each task, and a killed worker is a job failure named and torn down
+like a rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ringtrain import sim
+from tests.integration.procs import killed_on_failure, run_result
+
+pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
+SCRIPT = Path(__file__).parent / "user_scripts" / "mwms_keras_style.py"
+
+
+def _argv(cluster: sim.SimCluster, tmp_path: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
+            "-H", "gpu01:2,gpu02:2", "--ssh-config", str(cluster.ssh_config), "--known-hosts",
+            str(cluster.known_hosts), "--strategy", "tf-multiworker", *args]
+
+
+def _results(stdout: str) -> list[dict[str, object]]:
+    return [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines()
+            if "RESULT {" in line]
+
+
+def _job_processes(cluster: sim.SimCluster) -> list[str]:
+    return [f"{host}: {cmd}" for host in cluster.names
+            for _, cmd in sim.host_processes(cluster.config, host)
+            if "ringtrain.rank.entry" in cmd or "orted" in cmd]
+
+
+def test_multiworker_mirrored_trains_across_two_hosts(sim_cluster: sim.SimCluster,
+                                                      tmp_path: Path) -> None:
+    proc = subprocess.run(_argv(sim_cluster, tmp_path, str(SCRIPT), "6"), capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    results = _results(proc.stdout)
+    assert sorted(r["task"]["index"] for r in results) == [0, 1, 2, 3]  # type: ignore[index]
+    assert {r["task"]["type"] for r in results} == {"worker"}  # type: ignore[index]
+    assert all(r["workers"] == 4 for r in results)
+    assert all(r["accuracy"] > 0.85 for r in results), results  # type: ignore[operator]
+    assert len({r["weights"] for r in results}) == 1  # one model, mirrored
+    assert "hvd.init" not in proc.stderr  # no Horovod warning for a TF strategy
+    result = run_result(tmp_path)
+    assert result["state"] == "succeeded"
+    (attempt,) = (p for p in next((tmp_path / "runs").iterdir()).iterdir() if p.is_dir()
+                  and p.name.startswith("attempt-"))
+    plan = json.loads((attempt / "plan.json").read_text())
+    assert plan["spec"]["strategy"] == "tf-multiworker"
+    assert _job_processes(sim_cluster) == []
+
+
+def test_a_killed_worker_is_a_job_failure_named_and_torn_down(sim_cluster: sim.SimCluster,
+                                                              tmp_path: Path) -> None:
+    proc = subprocess.Popen(_argv(sim_cluster, tmp_path, str(SCRIPT), "400"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with killed_on_failure(proc):
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 180
+        for line in proc.stdout:
+            if "Epoch 3/" in line or time.monotonic() > deadline:
+                break
+        assert time.monotonic() < deadline, "training did not start"
+        (worker,) = [pid for pid, cmd in sim.host_processes(sim_cluster.config, "gpu02")
+                     if "ringtrain.rank.entry" in cmd and "orted" not in cmd][:1]
+        os.kill(worker, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    result = run_result(tmp_path)
+    assert proc.returncode == 137, err[-3000:]
+    assert result["failed_host"] == "gpu02" and result["failed_rank"] in (2, 3), result
+    deadline = time.monotonic() + 30
+    while _job_processes(sim_cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _job_processes(sim_cluster) == []
