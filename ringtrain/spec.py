@@ -32,10 +32,12 @@ class Backend(enum.Enum):
 
 class Strategy(enum.Enum):
     """How the ranks train together: Horovod's ring all-reduce, or TensorFlow's own
-    ``MultiWorkerMirroredStrategy``, each rank a worker task with its ``TF_CONFIG``."""
+    ``MultiWorkerMirroredStrategy`` or ``ParameterServerStrategy``, each rank a task with its
+    ``TF_CONFIG`` (``ringtrain.launch.tfcluster``)."""
 
     HOROVOD = "horovod"
     TF_MULTIWORKER = "tf-multiworker"
+    TF_PS = "tf-ps"
 
 
 class Entry(enum.Enum):
@@ -232,6 +234,7 @@ class LaunchSpec:
     gloo: bool = False
     strategy: Strategy = Strategy.HOROVOD
     tf_port: int = 23456  # TF strategies: a host's tasks listen on tf_port, tf_port + 1, ...
+    ps: int = 0  # tf-ps: parameter-server tasks, beside the workers (one per slot) and a chief
     env: tuple[EnvSpec, ...] = ()
     runs_dir: Path = Path("runs")
     working_dir: Path = Path(".")
@@ -271,6 +274,12 @@ class LaunchSpec:
                 f"--strategy {self.strategy.value} starts TensorFlow tasks, not Horovod ranks: "
                 "horovodrun and Gloo do not apply",
                 "drop --backend horovodrun and --gloo (mpirun or srun start the tasks)",
+            )
+        if (self.strategy is Strategy.TF_PS) != (self.ps > 0):
+            raise UsageError(
+                f"--ps {self.ps} with --strategy {self.strategy.value}: parameter servers are "
+                "for --strategy tf-ps, which needs at least one",
+                "pass --strategy tf-ps --ps N (N >= 1), or drop --ps",
             )
         if not 1024 <= self.tf_port <= 65000:
             raise UsageError(f"--tf-port {self.tf_port} is outside 1024-65000",

@@ -36,6 +36,7 @@ Examples:
   ringtrain launch --hosts cluster.yaml --exclude gpu03 --ring-label rack train.py
   ringtrain launch --backend horovodrun --gloo -H localhost:2 train.py
   ringtrain launch --strategy tf-multiworker --hosts gpu.txt mwms_train.py
+  ringtrain launch --strategy tf-ps --ps 2 --hosts gpu.txt ps_train.py
   ringtrain launch --dry-run -H localhost:2 train.py   print the plan; run nothing
   ringtrain launch --from runs/20261124-010203-ab12   launch again what that run ran
 
@@ -79,7 +80,15 @@ def _env_specs(
     default=Strategy.HOROVOD.value,
     show_default=True,
     help="horovod: Horovod's ring all-reduce. tf-multiworker: TensorFlow's "
-    "MultiWorkerMirroredStrategy; every rank is a worker task and gets its TF_CONFIG.",
+    "MultiWorkerMirroredStrategy; every rank is a worker task and gets its TF_CONFIG. "
+    "tf-ps: TensorFlow's ParameterServerStrategy; every slot a worker, plus a chief and --ps "
+    "parameter servers; the job ends when the chief's script does.",
+)
+@click.option(
+    "--ps",
+    type=click.IntRange(min=0),
+    default=0,
+    help="With --strategy tf-ps: the number of parameter-server tasks (spread over the hosts).",
 )
 @click.option(
     "--tf-port",

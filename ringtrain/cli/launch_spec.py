@@ -47,6 +47,7 @@ class LaunchOptions:
     gloo: bool = False
     strategy: str = "horovod"
     tf_port: int = 23456
+    ps: int = 0
     env: tuple[EnvSpec, ...] = ()
     ssh_config: Path | None = None
     known_hosts: Path | None = None
@@ -99,6 +100,7 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         gloo=opts.gloo,
         strategy=Strategy(opts.strategy),
         tf_port=opts.tf_port,
+        ps=opts.ps,
         env=opts.env,
         runs_dir=opts.runs_dir,
         working_dir=working_dir,

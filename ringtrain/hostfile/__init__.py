@@ -51,6 +51,7 @@ from ringtrain.hostfile.allocate import (
     allocate,
     placement_only,
     select,
+    with_extra_slots,
 )
 from ringtrain.hostfile.load import (
     FORMATS,
@@ -115,4 +116,5 @@ __all__ = [
     "render_pbs_nodefile",
     "resolve_hosts",
     "select",
+    "with_extra_slots",
 ]

@@ -265,6 +265,13 @@ def _fill(hosts: list[Host], want: int) -> list[Host]:
     return used
 
 
+def with_extra_slots(alloc: Allocation, extra: dict[str, int]) -> Allocation:
+    """The same hosts in the same order, each with ``extra[name]`` more ranks, renumbered as
+    ``--map-by slot`` numbers them (a TF parameter-server job's chief and ps tasks)."""
+    hosts = tuple(h.with_slots(h.slots + extra.get(h.name, 0)) for h in alloc.hosts)
+    return replace(alloc, hosts=hosts, ranks=_assign_ranks(hosts))
+
+
 def _assign_ranks(hosts: tuple[Host, ...]) -> tuple[RankAssignment, ...]:
     """Horovod's rank math: cross_rank/cross_size count the hosts that have this local_rank."""
     cross_size = [0] * max((h.slots for h in hosts), default=0)

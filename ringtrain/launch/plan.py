@@ -166,8 +166,7 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
     script = _script_path(spec)
     delta = _env_delta(spec, inputs, run_dir)
     if spec.strategy is not Strategy.HOROVOD:
-        delta[envvars.TF_CLUSTER] = tfcluster.encode(
-            tfcluster.tf_cluster(alloc, spec.strategy, spec.tf_port))
+        delta[envvars.TF_CLUSTER] = tfcluster.encode(tfcluster.cluster_for(alloc, spec))
     extra = [e.name for e in spec.env]
     forward = forwarded_names(inputs.environ, delta, extra)
     missing = [e.name for e in spec.env if e.value is None and e.name not in inputs.environ]

@@ -203,6 +203,7 @@ class JobResult:
     attempt: int = 1
     warnings: tuple[str, ...] = ()  # what could not take effect, what ringtrain overrode
     stragglers: tuple[Straggler, ...] = ()  # ranks named stragglers during this attempt
+    failed_task: str | None = None  # TF strategies: the failed rank's task ("ps:1")
 
     @property
     def clean_teardown(self) -> bool:
@@ -235,6 +236,7 @@ class JobResult:
             "teardown": [t.to_json() for t in self.teardown],
             "warnings": list(self.warnings),
             "stragglers": [s.to_json() for s in self.stragglers],
+            "failed_task": self.failed_task,
         }
 
 

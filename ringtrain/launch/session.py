@@ -35,8 +35,8 @@ from typing import Any
 
 from ringtrain.errors import AllocationError, RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
-from ringtrain.launch import run
-from ringtrain.launch.control import ControlServer
+from ringtrain.launch import run, tfcluster
+from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.gate import Preflight, run_gate
 from ringtrain.launch.outcome import Decision, Ending, decide, merge
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
@@ -53,6 +53,7 @@ from ringtrain.launch.supervise import (
     usage_warnings,
     wait_or_fault,
 )
+from ringtrain.launch.tfjob import ServerFinisher
 from ringtrain.rank import procfs
 from ringtrain.remote import Remote
 from ringtrain.spec import CheckpointLocation, LaunchSpec, StragglerAction, Strategy
@@ -204,7 +205,7 @@ class Session:
         alloc = allocate(inventory, want, policy=placement_only(self.spec.allocation))
         if self._first_np is None:
             self._first_np = alloc.np
-        return alloc
+        return tfcluster.with_tasks(alloc, self.spec)  # tf-ps: the chief and ps tasks too
 
     def _attempt(self, attempt: int, alloc: Allocation, checked: Preflight) -> JobResult:
         control = self._control = ControlServer(bind=checked.control_host, ranks=alloc.np)
@@ -246,8 +247,13 @@ class Session:
             )
             for text in (*merged.warnings, *warnings):
                 self.reporter.note(f"warning: {text}")
+            root = merged.failure.root if merged.failure is not None else None
+            task = tfcluster.task_name(alloc, self.spec, root.rank) if root is not None else None
+            if root is not None and task is not None:
+                self.reporter.note(f"rank {root.rank} is TensorFlow task {task}")
             return replace(
-                merged, warnings=merged.warnings + warnings, stragglers=watch.found
+                merged, warnings=merged.warnings + warnings, stragglers=watch.found,
+                failed_task=task,
             )
         finally:
             control.close()
@@ -257,6 +263,15 @@ class Session:
         self, job: Job, control: ControlServer, plan: LaunchPlan, watch: StragglerWatch
     ) -> Fault | None:
         alloc = plan.allocation
+        stragglers = watch.policy.action is not StragglerAction.OFF
+        finisher = ServerFinisher(control.broadcast, self.reporter.note) if tfcluster.has_servers(
+            self.spec) else None
+
+        def watching(snap: Snapshot) -> Fault | None:
+            if finisher is not None:
+                finisher.tick(snap)
+            return watch.tick(snap, self.reporter.note) if stragglers else None
+
         fault = wait_or_fault(
             job.ended,
             control,
@@ -264,9 +279,7 @@ class Session:
             self.spec.supervision,
             job.started,
             lambda snap: self.reporter.tick(snap, alloc),
-            None
-            if watch.policy.action is StragglerAction.OFF
-            else lambda snap: watch.tick(snap, self.reporter.note),
+            watching if stragglers or finisher is not None else None,
         )
         if fault is not None:
             self.reporter.note(f"{fault.message}; tearing the job down")

@@ -1,11 +1,19 @@
 """The TensorFlow cluster of a TF-strategy launch, from the allocation. Pure.
 
-``--strategy tf-multiworker``: every rank is a ``worker`` task (worker 0 is TensorFlow's chief),
-in rank order, so rank r runs task ``worker:r``. A host's tasks listen on ``tf_port``,
-``tf_port + 1``, ... in the order of their ranks on that host. The launcher passes the whole
-cluster to every rank in one variable (``RINGTRAIN_TF_CLUSTER``); the rank entry turns it into
-that rank's ``TF_CONFIG`` (``ringtrain.rank.tfconfig``), the variable TensorFlow's cluster
-resolver reads, as tf-operator and TonY set it.
+* ``--strategy tf-multiworker``: every rank is a ``worker`` task (worker 0 is TensorFlow's
+  chief), rank r runs ``worker:r``.
+* ``--strategy tf-ps --ps N``: every slot of the allocation is a ``worker``; one ``chief`` (the
+  coordinator, which runs the training loop) and N ``ps`` tasks come on top of them
+  (``with_tasks``): the chief on the first host, ps i on host i mod H, so parameter servers are
+  spread over the hosts. On each host the chief comes first, then the ps tasks, then the
+  workers, so the chief is rank 0.
+
+A host's tasks listen on ``tf_port``, ``tf_port + 1``, ... in the order of their ranks there.
+The launcher passes the whole cluster to every rank in one variable; the rank entry turns it
+into that rank's ``TF_CONFIG`` (``ringtrain.rank.tfconfig``), the variable TensorFlow's cluster
+resolver reads, as tf-operator and TonY set it. Every task runs the user's script, as in
+TensorFlow's tutorials, where the script itself starts a ``tf.distribute.Server`` on ps and
+worker tasks.
 """
 
 from __future__ import annotations
@@ -13,21 +21,76 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ringtrain.hostfile import Allocation
-from ringtrain.spec import Strategy
+from ringtrain.hostfile import Allocation, with_extra_slots
+from ringtrain.spec import LaunchSpec, Strategy
+
+CHIEF_RANK = 0  # tf-ps: the coordinator; the job is over when its script returns
 
 
-def tf_cluster(alloc: Allocation, strategy: Strategy, tf_port: int) -> dict[str, Any]:
-    """``{"cluster": {"worker": ["host:port", ...]}, "tasks": [["worker", 0], ...]}``: the
-    cluster spec, and each rank's task in rank order."""
-    if strategy is not Strategy.TF_MULTIWORKER:
-        raise ValueError(f"no TensorFlow cluster for strategy {strategy.value}")
-    address: dict[int, str] = {}
-    for host, ranks in alloc.ranks_by_host().items():
-        for local, rank in enumerate(ranks):
-            address[rank] = f"{host}:{tf_port + local}"
-    workers = [address[r] for r in range(alloc.np)]
-    return {"cluster": {"worker": workers}, "tasks": [["worker", r] for r in range(alloc.np)]}
+def _extras(hosts: list[str], ps: int) -> dict[str, list[str]]:
+    """tf-ps: the tasks each host runs beyond its workers, in their local order."""
+    extra: dict[str, list[str]] = {h: [] for h in hosts}
+    extra[hosts[0]].append("chief")
+    for i in range(ps):
+        extra[hosts[i % len(hosts)]].append("ps")
+    return extra
+
+
+def is_tf(spec: LaunchSpec) -> bool:
+    return spec.strategy is not Strategy.HOROVOD
+
+
+def has_servers(spec: LaunchSpec) -> bool:
+    """Whether tasks serve until told to end (tf-ps: ps and workers), not run to the end."""
+    return spec.strategy is Strategy.TF_PS
+
+
+def with_tasks(alloc: Allocation, spec: LaunchSpec) -> Allocation:
+    """The allocation the job runs: under tf-ps, the workers' plus the chief and ps tasks."""
+    if spec.strategy is not Strategy.TF_PS:
+        return alloc
+    extra = _extras([h.name for h in alloc.hosts], spec.ps)
+    return with_extra_slots(alloc, {h: len(tasks) for h, tasks in extra.items()})
+
+
+def tf_cluster(alloc: Allocation, strategy: Strategy, tf_port: int,
+               ps: int = 0) -> dict[str, Any]:
+    """``{"cluster": {"worker": ["host:port", ...], ...}, "tasks": [["worker", 0], ...]}``:
+    the cluster spec, and each rank's task in rank order. Under tf-ps ``alloc`` is the one
+    ``with_tasks`` returned."""
+    if strategy is Strategy.HOROVOD:
+        raise ValueError("no TensorFlow cluster for strategy horovod")
+    by_host = alloc.ranks_by_host()
+    extra = (_extras(list(by_host), ps) if strategy is Strategy.TF_PS
+             else {h: [] for h in by_host})
+    roles: dict[int, tuple[str, str]] = {}  # rank -> (type, address)
+    for host, ranks in by_host.items():
+        kinds = extra[host] + ["worker"] * (len(ranks) - len(extra[host]))
+        for local, (rank, kind) in enumerate(zip(ranks, kinds, strict=True)):
+            roles[rank] = (kind, f"{host}:{tf_port + local}")
+    cluster: dict[str, list[str]] = {}
+    tasks = []
+    for rank in range(alloc.np):
+        kind, address = roles[rank]
+        tasks.append([kind, len(cluster.setdefault(kind, []))])
+        cluster[kind].append(address)
+    order = ("chief", "worker", "ps")
+    return {"cluster": {k: cluster[k] for k in order if k in cluster}, "tasks": tasks}
+
+
+def cluster_for(alloc: Allocation, spec: LaunchSpec) -> dict[str, Any]:
+    return tf_cluster(alloc, spec.strategy, spec.tf_port, spec.ps)
+
+
+def task_name(alloc: Allocation, spec: LaunchSpec, rank: int) -> str | None:
+    """A TF strategy's rank's task as its TF_CONFIG names it (``ps:1``); None for Horovod."""
+    if not is_tf(spec):
+        return None
+    tasks = cluster_for(alloc, spec)["tasks"]
+    if not 0 <= rank < len(tasks):
+        return None
+    kind, index = tasks[rank]
+    return f"{kind}:{index}"
 
 
 def encode(cluster: dict[str, Any]) -> str:
@@ -39,9 +102,9 @@ def describe(cluster: dict[str, Any], limit: int = 16) -> list[str]:
     out = []
     tasks = cluster["tasks"]
     for rank, (kind, index) in enumerate(tasks[:limit]):
-        config = {"cluster": cluster["cluster"], "task": {"type": kind, "index": index}}
+        task = json.dumps({"type": kind, "index": index})
         out.append(f"    rank {rank}: {kind}:{index} at {cluster['cluster'][kind][index]}"
-                   f"   TF_CONFIG task {json.dumps(config['task'])}")
+                   f"   TF_CONFIG task {task}")
     if len(tasks) > limit:
         out.append(f"    ... {len(tasks) - limit} more ranks, in the same pattern")
     out.append(f"    cluster (the same in every TF_CONFIG): {json.dumps(cluster['cluster'])}")

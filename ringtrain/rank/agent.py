@@ -104,6 +104,8 @@ class RankAgent:
                     self.last_heard = time.monotonic()
                     if msg["t"] == "stop":
                         self._die("the launcher asked this rank to stop")
+                    elif msg["t"] == "finish":
+                        self._finish()
 
     def _beat(self) -> None:
         while True:
@@ -116,6 +118,15 @@ class RankAgent:
             silent = time.monotonic() - self.last_heard
             if silent > self.launcher_timeout:
                 self._die(f"no word from the launcher for {silent:.0f} s")
+
+    def _finish(self) -> None:
+        """The job is over (tf-ps: the chief finished): a task that only serves says "done" and
+        exits 0 at once; ``server.join()`` never returns by itself."""
+        self.done()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
 
     def _die(self, why: str) -> None:
         ppid = os.getppid()

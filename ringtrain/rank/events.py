@@ -13,9 +13,11 @@ Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port) and first send ``hello``
 * ``api``      the script uses ringtrain.keras: ``checkpoint`` (URL) and/or ``progress``
 * ``done``     the script returned (or exited 0); interpreter finalisation follows
 
-and launcher -> rank: ``hb`` every ``HEARTBEAT_S``. A rank that hears nothing from the launcher for
-its ``RINGTRAIN_LAUNCHER_TIMEOUT`` ends itself and its Open MPI daemon (a dead-man switch), so a
-partitioned host cannot keep the job's processes alive after the launcher gave up on it.
+and launcher -> rank: ``hb`` every ``HEARTBEAT_S``; ``stop`` (a fault: the rank ends itself and
+its daemon); ``finish`` (tf-ps: the chief is done; a serving task says ``done`` and exits 0). A
+rank that hears nothing from the launcher for its ``RINGTRAIN_LAUNCHER_TIMEOUT`` ends itself and
+its Open MPI daemon (a dead-man switch), so a partitioned host cannot keep the job's processes
+alive after the launcher gave up on it.
 """
 
 from __future__ import annotations

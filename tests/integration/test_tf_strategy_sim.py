@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ringtrain import sim
+from ringtrain.rank import procfs
 from tests.integration.procs import killed_on_failure, run_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
@@ -78,6 +79,58 @@ def test_a_killed_worker_is_a_job_failure_named_and_torn_down(sim_cluster: sim.S
     result = run_result(tmp_path)
     assert proc.returncode == 137, err[-3000:]
     assert result["failed_host"] == "gpu02" and result["failed_rank"] in (2, 3), result
+    deadline = time.monotonic() + 30
+    while _job_processes(sim_cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _job_processes(sim_cluster) == []
+
+
+PS_SCRIPT = Path(__file__).parent / "user_scripts" / "ps_keras_style.py"
+
+
+def test_parameter_server_strategy_trains_and_the_servers_end_with_the_chief(
+        sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
+    argv = _argv(sim_cluster, tmp_path, "--ps", "2", str(PS_SCRIPT), "6")
+    argv[argv.index("tf-multiworker")] = "tf-ps"
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (chief,) = _results(proc.stdout)  # only the chief trains; servers print nothing
+    assert chief["task"] == {"type": "chief", "index": 0}, chief
+    assert chief["accuracy"] > 0.85, chief  # type: ignore[operator]
+    # the variables live on both parameter servers, not on the chief
+    assert chief["devices"] == [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in (0, 1)]
+    assert "the chief finished: ending the ps and worker tasks" in proc.stderr
+    result = run_result(tmp_path)
+    assert result["state"] == "succeeded", result
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    plan = json.loads((run_dir / "attempt-1" / "plan.json").read_text())
+    assert plan["np"] == 7  # 4 workers, a chief, 2 ps
+    assert _job_processes(sim_cluster) == []
+
+
+def test_a_killed_parameter_server_is_a_job_failure_named_and_torn_down(
+        sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
+    argv = _argv(sim_cluster, tmp_path, "--ps", "2", str(PS_SCRIPT), "400")
+    argv[argv.index("tf-multiworker")] = "tf-ps"
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with killed_on_failure(proc):
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 180
+        for line in proc.stdout:
+            if "Epoch 3/" in line or time.monotonic() > deadline:
+                break
+        assert time.monotonic() < deadline, "training did not start"
+        # rank 4, gpu02's first, is ps:1 (chief, ps:0 and two workers are ranks 0-3 on gpu01)
+        (ps_pid,) = [pid for pid, cmd in sim.host_processes(sim_cluster.config, "gpu02")
+                     if "ringtrain.rank.entry" in cmd and "orted" not in cmd
+                     and procfs.environ_has(pid, b"OMPI_COMM_WORLD_RANK=4")]
+        os.kill(ps_pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    result = run_result(tmp_path)
+    assert proc.returncode == 137, err[-3000:]
+    assert result["failed_host"] == "gpu02" and result["failed_rank"] == 4, result
+    assert result["failed_task"] == "ps:1"
+    assert "rank 4 is TensorFlow task ps:1" in err, err[-3000:]
     deadline = time.monotonic() + 30
     while _job_processes(sim_cluster) and time.monotonic() < deadline:
         time.sleep(0.5)

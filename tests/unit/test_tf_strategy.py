@@ -22,9 +22,10 @@ HOSTS = "gpu01:2,gpu02:3"
 
 
 def _spec(**kw: object) -> LaunchSpec:
-    return LaunchSpec(script="train.py", host_spec=HOSTS, working_dir=Path("/work/job"),
-                      runs_dir=Path("/work/job/runs"), strategy=Strategy.TF_MULTIWORKER,
-                      **kw)  # type: ignore[arg-type]
+    base: dict[str, object] = {"host_spec": HOSTS, "strategy": Strategy.TF_MULTIWORKER}
+    base.update(kw)
+    return LaunchSpec(script="train.py", working_dir=Path("/work/job"),
+                      runs_dir=Path("/work/job/runs"), **base)  # type: ignore[arg-type]
 
 
 def test_every_rank_is_one_worker_task_with_a_free_port_per_host() -> None:
@@ -87,3 +88,77 @@ def test_apply_sets_tf_config_and_refuses_a_users_own_or_a_taken_port() -> None:
 def test_options_that_cannot_apply_are_usage_errors(kw: dict[str, object]) -> None:
     with pytest.raises(UsageError):
         _spec(**kw)
+
+
+def _ps_alloc(hosts: str = HOSTS, ps: int = 2):  # type: ignore[no-untyped-def]
+    spec = _spec(strategy=Strategy.TF_PS, ps=ps, host_spec=hosts)
+    return spec, tfcluster.with_tasks(allocate(parse_host_spec(hosts), None), spec)
+
+
+def test_tf_ps_adds_a_chief_and_spread_ps_tasks_to_the_workers() -> None:
+    spec, alloc = _ps_alloc()
+    assert [(h.name, h.slots) for h in alloc.hosts] == [("gpu01", 4), ("gpu02", 4)]
+    cluster = tfcluster.cluster_for(alloc, spec)
+    assert cluster["tasks"] == [["chief", 0], ["ps", 0], ["worker", 0], ["worker", 1],
+                                ["ps", 1], ["worker", 2], ["worker", 3], ["worker", 4]]
+    assert cluster["cluster"] == {
+        "chief": ["gpu01:23456"],
+        "worker": ["gpu01:23458", "gpu01:23459", "gpu02:23457", "gpu02:23458", "gpu02:23459"],
+        "ps": ["gpu01:23457", "gpu02:23456"],
+    }
+    by_rank = {r.rank: r.host for r in alloc.ranks}
+    for rank, (kind, index) in enumerate(cluster["tasks"]):  # each task on its rank's host
+        assert cluster["cluster"][kind][index].startswith(by_rank[rank] + ":")
+    addresses = [a for tasks in cluster["cluster"].values() for a in tasks]
+    assert len(addresses) == len(set(addresses)) == alloc.np  # every task listed once
+    assert tfcluster.with_tasks(alloc, _spec()) is alloc  # other strategies: as allocated
+
+
+def test_more_ps_tasks_than_hosts_wrap_around() -> None:
+    spec, alloc = _ps_alloc("a:1,b:1", ps=3)
+    cluster = tfcluster.cluster_for(alloc, spec)
+    assert cluster["cluster"]["ps"] == ["a:23457", "a:23458", "b:23456"]  # by rank
+    assert [t[0] for t in cluster["tasks"]] == ["chief", "ps", "ps", "worker", "ps", "worker"]
+
+
+def test_the_tf_ps_dry_run_golden() -> None:
+    spec, alloc = _ps_alloc()
+    plan = make_plan(spec, alloc, PlanInputs(run_id="R1", environ={"PATH": "/usr/bin"},
+                                             is_root=True, python="/venv/bin/python"))
+    assert_golden("plan/tf_ps.txt", plan.describe() + "\n")
+    assert plan.hostfile_text == "gpu01 slots=4\ngpu02 slots=4\n"
+
+
+@pytest.mark.parametrize("kw", [{"strategy": Strategy.TF_PS},
+                                {"strategy": Strategy.TF_MULTIWORKER, "ps": 1},
+                                {"strategy": Strategy.HOROVOD, "ps": 2}])
+def test_ps_goes_with_tf_ps_only(kw: dict[str, object]) -> None:
+    with pytest.raises(UsageError, match="--ps"):
+        _spec(**kw)
+
+
+def test_servers_are_told_to_finish_once_the_chief_is_done_and_gone() -> None:
+    from ringtrain.launch.control import RankState, Snapshot
+    from ringtrain.launch.tfjob import ServerFinisher
+
+    sent: list[str] = []
+    notes: list[str] = []
+    finisher = ServerFinisher(sent.append, notes.append)
+
+    def snap(now: float, **chief: object) -> Snapshot:
+        ranks = (RankState(0, "gpu01", 10, **chief),  # type: ignore[arg-type]
+                 RankState(1, "gpu01", 11), RankState(2, "gpu02", 12))
+        return Snapshot(ranks, None, now)
+
+    finisher.tick(snap(100.0))  # training
+    finisher.tick(snap(101.0, done_at=100.5))  # said done, still finalising
+    assert sent == [] and notes == []
+    finisher.tick(snap(102.0, done_at=100.5, connected=False))  # its process is gone
+    finisher.tick(snap(103.0, done_at=100.5, connected=False))
+    assert sent == ["finish", "finish"] and len(notes) == 1
+    hung = ServerFinisher(sent.append, notes.append)
+    sent.clear()
+    hung.tick(snap(110.0, done_at=100.5))  # done 9.5 s ago and still connected: wait
+    assert sent == []
+    hung.tick(snap(111.0, done_at=100.5))  # past the 10 s grace
+    assert sent == ["finish"]
