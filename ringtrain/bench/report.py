@@ -159,6 +159,18 @@ def _cells_table(cells: Sequence[dict[str, Any]], title: str) -> list[str]:
     return [f"## {title}", "", *_table(head, rows)]
 
 
+def _warmups(cells: Sequence[dict[str, Any]]) -> list[str]:
+    """What each cell's warm-up cost before its timed iterations (bench/settle.py)."""
+    rows = [[c["impl"], str(c["n"]), human_bytes(c["bytes"]), str(w["iterations"]),
+             ms(w["first_s"]), ms(w["last_s"]), ms(c["median_s"]), f"{w['seconds']:.3f}"]
+            for c in cells if (w := c.get("warmup"))]
+    if not rows:
+        return []
+    return ["## Warm-up (until the times settle, before the timed iterations)", "",
+            *_table(["impl", "N", "size", "iterations", "first ms", "settled ms",
+                     "timed median ms", "warm-up s"], rows)]
+
+
 def _rounds(res: dict[str, Any]) -> list[str]:
     rows = [[r["label"], str(r["attempts"]), "yes" if r["accepted"] else "no",
              f"{100 * r['drift']:.0f}%", f"{100 * r.get('foreign_cpu', 0.0):.0f}%",
@@ -196,6 +208,7 @@ def render_markdown(res: dict[str, Any]) -> str:
         sel = [c for c in cells if c["kind"] == kind]
         if sel:
             lines += _cells_table(sel, title)
+    lines += _warmups(cells)
     lines += _rounds(res)
     lines += ["Plots: " + ", ".join(f"[{p}]({p})" for p in res.get("plots", [])), ""]
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """Rank program: time all-reduce of float32 buffers through mpi4py or Horovod (MPI or Gloo).
 
 Runs under mpirun, one process per rank (``python -m mpi4py -m ringtrain.bench.ring_runner``).
-For every size: ``--warmup`` untimed all-reduces (the first one is checked for the right sum),
+For every size: untimed all-reduces (the first one is checked for the right sum) until the
+times settle, ``--warmup`` at least (``settle.py``; their count and cost are in the result),
 then ``--reps`` timed ones, each preceded by ``MPI_Barrier``; a rank's time is the wall time
 of its own all-reduce and the iteration's time is the max over ranks (``MPI_Allreduce(MAX)``).
 Rank 0 prints one ``RESULT {json}`` line per size with every iteration's time.
@@ -36,6 +37,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ringtrain.bench import settle
+
 IMPLS = ("mpi4py", "mpi4py-ring", "horovod", "horovod-eager", "gloo", "p2p", "mpi4py-hvd-idle")
 HOROVOD_OPS = ("horovod", "horovod-eager", "gloo")
 
@@ -45,7 +48,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--impl", required=True,
                    help=f"comma-separated, timed interleaved: {', '.join(IMPLS)}")
     p.add_argument("--sizes", required=True, help="comma-separated buffer sizes in bytes")
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed iterations at least; more until the times settle (settle.py)")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--tf-threads", type=int, default=0)
     p.add_argument("--average", action="store_true")
@@ -168,10 +172,16 @@ def time_size(args: argparse.Namespace, impls: list[str], nbytes: int) -> list[d
 
     comm = MPI.COMM_WORLD
     ops = {impl: make_op(args, impl, nbytes) for impl in impls}
+    warmups: dict[str, list[float]] = {}
     for impl, (run, result) in ops.items():
-        for i in range(args.warmup):
+        times = warmups[impl] = []
+        while not settle.settled(times, minimum=args.warmup):
+            comm.Barrier()
+            t0 = time.perf_counter()
             run()
-            if i == 0 and impl != "p2p":
+            # the slowest rank's time, so that every rank decides to stop at the same point
+            times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+            if len(times) == 1 and impl != "p2p":
                 check_sum(result(), comm.Get_size(), args.average and impl in HOROVOD_OPS)
     local = np.empty((len(impls), args.reps), dtype=np.float64)
     for i in range(args.reps):
@@ -187,7 +197,8 @@ def time_size(args: argparse.Namespace, impls: list[str], nbytes: int) -> list[d
     worst = np.empty_like(local)
     comm.Allreduce(local, worst, op=MPI.MAX)
     return [{"impl": impl, "bytes": nbytes, "ranks": comm.Get_size(),
-             "times": [float(t) for t in worst[j]]} for j, impl in enumerate(impls)]
+             "times": [float(t) for t in worst[j]],
+             "warmup": settle.summary(warmups[impl])} for j, impl in enumerate(impls)]
 
 
 def init(args: argparse.Namespace, impls: list[str]) -> dict[str, Any]:

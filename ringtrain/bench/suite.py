@@ -122,6 +122,8 @@ def cell(row: dict[str, Any], round_no: int, accepted: bool) -> dict[str, Any]:
            "best_s": best, "algbw_Bps": model.algbw(nbytes, med),
            "busbw_Bps": model.busbw(nbytes, med, n) if algo != "p2p" else nbytes / med,
            "times": times, "round": round_no, "accepted": accepted}
+    if row.get("warmup"):
+        out["warmup"] = row["warmup"]
     return out
 
 

@@ -49,7 +49,9 @@ def _sweep_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Worker counts N: 2,4,8 or 2..8."),
         click.option("--reps", default=10, show_default=True, type=click.IntRange(1),
                      help="Timed iterations per cell (barrier before each)."),
-        click.option("--warmup", default=3, show_default=True, type=click.IntRange(1)),
+        click.option("--warmup", default=3, show_default=True, type=click.IntRange(1),
+                     help="Untimed iterations at least; all-reduce cells go on until their "
+                     "times settle (the warm-up's count and cost are reported apart)."),
         click.option("--quiet-wait", default=20.0, show_default=True,
                      help="Seconds to wait, before each round, for the CPUs to go idle."),
         click.option("--foreign-max", default=0.1, show_default=True,
