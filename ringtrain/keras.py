@@ -29,6 +29,10 @@ checkpoint whose files verify and broadcasts the resume point; rank 0 restores, 
 model and optimizer variable is broadcast from rank 0, so all ranks continue with identical
 state. Only rank 0 touches the storage. Outside ringtrain (plain ``horovodrun`` or ``python``)
 everything works the same with checkpoints under ``./checkpoints`` unless ``url`` is given.
+
+The same calls work in a script using TensorFlow's own ``MultiWorkerMirroredStrategy`` or
+``ParameterServerStrategy`` (``ringtrain launch --strategy tf-multiworker|tf-ps``, or any
+``TF_CONFIG``): ``ringtrain.keras_world`` says who rank 0 is and how to broadcast there.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from ringtrain import keras_world
 from ringtrain.checkpoint import Store, commit, find_latest, open_store
 from ringtrain.checkpoint.store import StorageError
 from ringtrain.errors import CheckpointError, UsageError
@@ -87,7 +92,7 @@ def resume(model: Any, optimizer: Any = None, *, url: str | None = None) -> int:
 
     Call it after ``model.compile`` (or, in a custom loop, once the model is built) and after
     ``hvd.init()``. ``optimizer`` defaults to ``model.optimizer``."""
-    hvd = _horovod()
+    hvd = keras_world.world(model)
     optimizer = _optimizer(model, optimizer)
     where = checkpoint_url(url)
     _tell_launcher(resume=True, checkpoint=where)
@@ -116,16 +121,18 @@ def callbacks(
     and progress reports (epoch, step, loss, samples/s with ``batch_size``, per rank); on
     every rank, its step times for straggler detection (``ringtrain.keras_steps``). Add them
     after Horovod's own callbacks."""
-    hvd = _horovod()
+    hvd = keras_world.world()
     where = checkpoint_url(url)
     _tell_launcher(checkpoint=where, progress=True)
-    timer = StepTimer(every_s=progress_every_s)
-    if hvd.rank() != 0:
-        return [timer]
+    # step times come from Horovod's all-reduce; TF strategies report whole steps only
+    timer = [StepTimer(every_s=progress_every_s)] if hvd.kind == keras_world.HOROVOD else []
+    if hvd.rank() != 0:  # MultiWorkerMirrored: every worker writes, worker 0 commits
+        return [CommitCheckpoint(where, keep=keep, meta=meta, commit=False), *timer] if (
+            hvd.all_write) else timer
     return [
         CommitCheckpoint(where, keep=keep, meta=meta),
         ProgressCallback(batch_size, world_size=hvd.size(), every_s=progress_every_s),
-        timer,
+        *timer,
     ]
 
 
@@ -141,13 +148,14 @@ def save(
 ) -> None:
     """For a custom loop, at the end of an epoch (``epoch`` counts finished epochs): rank 0
     commits a checkpoint; every rank reports progress. Other ranks do not touch storage."""
-    hvd = _horovod()
+    hvd = keras_world.world(model)
     optimizer = _optimizer(model, optimizer)
     where = checkpoint_url(url)
     _tell_launcher(checkpoint=where, progress=True)
     step = int(optimizer.iterations.numpy())
-    if hvd.rank() == 0:
-        _commit(model, optimizer, where, epoch=epoch, step=step, keep=keep, meta=meta or {})
+    if hvd.rank() == 0 or hvd.all_write:
+        _commit(model, optimizer, where, epoch=epoch, step=step, keep=keep, meta=meta or {},
+                commit=hvd.rank() == 0)
     progress(epoch=epoch, step=step, loss=loss)
 
 
@@ -155,21 +163,24 @@ def save(
 
 
 class CommitCheckpoint(tf.keras.callbacks.Callback):  # type: ignore[misc]
-    """Rank 0: at each epoch end, write a tf.train.Checkpoint locally and commit it."""
+    """Rank 0: at each epoch end, write a tf.train.Checkpoint locally and commit it (with
+    ``commit=False``, only write it: the other workers of a MultiWorkerMirroredStrategy)."""
 
-    def __init__(self, url: str, *, keep: int = 3, meta: dict[str, Any] | None = None) -> None:
+    def __init__(self, url: str, *, keep: int = 3, meta: dict[str, Any] | None = None,
+                 commit: bool = True) -> None:
         super().__init__()
         self.url = url
         self.keep = keep
         self.meta = dict(meta or {})
+        self.commit = commit  # False: write only (MultiWorkerMirrored's other workers)
         self.last_committed: int | None = None
 
     def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
         optimizer = self.model.optimizer
         step = int(optimizer.iterations.numpy())
-        meta = {**self.meta, **{k: float(v) for k, v in (logs or {}).items()}}
+        meta = {**self.meta, **{k: _number(v) for k, v in (logs or {}).items()}}
         _commit(self.model, optimizer, self.url, epoch=epoch + 1, step=step, keep=self.keep,
-                meta=meta)
+                meta=meta, commit=self.commit)
         self.last_committed = step
 
 
@@ -212,7 +223,7 @@ class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
         progress(
             epoch=self._epoch + (1 if epoch_done else 0),
             step=step,
-            loss=None if loss is None else float(loss),
+            loss=None if loss is None else _number(loss),
             samples_per_s=rate,
             epochs=self.params.get("epochs"),
             steps=self.params.get("steps"),
@@ -249,19 +260,11 @@ class _State:
 _STATE = _State()
 
 
-def _horovod() -> Any:
-    try:
-        import horovod.tensorflow as hvd  # noqa: PLC0415 - the train extra
-    except ImportError as err:
-        raise UsageError(
-            "ringtrain.keras needs Horovod", "pip install 'ringtrain[train]'"
-        ) from err
-    if not hvd.is_initialized():
-        raise UsageError(
-            "ringtrain.keras was called before hvd.init()",
-            "call hvd.init() first thing in the script, then ringtrain.keras.resume(model)",
-        )
-    return hvd
+def _number(value: Any) -> float:
+    """A Keras log value as a float; under ParameterServerStrategy batch logs are RemoteValues
+    (the step may still be running on a worker): fetched first."""
+    fetch = getattr(value, "fetch", None)
+    return float(fetch() if callable(fetch) else value)
 
 
 def _optimizer(model: Any, optimizer: Any) -> Any:
@@ -356,7 +359,7 @@ def _restore(model: Any, optimizer: Any, url: str, hvd: Any) -> ResumePoint | No
 
 def _commit(
     model: Any, optimizer: Any, url: str, *, epoch: int, step: int, keep: int,
-    meta: dict[str, Any],
+    meta: dict[str, Any], commit: bool = True,
 ) -> None:
     """Write and commit; a storage outage shorter than the grace (``--checkpoint-grace``)
     costs a wait, a longer one skips this checkpoint with a warning, and only a second
@@ -367,6 +370,8 @@ def _commit(
         ckpt = _tf_checkpoint(model, optimizer)
         ckpt.epoch.assign(epoch)
         ckpt.write(str(local / CKPT_PREFIX))
+        if not commit:
+            return
         meta = {**meta, "format": FORMAT, "saved_at": time.time()}
         result = _commit_within_grace(url, local, step=step, epoch=epoch, meta=meta, keep=keep)
     finally:

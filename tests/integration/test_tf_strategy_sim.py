@@ -135,3 +135,33 @@ def test_a_killed_parameter_server_is_a_job_failure_named_and_torn_down(
     while _job_processes(sim_cluster) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _job_processes(sim_cluster) == []
+
+
+DIGITS_TF = Path(__file__).resolve().parents[2] / "ringtrain" / "models" / "digits_tf.py"
+
+
+@pytest.mark.parametrize(("strategy", "extra", "fail_rank"), [
+    ("tf-multiworker", (), "1"),  # worker 1 dies; worker 0 committed epoch 2
+    ("tf-ps", ("--ps", "1"), "0"),  # the chief (coordinator) dies
+])
+def test_digits_resumes_from_its_checkpoint_after_a_failure(
+        sim_cluster: sim.SimCluster, tmp_path: Path, strategy: str, extra: tuple[str, ...],
+        fail_rank: str) -> None:
+    """The public training API under TF strategies: rank 0 commits every epoch, a task dies in
+    epoch 3, ringtrain restarts the job and every worker resumes from epoch 2."""
+    argv = _argv(sim_cluster, tmp_path, *extra, "--max-restarts", "1", str(DIGITS_TF),
+                 "--epochs", "5", "--fail-at-epoch", "3", "--fail-rank", fail_rank,
+                 "--target-accuracy", "0.85")
+    argv[argv.index("-H") + 1] = "gpu01:1,gpu02:1"
+    argv[argv.index("tf-multiworker")] = strategy
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=420, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = [r for r in _results(proc.stdout) if "test_accuracy" in r]
+    assert results and all(r["strategy"] == strategy for r in results)
+    assert all(r["resumed_from"] == {"epoch": 2, "step": r["resumed_from"]["step"]}  # type: ignore[index]
+               for r in results), results
+    assert len({r["test_loss"] for r in results}) == 1  # the workers agree (MWMS: two)
+    assert len(results) == (2 if strategy == "tf-multiworker" else 1)
+    assert "fault injection: exiting at epoch 3" in proc.stdout
+    assert run_result(tmp_path)["attempt"] == 2
+    assert _job_processes(sim_cluster) == []

@@ -35,8 +35,8 @@ ALLOWED = {
     "paramiko": ("remote/ssh.py", "remote/keys.py", "sim/sshfarm.py"),
     "fabric": ("remote/ssh.py",),
     "invoke": ("remote/ssh.py",),
-    "tensorflow": ("keras.py", "keras_steps.py", "models/", "bench/"),
-    "horovod": ("keras.py", "models/", "bench/"),
+    "tensorflow": ("keras.py", "keras_steps.py", "keras_world.py", "models/", "bench/"),
+    "horovod": ("keras.py", "keras_world.py", "models/", "bench/"),
     "mpi4py": ("rank/entry.py", "models/", "bench/", "ringcheck/rankprog.py"),
 }
 
@@ -60,8 +60,9 @@ LAYERS: dict[str, set[str]] = {
     "schedulers": {"errors", "hostfile", "remote", "spec"},
     "launch": {"errors", "hostfile", "remote", "rank", "spec", "checkpoint", "schedulers"},
     "keras_steps": {"rank"},
-    "keras": {"errors", "checkpoint", "rank", "keras_steps"},
-    "models": {"errors", "checkpoint", "rank", "keras"},
+    "keras_world": {"errors"},
+    "keras": {"errors", "checkpoint", "rank", "keras_steps", "keras_world"},
+    "models": {"errors", "checkpoint", "rank", "keras", "keras_world"},
     "sim": {"errors", "checkpoint", "rank"},
     "bench": {"errors", "hostfile", "remote", "rank", "checkpoint", "launch", "keras", "models",
               "sim", "spec"},
