@@ -131,7 +131,9 @@ def callbacks(
             hvd.all_write) else timer
     return [
         CommitCheckpoint(where, keep=keep, meta=meta),
-        ProgressCallback(batch_size, world_size=hvd.size(), every_s=progress_every_s),
+        # ParameterServerStrategy refuses batch-level callbacks: progress once an epoch there
+        (EpochProgressCallback if hvd.kind == keras_world.PS else ProgressCallback)(
+            batch_size, world_size=hvd.size(), every_s=progress_every_s),
         *timer,
     ]
 
@@ -229,6 +231,28 @@ class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
             steps=self.params.get("steps"),
         )
         self._last = now
+
+
+class EpochProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
+    """Progress at each epoch end only (no batch hooks: ParameterServerStrategy's Keras
+    refuses them): epoch, step, loss and samples/s over the epoch."""
+
+    def __init__(self, batch_size: int | None, world_size: int = 1, every_s: float = 1.0) -> None:
+        super().__init__()
+        self.samples_per_step = batch_size * world_size if batch_size else None
+        self._started = 0.0
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._started = time.monotonic()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        steps = self.params.get("steps")
+        seconds = max(time.monotonic() - self._started, 1e-9)
+        loss = (logs or {}).get("loss")
+        progress(epoch=epoch + 1, step=steps, loss=None if loss is None else _number(loss),
+                 samples_per_s=(steps * self.samples_per_step / seconds
+                                if steps and self.samples_per_step else None),
+                 epochs=self.params.get("epochs"), steps=steps)
 
 
 # ------------------------------------------------------------------------------ internals

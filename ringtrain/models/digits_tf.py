@@ -34,6 +34,20 @@ def serve_forever(resolver: Any) -> None:
     server.join()
 
 
+def _fail_at_epoch_begin(epoch: int) -> Any:
+    """Fault injection for the coordinator (ParameterServerStrategy takes no batch-level
+    callbacks): exit with status 1 as the 1-based ``epoch`` begins, the one before committed."""
+    import tensorflow as tf
+
+    class FailAtEpochBegin(tf.keras.callbacks.Callback):  # type: ignore[misc]
+        def on_epoch_begin(self, e: int, logs: Any = None) -> None:
+            if e + 1 == epoch:
+                print(f"fault injection: exiting at epoch {epoch}, batch 0", flush=True)
+                os._exit(1)
+
+    return FailAtEpochBegin()
+
+
 def _strategy(kind: str, resolver: Any) -> tuple[Any, int]:
     import tensorflow as tf
 
@@ -80,7 +94,8 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     callbacks = rt.callbacks(batch_size=args.batch_size, url=args.checkpoint, keep=args.keep,
                              meta=meta)
     if args.fail_at_epoch is not None and initial_epoch == 0 and rank == args.fail_rank:
-        callbacks.append(fail_at_epoch(args.fail_at_epoch))
+        callbacks.append(fail_at_epoch(args.fail_at_epoch) if kind == keras_world.MULTIWORKER
+                         else _fail_at_epoch_begin(args.fail_at_epoch))
 
     def dataset(context: Any = None) -> Any:
         batch = context.get_per_replica_batch_size(global_batch) if context else global_batch
