@@ -53,7 +53,7 @@ from ringtrain.launch.supervise import (
     usage_warnings,
     wait_or_fault,
 )
-from ringtrain.launch.tfjob import ServerFinisher
+from ringtrain.launch.tfjob import ServerFinisher, check_ports
 from ringtrain.rank import procfs
 from ringtrain.remote import Remote
 from ringtrain.spec import CheckpointLocation, LaunchSpec, StragglerAction, Strategy
@@ -205,7 +205,11 @@ class Session:
         alloc = allocate(inventory, want, policy=placement_only(self.spec.allocation))
         if self._first_np is None:
             self._first_np = alloc.np
-        return tfcluster.with_tasks(alloc, self.spec)  # tf-ps: the chief and ps tasks too
+        alloc = tfcluster.with_tasks(alloc, self.spec)  # tf-ps: the chief and ps tasks too
+        if tfcluster.is_tf(self.spec) and self.spec.preflight.enabled:
+            for host in check_ports(self.remote, alloc, self.spec, self._python):
+                self.reporter.note(f"warning: could not check the TF task ports on {host}")
+        return alloc
 
     def _attempt(self, attempt: int, alloc: Allocation, checked: Preflight) -> JobResult:
         control = self._control = ControlServer(bind=checked.control_host, ranks=alloc.np)

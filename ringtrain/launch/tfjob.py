@@ -3,10 +3,49 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
 
+from ringtrain.errors import AllocationError
+from ringtrain.hostfile import Allocation
 from ringtrain.launch import tfcluster
 from ringtrain.launch.control import Snapshot
+from ringtrain.remote import Remote
+from ringtrain.spec import LaunchSpec
+
+log = logging.getLogger(__name__)
+PORT_CHECK_TIMEOUT_S = 30.0
+
+
+def check_ports(remote: Remote, alloc: Allocation, spec: LaunchSpec, python: str) -> list[str]:
+    """Before a TF job: every task's port must be free on its host (TensorFlow's servers bind
+    them). Refuses the launch, naming each taken ``host:port``; returns what could not be
+    checked (a host that did not answer: its tasks then say so themselves at start)."""
+    ports: dict[str, list[int]] = {}
+    for addresses in tfcluster.cluster_for(alloc, spec)["cluster"].values():
+        for address in addresses:
+            host, _, port = address.rpartition(":")
+            ports.setdefault(host, []).append(int(port))
+    commands = [(h, [python, "-m", "ringtrain.rank.tfconfig", "--taken",
+                     *map(str, sorted(ports[h.name]))]) for h in alloc.hosts if h.name in ports]
+    answers = remote.run_each(commands, PORT_CHECK_TIMEOUT_S)
+    taken, unchecked = [], []
+    for host, answer in answers.items():
+        try:
+            if answer.exit_code != 0:
+                raise ValueError(answer.error or answer.stderr.strip()[-200:])
+            taken += [f"{host}:{p}" for p in json.loads(answer.stdout)]
+        except ValueError as err:
+            unchecked.append(f"{host} ({err or 'no answer'})")
+    if taken:
+        raise AllocationError(
+            f"TensorFlow task ports in use: {', '.join(taken)}",
+            f"pass --tf-port with another base (the tasks of a host take --tf-port "
+            f"{spec.tf_port} and the next ones), or end what listens there")
+    if unchecked:
+        log.warning("could not check the TF task ports on %s", "; ".join(unchecked))
+    return unchecked
 
 
 class ServerFinisher:

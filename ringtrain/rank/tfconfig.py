@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from typing import Any
 
 from ringtrain.rank import envvars
@@ -69,3 +70,17 @@ def apply(environ: Any = os.environ, rank: int | None = None) -> dict[str, Any] 
                             "--env TF_CONFIG)")
     environ["TF_CONFIG"] = text_config
     return config
+
+
+def main(argv: list[str]) -> int:
+    """``python -m ringtrain.rank.tfconfig --taken PORT...``: the ports among these that a task
+    could not serve on here, as a JSON list (the launcher asks every host before a TF job)."""
+    if argv[:1] != ["--taken"] or not all(a.isdigit() for a in argv[1:]):
+        sys.stderr.write("usage: python -m ringtrain.rank.tfconfig --taken PORT...\n")
+        return 2
+    sys.stdout.write(json.dumps([int(p) for p in argv[1:] if port_in_use(int(p))]) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

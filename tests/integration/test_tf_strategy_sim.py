@@ -165,3 +165,24 @@ def test_digits_resumes_from_its_checkpoint_after_a_failure(
     assert "fault injection: exiting at epoch 3" in proc.stdout
     assert run_result(tmp_path)["attempt"] == 2
     assert _job_processes(sim_cluster) == []
+
+
+def test_a_taken_task_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """The dry run (and a launch) asks every host whether its tasks' ports are free."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        base = [sys.executable, "-m", "ringtrain", "launch", "--dry-run", "--cpu", "--runs-dir",
+                str(tmp_path / "runs"), "-H", "localhost:2", "--strategy", "tf-multiworker"]
+        refused = subprocess.run([*base, "--tf-port", str(port - 1), str(SCRIPT)],
+                                 capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert f"TensorFlow task ports in use: localhost:{port}" in refused.stderr
+    assert "--tf-port" in refused.stderr
+    free = subprocess.run([*base, "--tf-port", str(port - 1), str(SCRIPT)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert free.returncode == 0, free.stderr[-2000:]
+    assert f"worker:1 at localhost:{port}" in free.stdout

@@ -64,14 +64,14 @@ def test_the_dry_run_shows_every_task_and_its_tf_config() -> None:
 
 def test_apply_sets_tf_config_and_refuses_a_users_own_or_a_taken_port() -> None:
     alloc = allocate(parse_host_spec("localhost:2"), None)
-    with socket.socket() as probe:  # a port nobody uses now, and the next one
+    with socket.socket() as probe:  # a port nobody uses now
         probe.bind(("", 0))
         port = probe.getsockname()[1]
     port = min(port, 64000)
     text = tfcluster.encode(tfcluster.tf_cluster(alloc, Strategy.TF_MULTIWORKER, port))
-    environ = {envvars.TF_CLUSTER: text, "OMPI_COMM_WORLD_RANK": "1"}
+    environ = {envvars.TF_CLUSTER: text, "OMPI_COMM_WORLD_RANK": "0"}  # on the free port
     config = tfconfig.apply(environ)
-    assert config is not None and json.loads(environ["TF_CONFIG"])["task"]["index"] == 1
+    assert config is not None and json.loads(environ["TF_CONFIG"])["task"]["index"] == 0
     assert tfconfig.apply({"PATH": "/bin"}) is None  # Horovod jobs: nothing set
     with pytest.raises(tfconfig.TfConfigError, match="TF_CONFIG is already set"):
         tfconfig.apply({envvars.TF_CLUSTER: text, "TF_CONFIG": "{}"}, rank=0)
