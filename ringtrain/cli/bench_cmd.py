@@ -37,6 +37,7 @@ Examples:
   ringtrain bench report runs/bench-<id>      rewrite report.md, cells.csv and plots
   ringtrain bench tune -n 2                   Horovod vs mpi4py tuning ladder
   ringtrain bench train --model resnet50 -n 1,2
+  ringtrain bench train --strategy horovod,tf-multiworker,tf-ps --ps 1,2 --model dense -n 2
   ringtrain bench project --run runs/bench-<id> --train runs/bench-train-<id>
 """
 
@@ -263,8 +264,27 @@ def tune_cmd(workers: int, rounds: int, reps: int, quiet_wait: float, runs_dir: 
 
 
 @command.command("train", epilog=_EPILOG)
-@click.option("--model", default="resnet50", show_default=True,
-              type=click.Choice(["resnet50", "resnet101", "vgg16", "digits"]))
+@click.option("--model", default=None,
+              type=click.Choice(["resnet50", "resnet101", "vgg16", "digits", "dense", "conv"]),
+              help="Horovod scaling: resnet50 (default), resnet101, vgg16, digits. With "
+              "--strategy: dense (communication-bound, default) or conv (compute-bound).")
+@click.option("--strategy", "strategies", metavar="LIST",
+              help="Compare strategies on the same hosts instead: horovod,tf-multiworker,tf-ps "
+              "(each cell launched by `ringtrain launch --strategy`), with the cost model's "
+              "prediction per cell.")
+@click.option("--ps", "ps_counts", default="1,2", show_default=True,
+              help="With --strategy tf-ps: the parameter-server counts k to run.")
+@click.option("-H", "host_spec", metavar="h1:N,...",
+              help="With --strategy: the hosts (default localhost:<largest -n>).")
+@click.option("-F", "--ssh-config", type=click.Path(path_type=Path),
+              help="With --strategy: ssh_config for the hosts (a simulated cluster's).")
+@click.option("--known-hosts", type=click.Path(path_type=Path),
+              help="With --strategy: known_hosts for the hosts.")
+@click.option("--fit", "fit_run", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="With --strategy: the transport (a, B, g) from this compare run's Horovod "
+              "fit, instead of TCP loopback and numpy's sum measured now.")
+@click.option("--steps", default=20, show_default=True, type=click.IntRange(1),
+              help="With --strategy: timed steps per worker.")
 @click.option("-n", "--workers", default="1,2", show_default=True)
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(1))
 @click.option("--image-size", default=224, show_default=True, type=click.IntRange(32))
@@ -273,9 +293,23 @@ def tune_cmd(workers: int, rounds: int, reps: int, quiet_wait: float, runs_dir: 
 @click.option("--quiet-wait", default=20.0, show_default=True)
 @click.option("--runs-dir", default="runs", show_default=True,
               type=click.Path(file_okay=False, path_type=Path))
-def train_cmd(model: str, workers: str, batch_size: int, image_size: int, batches: int,
-              iters: int, quiet_wait: float, runs_dir: Path) -> None:
-    """Synthetic-data training: images/s per worker and scaling efficiency X(N)/(N X(1))."""
+def train_cmd(model: str | None, strategies: str | None, ps_counts: str,
+              host_spec: str | None, ssh_config: Path | None, known_hosts: Path | None,
+              fit_run: Path | None, steps: int, workers: str, batch_size: int,
+              image_size: int, batches: int, iters: int, quiet_wait: float,
+              runs_dir: Path) -> None:
+    """Synthetic-data training: images/s per worker and scaling efficiency X(N)/(N X(1));
+    with --strategy, Horovod's ring against TensorFlow's MultiWorkerMirrored and parameter
+    servers on the same hosts, measured and predicted."""
+    if strategies is not None:
+        _strategies(model or "dense", strategies, ps_counts, host_spec, ssh_config, known_hosts,
+                    fit_run, steps, workers, batch_size, runs_dir)
+        return
+    model = model or "resnet50"
+    if model in ("dense", "conv"):
+        raise UsageError(f"--model {model} is for --strategy runs",
+                         "add --strategy horovod,tf-multiworker,tf-ps, or pick resnet50, "
+                         "resnet101, vgg16 or digits")
     from ringtrain.bench import harness, suite, training  # noqa: PLC0415 - see _config
 
     cfg = training.TrainConfig(model=model, ns=parse_ints(workers, "-n", 1, 64),
@@ -286,6 +320,48 @@ def train_cmd(model: str, workers: str, batch_size: int, image_size: int, batche
         run_dir = training.run_and_write(cfg, harness.local_target(), runs_dir,
                                          on_round=_echo_round)
     click.echo((run_dir / "train.md").read_text())
+
+
+def _strategies(model: str, strategies: str, ps_counts: str, host_spec: str | None,
+                ssh_config: Path | None, known_hosts: Path | None, fit_run: Path | None,
+                steps: int, workers: str, batch_size: int, runs_dir: Path) -> None:
+    from ringtrain.bench import ceilings, costmodel  # noqa: PLC0415 - see _config
+    from ringtrain.bench import strategies as bench  # noqa: PLC0415
+    from ringtrain.bench.projection_report import load_fit  # noqa: PLC0415
+    from ringtrain.cli.context import SshOptions, ssh_remote  # noqa: PLC0415 - paramiko
+    from ringtrain.hostfile import parse_host_spec  # noqa: PLC0415
+    from ringtrain.launch.reporter import NullReporter  # noqa: PLC0415
+    from ringtrain.spec import SshSpec, Strategy  # noqa: PLC0415
+
+    if model not in ("dense", "conv"):
+        raise UsageError(f"--model {model} is for Horovod scaling runs, not --strategy",
+                         "pass --model dense (communication-bound) or conv (compute-bound)")
+    names = tuple(s.strip() for s in strategies.split(",") if s.strip())
+    known = [s.value for s in Strategy]
+    if not names or any(n not in known for n in names):
+        raise UsageError(f"--strategy {strategies}: choose from {', '.join(known)}",
+                         "e.g. --strategy horovod,tf-multiworker,tf-ps")
+    ns = parse_ints(workers, "-n", 1, 64)
+    hosts = parse_host_spec(host_spec or f"localhost:{max(ns)}")
+    ssh = SshSpec(ssh_config, known_hosts)
+    cfg = bench.StrategyBench(model=model, ns=ns, strategies=names,
+                              ks=parse_ints(ps_counts, "--ps", 1, 16), batch_size=batch_size,
+                              steps=steps, runs_dir=runs_dir, working_dir=Path.cwd(), ssh=ssh)
+    if fit_run is not None:
+        params, source = load_fit(fit_run, "horovod"), f"the Horovod fit of {fit_run}"
+    else:
+        params = costmodel.Params(a=0.0, B=ceilings.tcp_loopback_bps(), g=ceilings.reduce_g())
+        source = "measured now: B = TCP loopback, g = numpy's float32 sum, a = 0"
+
+    class Notes(NullReporter):
+        def note(self, text: str) -> None:
+            click.echo(f"bench: {text}", err=True)
+
+    with _terminable():
+        run_dir = bench.run_and_write(hosts, ssh_remote(SshOptions(ssh)), cfg, params, source,
+                                      Notes())
+    click.echo((run_dir / "strategies.md").read_text())
+    click.echo(f"written: {run_dir}/strategies.json, strategies.md, strategies.png")
 
 
 @command.command("project", epilog=_EPILOG)

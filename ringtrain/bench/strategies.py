@@ -1,0 +1,221 @@
+"""``ringtrain bench train --strategy horovod,tf-multiworker,tf-ps``: one model, the same
+per-worker batch and the same hosts under Horovod's ring, TensorFlow's MultiWorkerMirrored and
+TensorFlow's parameter servers (k = each ``--ps``), every cell launched through the ordinary
+launch Session (``--strategy``, TF_CONFIG, supervision, logs) running
+``ringtrain.bench.train_strategy``.
+
+Per cell: samples/s over the workers, one worker's step time, and the cost model's prediction
+(``costmodel``): the measured single-process step ``T1`` plus the modelled exchange of the
+model's parameter bytes S: the ring's (Horovod and MultiWorkerMirrored both all-reduce) or
+the push-then-pull parameter server's with k shards. The transport (a, B, g) is a fit from a
+``bench compare`` run (``--fit RUN``), else measured here: B the TCP loopback, g the numpy sum,
+a = 0. The report names the winner measured and predicted for each worker count.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ringtrain.bench import benchrun, costmodel, plots
+from ringtrain.hostfile import Inventory
+from ringtrain.launch.reporter import Reporter
+from ringtrain.launch.result import JobState
+from ringtrain.launch.session import Session
+from ringtrain.remote import Remote
+from ringtrain.spec import (
+    Backend,
+    Entry,
+    GpuRule,
+    LaunchSpec,
+    PreflightSpec,
+    SshSpec,
+    Strategy,
+    SupervisionPolicy,
+)
+
+PROGRAM = "ringtrain.bench.train_strategy"
+RING_LIKE = ("horovod", "tf-multiworker")
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyBench:
+    model: str = "dense"
+    ns: tuple[int, ...] = (2,)
+    strategies: tuple[str, ...] = ("horovod", "tf-multiworker", "tf-ps")
+    ks: tuple[int, ...] = (1, 2)
+    batch_size: int = 32
+    steps: int = 20
+    warmup: int = 5
+    runs_dir: Path = Path("runs")
+    working_dir: Path = Path(".")
+    python: str | None = None
+    ssh: SshSpec = field(default_factory=SshSpec)
+    timeout_s: float = 600.0
+
+    def cells(self) -> list[tuple[int, str, int]]:
+        """(N, strategy, k) in the order they run: k = 0 for the ring-like strategies."""
+        out = []
+        for n in self.ns:
+            for strategy in self.strategies:
+                out += ([(n, strategy, k) for k in self.ks] if strategy == "tf-ps"
+                        else [(n, strategy, 0)])
+        return out
+
+
+def run_cell(inventory: Inventory, remote: Remote, cfg: StrategyBench, n: int, strategy: str,
+             k: int, reporter: Reporter) -> dict[str, Any]:
+    spec = LaunchSpec(
+        script=PROGRAM,
+        script_args=("--model", cfg.model, "--batch-size", str(cfg.batch_size), "--steps",
+                     str(cfg.steps), "--warmup", str(cfg.warmup)),
+        entry=Entry.MODULE, np=n, backend=Backend.MPIRUN, strategy=Strategy(strategy), ps=k,
+        mpi_args=("-mca", "mpi_yield_when_idle", "1"), runs_dir=cfg.runs_dir,
+        working_dir=cfg.working_dir, python=cfg.python, ssh=cfg.ssh,
+        preflight=PreflightSpec(enabled=False, gpus=GpuRule.IGNORED),
+        supervision=SupervisionPolicy(start_timeout=min(300.0, cfg.timeout_s)),
+    )
+    result = Session(spec, inventory, remote, reporter).run()
+    where = {"workers": n, "strategy": strategy, "k": k, "run_dir": str(result.run_dir)}
+    if result.state is not JobState.SUCCEEDED:
+        why = result.failure.message if result.failure else result.state.value
+        return {**where, "error": why}
+    for line in (result.attempt_dir / "rank.0.log").read_text(errors="replace").splitlines():
+        _, mark, body = line.partition("RESULT ")
+        if mark:
+            return {**where, **json.loads(body)}
+    return {**where, "error": f"no RESULT line in {result.attempt_dir / 'rank.0.log'}"}
+
+
+def predict(row: dict[str, Any], params: costmodel.Params, t1: float | None = None) -> float:
+    """Modelled step time of one worker: T1 (the row's own unless given) plus the exchange of
+    the parameter bytes."""
+    n, nbytes = int(row["workers"]), float(row["param_bytes"])
+    base = float(row["t1_s"]) if t1 is None else t1
+    if n < 2:
+        return base
+    if row["strategy"] in RING_LIKE:
+        return base + costmodel.predict(params, "ring", nbytes, n)
+    return base + costmodel.predict(params, "ps", nbytes, n, int(row["k"]))
+
+
+def shared_t1(rows: Sequence[dict[str, Any]]) -> dict[int, float]:
+    """Per worker count, T1 as the workers see it in training: measured by all N at once
+    (sharing the machine's cores), which the ring-like cells do. Under tf-ps only the chief
+    measures it, alone: on this 2-core machine that is half the shared time (conv: 42 ms
+    against 84 ms), so every cell of an N is predicted from the ring cells' median."""
+    out: dict[int, float] = {}
+    for n in {int(r["workers"]) for r in rows}:
+        ring = [float(r["t1_s"]) for r in rows if int(r["workers"]) == n and "error" not in r
+                and r["strategy"] in RING_LIKE]
+        if ring:
+            out[n] = statistics.median(ring)
+    return out
+
+
+def annotate(rows: Sequence[dict[str, Any]], params: costmodel.Params) -> list[dict[str, Any]]:
+    """Each row with its prediction, and per worker count the winner measured and predicted."""
+    out = []
+    shared = shared_t1(rows)
+    for row in rows:
+        if "error" in row:
+            out.append(dict(row))
+            continue
+        t1 = shared.get(int(row["workers"]), float(row["t1_s"]))
+        predicted = predict(row, params, t1)
+        out.append({**row, "t1_used_s": t1, "predicted_step_s": predicted,
+                    "predicted_over_measured": predicted / float(row["step_s"])})
+    for n in {r["workers"] for r in out}:
+        done = [r for r in out if r["workers"] == n and "error" not in r]
+        if not done:
+            continue
+        measured = min(done, key=lambda r: r["step_s"])
+        modelled = min(done, key=lambda r: r["predicted_step_s"])
+        for r in done:
+            r["winner_measured"] = r is measured
+            r["winner_predicted"] = r is modelled
+    return out
+
+
+def _t1(row: dict[str, Any]) -> str:
+    used, own = row["t1_used_s"] * 1e3, row["t1_s"] * 1e3
+    return f"{used:.1f}" if abs(used - own) < 1e-9 or row["strategy"] in RING_LIKE else (
+        f"{used:.1f} ({own:.1f})")
+
+
+def cell_name(row: dict[str, Any]) -> str:
+    return f"{row['strategy']} k={row['k']}" if row["strategy"] == "tf-ps" else row["strategy"]
+
+
+def render(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
+    p = meta["params"]
+    lines = [f"# Training strategies ({meta['id']}): synthetic {meta['model']}", "",
+             f"Hosts: {meta['hosts']}. Per-worker batch {meta['batch_size']}. Transport for the "
+             f"model: a={p['a'] * 1e6:.1f} us, B={p['B'] / 1e9:.3f} GB/s, 1/g="
+             f"{(1 / p['g'] / 1e9) if p['g'] else float('inf'):.3f} GB/s ({meta['params_from']}).",
+             "", "T1 (one worker's step without exchange) is measured by every worker at once, "
+             "as they share the cores in training: the ring cells' median for each N (the "
+             "tf-ps chief measures it alone, in brackets).", "",
+             "| N | strategy | samples/s | step ms | T1 ms | predicted ms | predicted/measured "
+             "| winner (measured / predicted) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['workers']} | {cell_name(r)} | failed: {r['error']} | | | | | |")
+            continue
+        win = ("yes" if r.get("winner_measured") else "") + " / " + (
+            "yes" if r.get("winner_predicted") else "")
+        lines.append(f"| {r['workers']} | {cell_name(r)} | {r['samples_per_s']:.1f} | "
+                     f"{r['step_s'] * 1e3:.1f} | {_t1(r)} | "
+                     f"{r['predicted_step_s'] * 1e3:.1f} | {r['predicted_over_measured']:.2f} | "
+                     f"{win} |")
+    agree = [r.get("winner_measured") == r.get("winner_predicted") for r in rows
+             if "error" not in r]
+    lines += ["", f"Prediction check: the predicted winner is the measured one in "
+              f"{sum(agree)} of {len(agree)} cells (a cell agrees when it is the winner in "
+              "both or in neither)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(path: Path, rows: Sequence[dict[str, Any]]) -> Path | None:
+    try:
+        plt = plots.pyplot()
+    except ImportError:
+        return None
+    done = [r for r in rows if "error" not in r]
+    if not done:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4))
+    names = [f"N={r['workers']} {cell_name(r)}" for r in done]
+    xs = range(len(done))
+    ax.bar([x - 0.2 for x in xs], [r["step_s"] * 1e3 for r in done], 0.4, label="measured")
+    ax.bar([x + 0.2 for x in xs], [r["predicted_step_s"] * 1e3 for r in done], 0.4,
+           label="predicted")
+    ax.set_xticks(list(xs), names, rotation=20, ha="right")
+    ax.set_ylabel("step time of one worker (ms)")
+    plots.dress(ax)
+    return plots.save_figure(plt, fig, path)
+
+
+def run_and_write(inventory: Inventory, remote: Remote, cfg: StrategyBench,
+                  params: costmodel.Params, params_from: str, reporter: Reporter) -> Path:
+    run_id, run_dir = benchrun.new_run_dir(cfg.runs_dir, "bench-strategies")
+    rows = []
+    for n, strategy, k in cfg.cells():
+        reporter.note(f"cell N={n} {strategy}" + (f" k={k}" if strategy == "tf-ps" else ""))
+        rows.append(run_cell(inventory, remote, cfg, n, strategy, k, reporter))
+    rows = annotate(rows, params)
+    meta = {"id": run_id, "model": cfg.model, "batch_size": cfg.batch_size,
+            "hosts": ", ".join(f"{h.name}:{h.slots}" for h in inventory.hosts),
+            "params": asdict(params), "params_from": params_from,
+            "config": {**asdict(cfg), "runs_dir": str(cfg.runs_dir),
+                       "working_dir": str(cfg.working_dir), "ssh": None},
+            "versions": benchrun.versions()}
+    (run_dir / "strategies.json").write_text(json.dumps({"meta": meta, "rows": rows},
+                                                        indent=1) + "\n")
+    (run_dir / "strategies.md").write_text(render(rows, meta))
+    plot(run_dir / "strategies.png", rows)
+    return run_dir
