@@ -4,7 +4,7 @@ ParameterServerStrategy, launched by ``ringtrain launch --strategy`` (which sets
 
 Models: ``dense`` (communication-bound: four 1024x1024 layers, 16.8 MB of parameters, little
 compute per sample) and ``conv`` (compute-bound: three 3x3 convolutions over 32x32 images,
-0.1 MB of parameters). One fixed random batch of ``--batch-size`` per worker. Every program
+0.2 MB of parameters). One fixed random batch of ``--batch-size`` per worker. Every program
 first times ``T1``, the same step on one process without any strategy (what the cost model
 adds communication to), then ``--warmup`` untimed distributed steps, then ``--steps`` timed
 ones. Rank 0 (Horovod), worker 0 (MultiWorkerMirrored) or the chief (parameter servers; ps and
