@@ -61,10 +61,11 @@ def test_multiworker_mirrored_trains_across_two_hosts(sim_cluster: sim.SimCluste
     assert _job_processes(sim_cluster) == []
 
 
-def test_a_killed_worker_is_a_job_failure_named_and_torn_down(sim_cluster: sim.SimCluster,
-                                                              tmp_path: Path) -> None:
-    proc = subprocess.Popen(_argv(sim_cluster, tmp_path, str(SCRIPT), "400"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _kill_rank_in_epoch_3(cluster: sim.SimCluster, argv: list[str],
+                         rank: int) -> tuple[int, str]:
+    """Start the launch, SIGKILL ``rank`` (on gpu02) once epoch 3 begins; the launcher's exit
+    status and stderr."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with killed_on_failure(proc):
         assert proc.stdout is not None
         deadline = time.monotonic() + 180
@@ -72,17 +73,30 @@ def test_a_killed_worker_is_a_job_failure_named_and_torn_down(sim_cluster: sim.S
             if "Epoch 3/" in line or time.monotonic() > deadline:
                 break
         assert time.monotonic() < deadline, "training did not start"
-        (worker,) = [pid for pid, cmd in sim.host_processes(sim_cluster.config, "gpu02")
-                     if "ringtrain.rank.entry" in cmd and "orted" not in cmd][:1]
-        os.kill(worker, signal.SIGKILL)
+        (pid,) = [pid for pid, cmd in sim.host_processes(cluster.config, "gpu02")
+                  if "ringtrain.rank.entry" in cmd and "orted" not in cmd
+                  and procfs.environ_has(pid, f"OMPI_COMM_WORLD_RANK={rank}".encode())]
+        os.kill(pid, signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
-    result = run_result(tmp_path)
-    assert proc.returncode == 137, err[-3000:]
-    assert result["failed_host"] == "gpu02" and result["failed_rank"] in (2, 3), result
+    return proc.returncode, err
+
+
+def _assert_torn_down(cluster: sim.SimCluster) -> None:
     deadline = time.monotonic() + 30
-    while _job_processes(sim_cluster) and time.monotonic() < deadline:
+    while _job_processes(cluster) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _job_processes(sim_cluster) == []
+    assert _job_processes(cluster) == []
+
+
+def test_a_killed_worker_is_a_job_failure_named_and_torn_down(sim_cluster: sim.SimCluster,
+                                                              tmp_path: Path) -> None:
+    code, err = _kill_rank_in_epoch_3(sim_cluster,
+                                      _argv(sim_cluster, tmp_path, str(SCRIPT), "400"), 2)
+    result = run_result(tmp_path)
+    assert code == 137, err[-3000:]
+    assert result["failed_host"] == "gpu02" and result["failed_rank"] == 2, result
+    assert result["failed_task"] == "worker:2"
+    _assert_torn_down(sim_cluster)
 
 
 PS_SCRIPT = Path(__file__).parent / "user_scripts" / "ps_keras_style.py"
@@ -112,29 +126,14 @@ def test_a_killed_parameter_server_is_a_job_failure_named_and_torn_down(
         sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
     argv = _argv(sim_cluster, tmp_path, "--ps", "2", str(PS_SCRIPT), "400")
     argv[argv.index("tf-multiworker")] = "tf-ps"
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with killed_on_failure(proc):
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 180
-        for line in proc.stdout:
-            if "Epoch 3/" in line or time.monotonic() > deadline:
-                break
-        assert time.monotonic() < deadline, "training did not start"
-        # rank 4, gpu02's first, is ps:1 (chief, ps:0 and two workers are ranks 0-3 on gpu01)
-        (ps_pid,) = [pid for pid, cmd in sim.host_processes(sim_cluster.config, "gpu02")
-                     if "ringtrain.rank.entry" in cmd and "orted" not in cmd
-                     and procfs.environ_has(pid, b"OMPI_COMM_WORLD_RANK=4")]
-        os.kill(ps_pid, signal.SIGKILL)
-        _, err = proc.communicate(timeout=120)
+    # rank 4, gpu02's first, is ps:1 (chief, ps:0 and two workers are ranks 0-3 on gpu01)
+    code, err = _kill_rank_in_epoch_3(sim_cluster, argv, 4)
     result = run_result(tmp_path)
-    assert proc.returncode == 137, err[-3000:]
+    assert code == 137, err[-3000:]
     assert result["failed_host"] == "gpu02" and result["failed_rank"] == 4, result
     assert result["failed_task"] == "ps:1"
     assert "rank 4 is TensorFlow task ps:1" in err, err[-3000:]
-    deadline = time.monotonic() + 30
-    while _job_processes(sim_cluster) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert _job_processes(sim_cluster) == []
+    _assert_torn_down(sim_cluster)
 
 
 DIGITS_TF = Path(__file__).resolve().parents[2] / "ringtrain" / "models" / "digits_tf.py"
