@@ -275,11 +275,14 @@ class LaunchSpec:
                 "horovodrun and Gloo do not apply",
                 "drop --backend horovodrun and --gloo (mpirun or srun start the tasks)",
             )
-        if (self.strategy is Strategy.TF_PS) != (self.ps > 0):
+        if self.strategy is Strategy.TF_PS and self.ps < 1:
+            raise UsageError("--strategy tf-ps needs parameter-server tasks: --ps is missing",
+                             "add --ps N (N >= 1): N ps tasks, spread over the hosts")
+        if self.strategy is not Strategy.TF_PS and self.ps > 0:
             raise UsageError(
-                f"--ps {self.ps} with --strategy {self.strategy.value}: parameter servers are "
-                "for --strategy tf-ps, which needs at least one",
-                "pass --strategy tf-ps --ps N (N >= 1), or drop --ps",
+                f"--ps {self.ps} is for --strategy tf-ps; this launch is "
+                f"--strategy {self.strategy.value}",
+                "add --strategy tf-ps, or drop --ps",
             )
         if not 1024 <= self.tf_port <= 65000:
             raise UsageError(f"--tf-port {self.tf_port} is outside 1024-65000",

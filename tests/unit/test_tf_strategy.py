@@ -133,8 +133,9 @@ def test_the_tf_ps_dry_run_golden() -> None:
                                 {"strategy": Strategy.TF_MULTIWORKER, "ps": 1},
                                 {"strategy": Strategy.HOROVOD, "ps": 2}])
 def test_ps_goes_with_tf_ps_only(kw: dict[str, object]) -> None:
-    with pytest.raises(UsageError, match="--ps"):
+    with pytest.raises(UsageError, match="--ps") as err:
         _spec(**kw)
+    assert "tf-ps" in f"{err.value} {err.value.hint}"
 
 
 def test_servers_are_told_to_finish_once_the_chief_is_done_and_gone() -> None:
