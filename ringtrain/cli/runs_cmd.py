@@ -41,6 +41,10 @@ def _load(run_dir: Path) -> dict[str, Any]:
     plan = _plan(run_dir, len(data.get("attempts", [])) or 1)
     data["hosts"] = [h["name"] for h in plan.get("hosts", [])]
     data["np"] = plan.get("np", data.get("np"))
+    spec = plan.get("spec") or {}
+    data["strategy"] = spec.get("strategy", "horovod")
+    if spec.get("ps"):
+        data["ps"] = spec["ps"]
     data["started"] = _started(run_dir)
     data["last_checkpoint"] = _describe(data.get("last_checkpoint")) or _last_checkpoint(run_dir)
     return data
@@ -163,7 +167,10 @@ def show(runs_dir: Path, run_id: str, as_json: bool) -> None:
         click.echo(json.dumps(r, indent=2, default=str))
         return
     click.echo(f"run {r['run_id']}  started {r['started']}  state {r['state']}")
-    click.echo(f"dir {run_dir}  hosts {','.join(r['hosts'])}  ranks {r.get('np')}")
+    strategy = r.get("strategy", "horovod")
+    click.echo(f"dir {run_dir}  hosts {','.join(r['hosts'])}  ranks {r.get('np')}"
+               + ("" if strategy == "horovod" else f"  strategy {strategy}")
+               + (f" (ps {r['ps']})" if r.get("ps") else ""))
     if r["state"] == "launcher killed":
         click.echo(
             f"the launcher was killed before it wrote result.json; last event: "
@@ -179,8 +186,10 @@ def show(runs_dir: Path, run_id: str, as_json: bool) -> None:
             click.echo(f"  fault: {a['fault']}")
         if a.get("failed_rank") is not None:
             how = a.get("signal") or f"exit code {a['exit_code']}"
+            task = f", TensorFlow task {a['failed_task']}" if a.get("failed_task") else ""
             click.echo(
-                f"  first failing rank: {a['failed_rank']} on {a.get('failed_host')} ({how})"
+                f"  first failing rank: {a['failed_rank']}{task} on {a.get('failed_host')} "
+                f"({how})"
             )
         for line in a.get("log_tail", [])[-10:]:
             click.echo(f"    | {line}")

@@ -133,6 +133,11 @@ def test_a_killed_parameter_server_is_a_job_failure_named_and_torn_down(
     assert result["failed_host"] == "gpu02" and result["failed_rank"] == 4, result
     assert result["failed_task"] == "ps:1"
     assert "rank 4 is TensorFlow task ps:1" in err, err[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    show = subprocess.run([sys.executable, "-m", "ringtrain", "runs", "show", str(run_dir)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert "strategy tf-ps (ps 2)" in show.stdout, show.stdout + show.stderr
+    assert "first failing rank: 4, TensorFlow task ps:1 on gpu02" in show.stdout
     _assert_torn_down(sim_cluster)
 
 
