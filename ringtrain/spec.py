@@ -235,6 +235,7 @@ class LaunchSpec:
     strategy: Strategy = Strategy.HOROVOD
     tf_port: int = 23456  # TF strategies: a host's tasks listen on tf_port, tf_port + 1, ...
     ps: int = 0  # tf-ps: parameter-server tasks, beside the workers (one per slot) and a chief
+    ps_hosts: str = "shared"  # tf-ps: "shared" with the workers' hosts, or "own" (spare hosts)
     env: tuple[EnvSpec, ...] = ()
     runs_dir: Path = Path("runs")
     working_dir: Path = Path(".")
@@ -284,6 +285,12 @@ class LaunchSpec:
                 f"--strategy {self.strategy.value}",
                 "add --strategy tf-ps, or drop --ps",
             )
+        if self.ps_hosts not in ("shared", "own"):
+            raise UsageError(f"--ps-hosts {self.ps_hosts}: choose shared or own",
+                             "pass --ps-hosts own to give parameter servers hosts of their own")
+        if self.ps_hosts == "own" and self.strategy is not Strategy.TF_PS:
+            raise UsageError("--ps-hosts own is for --strategy tf-ps",
+                             "add --strategy tf-ps --ps N, or drop --ps-hosts")
         if not 1024 <= self.tf_port <= 65000:
             raise UsageError(f"--tf-port {self.tf_port} is outside 1024-65000",
                              "pass a port such as 23456 that no service on the hosts uses")

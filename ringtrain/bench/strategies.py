@@ -48,6 +48,7 @@ class StrategyBench:
     ns: tuple[int, ...] = (2,)
     strategies: tuple[str, ...] = ("horovod", "tf-multiworker", "tf-ps")
     ks: tuple[int, ...] = (1, 2)
+    ps_hosts: str = "shared"  # or "own": ps tasks on the hosts after the workers'
     batch_size: int = 32
     steps: int = 20
     warmup: int = 5
@@ -74,6 +75,7 @@ def run_cell(inventory: Inventory, remote: Remote, cfg: StrategyBench, n: int, s
         script_args=("--model", cfg.model, "--batch-size", str(cfg.batch_size), "--steps",
                      str(cfg.steps), "--warmup", str(cfg.warmup)),
         entry=Entry.MODULE, np=n, backend=Backend.MPIRUN, strategy=Strategy(strategy), ps=k,
+        ps_hosts=cfg.ps_hosts if strategy == "tf-ps" else "shared",
         mpi_args=("-mca", "mpi_yield_when_idle", "1"), runs_dir=cfg.runs_dir,
         working_dir=cfg.working_dir, python=cfg.python, ssh=cfg.ssh,
         preflight=PreflightSpec(enabled=False, gpus=GpuRule.IGNORED),

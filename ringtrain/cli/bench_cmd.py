@@ -274,6 +274,10 @@ def tune_cmd(workers: int, rounds: int, reps: int, quiet_wait: float, runs_dir: 
               "prediction per cell.")
 @click.option("--ps", "ps_counts", default="1,2", show_default=True,
               help="With --strategy tf-ps: the parameter-server counts k to run.")
+@click.option("--ps-hosts", type=click.Choice(["shared", "own"]), default="shared",
+              show_default=True,
+              help="With --strategy tf-ps: ps tasks beside the workers, or on the -H hosts "
+              "after the workers' (each with a link of its own).")
 @click.option("-H", "host_spec", metavar="h1:N,...",
               help="With --strategy: the hosts (default localhost:<largest -n>).")
 @click.option("-F", "--ssh-config", type=click.Path(path_type=Path),
@@ -293,7 +297,7 @@ def tune_cmd(workers: int, rounds: int, reps: int, quiet_wait: float, runs_dir: 
 @click.option("--quiet-wait", default=20.0, show_default=True)
 @click.option("--runs-dir", default="runs", show_default=True,
               type=click.Path(file_okay=False, path_type=Path))
-def train_cmd(model: str | None, strategies: str | None, ps_counts: str,
+def train_cmd(model: str | None, strategies: str | None, ps_counts: str, ps_hosts: str,
               host_spec: str | None, ssh_config: Path | None, known_hosts: Path | None,
               fit_run: Path | None, steps: int, workers: str, batch_size: int,
               image_size: int, batches: int, iters: int, quiet_wait: float,
@@ -302,8 +306,8 @@ def train_cmd(model: str | None, strategies: str | None, ps_counts: str,
     with --strategy, Horovod's ring against TensorFlow's MultiWorkerMirrored and parameter
     servers on the same hosts, measured and predicted."""
     if strategies is not None:
-        _strategies(model or "dense", strategies, ps_counts, host_spec, ssh_config, known_hosts,
-                    fit_run, steps, workers, batch_size, runs_dir)
+        _strategies(model or "dense", strategies, ps_counts, ps_hosts, host_spec, ssh_config,
+                    known_hosts, fit_run, steps, workers, batch_size, runs_dir)
         return
     model = model or "resnet50"
     if model in ("dense", "conv"):
@@ -322,7 +326,8 @@ def train_cmd(model: str | None, strategies: str | None, ps_counts: str,
     click.echo((run_dir / "train.md").read_text())
 
 
-def _strategies(model: str, strategies: str, ps_counts: str, host_spec: str | None,
+def _strategies(model: str, strategies: str, ps_counts: str, ps_hosts: str,
+                host_spec: str | None,
                 ssh_config: Path | None, known_hosts: Path | None, fit_run: Path | None,
                 steps: int, workers: str, batch_size: int, runs_dir: Path) -> None:
     from ringtrain.bench import ceilings, costmodel  # noqa: PLC0415 - see _config
@@ -345,7 +350,8 @@ def _strategies(model: str, strategies: str, ps_counts: str, host_spec: str | No
     hosts = parse_host_spec(host_spec or f"localhost:{max(ns)}")
     ssh = SshSpec(ssh_config, known_hosts)
     cfg = bench.StrategyBench(model=model, ns=ns, strategies=names,
-                              ks=parse_ints(ps_counts, "--ps", 1, 16), batch_size=batch_size,
+                              ks=parse_ints(ps_counts, "--ps", 1, 16), ps_hosts=ps_hosts,
+                              batch_size=batch_size,
                               steps=steps, runs_dir=runs_dir, working_dir=Path.cwd(), ssh=ssh)
     if fit_run is not None:
         params, source = load_fit(fit_run, "horovod"), f"the Horovod fit of {fit_run}"

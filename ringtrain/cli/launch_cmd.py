@@ -91,6 +91,14 @@ def _env_specs(
     help="With --strategy tf-ps: the number of parameter-server tasks (spread over the hosts).",
 )
 @click.option(
+    "--ps-hosts",
+    type=click.Choice(["shared", "own"]),
+    default="shared",
+    show_default=True,
+    help="With --strategy tf-ps: ps tasks beside the workers, or on the inventory's hosts that "
+    "run no worker (-np smaller than the slots), each with a link of its own.",
+)
+@click.option(
     "--tf-port",
     type=click.IntRange(1024, 65000),
     default=23456,

@@ -48,6 +48,7 @@ class LaunchOptions:
     strategy: str = "horovod"
     tf_port: int = 23456
     ps: int = 0
+    ps_hosts: str = "shared"
     env: tuple[EnvSpec, ...] = ()
     ssh_config: Path | None = None
     known_hosts: Path | None = None
@@ -101,6 +102,7 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         strategy=Strategy(opts.strategy),
         tf_port=opts.tf_port,
         ps=opts.ps,
+        ps_hosts=opts.ps_hosts,
         env=opts.env,
         runs_dir=opts.runs_dir,
         working_dir=working_dir,

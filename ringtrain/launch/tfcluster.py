@@ -6,7 +6,9 @@
   coordinator, which runs the training loop) and N ``ps`` tasks come on top of them
   (``with_tasks``): the chief on the first host, ps i on host i mod H, so parameter servers are
   spread over the hosts. On each host the chief comes first, then the ps tasks, then the
-  workers, so the chief is rank 0.
+  workers, so the chief is rank 0. With ``--ps-hosts own`` the ps tasks go instead to the
+  inventory's hosts that run no worker (round robin), after the workers' hosts, so each has a
+  link of its own, as the cost model's parameter servers do.
 
 A host's tasks listen on ``tf_port``, ``tf_port + 1``, ... in the order of their ranks there.
 The launcher passes the whole cluster to every rank in one variable; the rank entry turns it
@@ -19,20 +21,34 @@ worker tasks.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from ringtrain.hostfile import Allocation, with_extra_slots
+from ringtrain.errors import AllocationError
+from ringtrain.hostfile import Allocation, Host, with_extra_slots
 from ringtrain.spec import LaunchSpec, Strategy
 
 CHIEF_RANK = 0  # tf-ps: the coordinator; the job is over when its script returns
 
 
-def _extras(hosts: list[str], ps: int) -> dict[str, list[str]]:
-    """tf-ps: the tasks each host runs beyond its workers, in their local order."""
+def _extras(slots: dict[str, int], ps: int, own: bool) -> dict[str, list[str]]:
+    """tf-ps: the tasks each host runs beyond its workers, in their local order. ``slots``:
+    every host's ranks, in order. Shared: the chief first on the first host, ps i on host
+    i mod H. Own: the chief on the first host; the hosts after the workers' hold only ps."""
+    hosts = list(slots)
     extra: dict[str, list[str]] = {h: [] for h in hosts}
     extra[hosts[0]].append("chief")
-    for i in range(ps):
-        extra[hosts[i % len(hosts)]].append("ps")
+    if not own:
+        for i in range(ps):
+            extra[hosts[i % len(hosts)]].append("ps")
+        return extra
+    workers = sum(slots.values()) - 1 - ps
+    for host in hosts:
+        room = slots[host] - len(extra[host])
+        if workers <= 0:
+            extra[host] += ["ps"] * room
+        workers -= room
     return extra
 
 
@@ -45,23 +61,39 @@ def has_servers(spec: LaunchSpec) -> bool:
     return spec.strategy is Strategy.TF_PS
 
 
-def with_tasks(alloc: Allocation, spec: LaunchSpec) -> Allocation:
-    """The allocation the job runs: under tf-ps, the workers' plus the chief and ps tasks."""
+def with_tasks(alloc: Allocation, spec: LaunchSpec, spare: Sequence[Host] = ()) -> Allocation:
+    """The allocation the job runs: under tf-ps, the workers' plus the chief and ps tasks; with
+    ``--ps-hosts own`` the ps tasks go to ``spare`` hosts (the inventory's hosts without
+    workers), round robin, appended after the workers' hosts."""
     if spec.strategy is not Strategy.TF_PS:
         return alloc
-    extra = _extras([h.name for h in alloc.hosts], spec.ps)
-    return with_extra_slots(alloc, {h: len(tasks) for h, tasks in extra.items()})
+    if spec.ps_hosts != "own":
+        extra = _extras({h.name: h.slots for h in alloc.hosts}, spec.ps, own=False)
+        return with_extra_slots(alloc, {h: len(tasks) for h, tasks in extra.items()})
+    if not spare:
+        raise AllocationError(
+            "--ps-hosts own: every host runs workers, so none is left for the parameter servers",
+            "pass a smaller -np, add hosts to the inventory, or use --ps-hosts shared")
+    count: dict[str, int] = {}
+    for i in range(spec.ps):
+        name = spare[i % len(spare)].name
+        count[name] = count.get(name, 0) + 1
+    ps_hosts = tuple(h.with_slots(count[h.name]) for h in spare if h.name in count)
+    widened = with_extra_slots(alloc, {alloc.hosts[0].name: 1})
+    # the ps hosts after the workers' (no extra slots: this renumbers the ranks over them)
+    return with_extra_slots(replace(widened, hosts=widened.hosts + ps_hosts), {})
 
 
 def tf_cluster(alloc: Allocation, strategy: Strategy, tf_port: int,
-               ps: int = 0) -> dict[str, Any]:
+               ps: int = 0, own: bool = False) -> dict[str, Any]:
     """``{"cluster": {"worker": ["host:port", ...], ...}, "tasks": [["worker", 0], ...]}``:
     the cluster spec, and each rank's task in rank order. Under tf-ps ``alloc`` is the one
     ``with_tasks`` returned."""
     if strategy is Strategy.HOROVOD:
         raise ValueError("no TensorFlow cluster for strategy horovod")
     by_host = alloc.ranks_by_host()
-    extra = (_extras(list(by_host), ps) if strategy is Strategy.TF_PS
+    slots = {h: len(ranks) for h, ranks in by_host.items()}
+    extra = (_extras(slots, ps, own) if strategy is Strategy.TF_PS
              else {h: [] for h in by_host})
     roles: dict[int, tuple[str, str]] = {}  # rank -> (type, address)
     for host, ranks in by_host.items():
@@ -79,7 +111,7 @@ def tf_cluster(alloc: Allocation, strategy: Strategy, tf_port: int,
 
 
 def cluster_for(alloc: Allocation, spec: LaunchSpec) -> dict[str, Any]:
-    return tf_cluster(alloc, spec.strategy, spec.tf_port, spec.ps)
+    return tf_cluster(alloc, spec.strategy, spec.tf_port, spec.ps, spec.ps_hosts == "own")
 
 
 def task_name(alloc: Allocation, spec: LaunchSpec, rank: int) -> str | None:

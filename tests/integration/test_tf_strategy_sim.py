@@ -190,3 +190,22 @@ def test_a_taken_task_port_is_refused_before_anything_starts(tmp_path: Path) -> 
                           text=True, timeout=120, check=False)
     assert free.returncode == 0, free.stderr[-2000:]
     assert f"worker:1 at localhost:{port}" in free.stdout
+
+
+def test_parameter_servers_on_hosts_of_their_own(sim_cluster: sim.SimCluster,
+                                                 tmp_path: Path) -> None:
+    """--ps-hosts own: two workers on gpu01 and gpu02, the ps task alone on gpu03."""
+    argv = _argv(sim_cluster, tmp_path, "--ps", "1", "--ps-hosts", "own", "-np", "2",
+                 str(PS_SCRIPT), "3")
+    argv[argv.index("tf-multiworker")] = "tf-ps"
+    argv[argv.index("-H") + 1] = "gpu01:1,gpu02:1,gpu03:1"
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (chief,) = _results(proc.stdout)
+    assert chief["devices"] == ["/job:ps/replica:0/task:0/device:CPU:0"]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    plan = json.loads((run_dir / "attempt-1" / "plan.json").read_text())
+    tf_cluster = json.loads(plan["env"]["RINGTRAIN_TF_CLUSTER"])["cluster"]
+    assert tf_cluster["ps"] == ["gpu03:23456"] and len(tf_cluster["worker"]) == 2
+    assert not any(a.startswith("gpu03:") for a in tf_cluster["worker"] + tf_cluster["chief"])
+    assert _job_processes(sim_cluster) == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain.errors import UsageError
+from ringtrain.errors import AllocationError, UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch import tfcluster
 from ringtrain.launch.plan import PlanInputs, make_plan
@@ -163,3 +163,28 @@ def test_servers_are_told_to_finish_once_the_chief_is_done_and_gone() -> None:
     assert sent == []
     hung.tick(snap(111.0, done_at=100.5))  # past the 10 s grace
     assert sent == ["finish"]
+
+
+def test_ps_hosts_own_puts_the_ps_tasks_on_hosts_without_workers() -> None:
+    spec = _spec(strategy=Strategy.TF_PS, ps=3, ps_hosts="own",
+                 host_spec="gpu01:2,gpu02:2,gpu03:1,gpu04:1")
+    inventory = parse_host_spec("gpu01:2,gpu02:2,gpu03:1,gpu04:1")
+    workers = allocate(inventory, 4)  # gpu01 and gpu02; gpu03 and gpu04 spare
+    alloc = tfcluster.with_tasks(workers, spec, inventory.hosts[2:])
+    assert [(h.name, h.slots) for h in alloc.hosts] == [
+        ("gpu01", 3), ("gpu02", 2), ("gpu03", 2), ("gpu04", 1)]
+    cluster = tfcluster.cluster_for(alloc, spec)
+    assert cluster["cluster"] == {
+        "chief": ["gpu01:23456"],
+        "worker": ["gpu01:23457", "gpu01:23458", "gpu02:23456", "gpu02:23457"],
+        "ps": ["gpu03:23456", "gpu03:23457", "gpu04:23456"],
+    }
+    assert [t[0] for t in cluster["tasks"]] == ["chief", "worker", "worker", "worker", "worker",
+                                                "ps", "ps", "ps"]
+    with pytest.raises(AllocationError, match="none is left for the parameter servers"):
+        tfcluster.with_tasks(workers, spec, ())
+
+
+def test_ps_hosts_own_goes_with_tf_ps() -> None:
+    with pytest.raises(UsageError, match="--ps-hosts own is for --strategy tf-ps"):
+        _spec(ps_hosts="own")
