@@ -133,10 +133,19 @@ def cluster_target(cluster: SimCluster, rate_bits: int | None) -> Target:
 
 @contextlib.contextmanager
 def sim_target(name: str, hosts: int, link_rate: str | None) -> Iterator[Target]:
-    """A target on simulated cluster ``name`` with at least ``hosts`` hosts and every link
-    shaped to ``link_rate`` (tc units) for the duration. A cluster this brought up is taken
-    down afterwards; one that was up stays up (a too small one is an error, never rebuilt:
-    it may be someone else's). Shaping is always removed."""
+    """A target with one rank per host of ``shaped_sim(name, hosts, link_rate)``."""
+    from ringtrain.sim import shaping
+
+    with shaped_sim(name, hosts, link_rate) as cluster:
+        yield cluster_target(cluster, shaping.parse_rate(link_rate) if link_rate else None)
+
+
+@contextlib.contextmanager
+def shaped_sim(name: str, hosts: int, link_rate: str | None) -> Iterator[SimCluster]:
+    """Simulated cluster ``name`` with at least ``hosts`` hosts and every link shaped to
+    ``link_rate`` (tc units) for the duration. A cluster this brought up is taken down
+    afterwards; one that was up stays up (a too small one is an error, never rebuilt: it may be
+    someone else's). Shaping is always removed."""
     from ringtrain import sim
     from ringtrain.sim import shaping
 
@@ -150,7 +159,7 @@ def sim_target(name: str, hosts: int, link_rate: str | None) -> Iterator[Target]
     cluster = sim.up(cfg) if existing is None else existing
     try:
         shaping.set_all_link_rates(cluster.config, link_rate)
-        yield cluster_target(cluster, shaping.parse_rate(link_rate) if link_rate else None)
+        yield cluster
     finally:
         try:
             shaping.set_all_link_rates(cluster.config, None)

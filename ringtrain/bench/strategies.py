@@ -136,10 +136,23 @@ def annotate(rows: Sequence[dict[str, Any]], params: costmodel.Params) -> list[d
         if not done:
             continue
         measured = min(done, key=lambda r: r["step_s"])
-        modelled = min(done, key=lambda r: r["predicted_step_s"])
+        best = min(r["predicted_step_s"] for r in done)
         for r in done:
             r["winner_measured"] = r is measured
-            r["winner_predicted"] = r is modelled
+            # Horovod and MultiWorkerMirrored share one prediction (both all-reduce): a tie
+            r["winner_predicted"] = r["predicted_step_s"] <= best * (1 + 1e-9)
+    return out
+
+
+def checks(rows: Sequence[dict[str, Any]]) -> list[tuple[int, str, list[str], bool]]:
+    """Per worker count: the measured winner, the predicted one(s), and whether they agree
+    (the measured winner is among the predicted best)."""
+    out = []
+    for n in sorted({r["workers"] for r in rows if "error" not in r}):
+        done = [r for r in rows if r["workers"] == n and "error" not in r]
+        measured = next(r for r in done if r["winner_measured"])
+        predicted = [cell_name(r) for r in done if r["winner_predicted"]]
+        out.append((n, cell_name(measured), predicted, bool(measured["winner_predicted"])))
     return out
 
 
@@ -174,11 +187,11 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
                      f"{r['step_s'] * 1e3:.1f} | {_t1(r)} | "
                      f"{r['predicted_step_s'] * 1e3:.1f} | {r['predicted_over_measured']:.2f} | "
                      f"{win} |")
-    agree = [r.get("winner_measured") == r.get("winner_predicted") for r in rows
-             if "error" not in r]
-    lines += ["", f"Prediction check: the predicted winner is the measured one in "
-              f"{sum(agree)} of {len(agree)} cells (a cell agrees when it is the winner in "
-              "both or in neither)."]
+    verdicts = checks(rows)
+    lines += [""] + [f"- N={n}: measured winner {won}; predicted {' = '.join(predicted)}: "
+                     + ("agrees" if ok else "DISAGREES") for n, won, predicted, ok in verdicts]
+    lines += ["", f"Prediction check: the predicted winner is the measured one for "
+              f"{sum(ok for *_, ok in verdicts)} of {len(verdicts)} worker counts."]
     return "\n".join(lines) + "\n"
 
 

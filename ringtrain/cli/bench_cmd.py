@@ -289,6 +289,13 @@ def tune_cmd(workers: int, rounds: int, reps: int, quiet_wait: float, runs_dir: 
               "fit, instead of TCP loopback and numpy's sum measured now.")
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(1),
               help="With --strategy: timed steps per worker.")
+@click.option("--sim", "sim_name", metavar="NAME",
+              help="With --strategy: the hosts of simulated cluster NAME (brought up if down, "
+              "taken down after), one slot each.")
+@click.option("--sim-hosts", type=click.IntRange(2, 99),
+              help="With --sim: hosts to bring up (default: largest -n + 1 + largest --ps).")
+@click.option("--link-rate", help="With --sim: shape every simulated link (tc units: 200mbit); "
+              "the cost model's B is then this rate.")
 @click.option("-n", "--workers", default="1,2", show_default=True)
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(1))
 @click.option("--image-size", default=224, show_default=True, type=click.IntRange(32))
@@ -299,15 +306,19 @@ def tune_cmd(workers: int, rounds: int, reps: int, quiet_wait: float, runs_dir: 
               type=click.Path(file_okay=False, path_type=Path))
 def train_cmd(model: str | None, strategies: str | None, ps_counts: str, ps_hosts: str,
               host_spec: str | None, ssh_config: Path | None, known_hosts: Path | None,
-              fit_run: Path | None, steps: int, workers: str, batch_size: int,
-              image_size: int, batches: int, iters: int, quiet_wait: float,
-              runs_dir: Path) -> None:
+              fit_run: Path | None, steps: int, sim_name: str | None, sim_hosts: int | None,
+              link_rate: str | None, workers: str, batch_size: int, image_size: int,
+              batches: int, iters: int, quiet_wait: float, runs_dir: Path) -> None:
     """Synthetic-data training: images/s per worker and scaling efficiency X(N)/(N X(1));
     with --strategy, Horovod's ring against TensorFlow's MultiWorkerMirrored and parameter
     servers on the same hosts, measured and predicted."""
     if strategies is not None:
+        sim = (sim_name, sim_hosts, link_rate) if sim_name else None
+        if sim is None and (sim_hosts or link_rate):
+            raise UsageError("--sim-hosts and --link-rate go with --sim NAME",
+                             "add --sim NAME (a simulated cluster), or drop them")
         _strategies(model or "dense", strategies, ps_counts, ps_hosts, host_spec, ssh_config,
-                    known_hosts, fit_run, steps, workers, batch_size, runs_dir)
+                    known_hosts, fit_run, steps, workers, batch_size, runs_dir, sim)
         return
     model = model or "resnet50"
     if model in ("dense", "conv"):
@@ -329,13 +340,13 @@ def train_cmd(model: str | None, strategies: str | None, ps_counts: str, ps_host
 def _strategies(model: str, strategies: str, ps_counts: str, ps_hosts: str,
                 host_spec: str | None,
                 ssh_config: Path | None, known_hosts: Path | None, fit_run: Path | None,
-                steps: int, workers: str, batch_size: int, runs_dir: Path) -> None:
-    from ringtrain.bench import ceilings, costmodel  # noqa: PLC0415 - see _config
+                steps: int, workers: str, batch_size: int, runs_dir: Path,
+                sim: tuple[str, int | None, str | None] | None) -> None:
+    from ringtrain.bench import benchrun, ceilings, costmodel  # noqa: PLC0415 - see _config
     from ringtrain.bench import strategies as bench  # noqa: PLC0415
     from ringtrain.bench.projection_report import load_fit  # noqa: PLC0415
-    from ringtrain.cli.context import SshOptions, ssh_remote  # noqa: PLC0415 - paramiko
     from ringtrain.hostfile import parse_host_spec  # noqa: PLC0415
-    from ringtrain.launch.reporter import NullReporter  # noqa: PLC0415
+    from ringtrain.sim import shaping  # noqa: PLC0415
     from ringtrain.spec import SshSpec, Strategy  # noqa: PLC0415
 
     if model not in ("dense", "conv"):
@@ -347,25 +358,50 @@ def _strategies(model: str, strategies: str, ps_counts: str, ps_hosts: str,
         raise UsageError(f"--strategy {strategies}: choose from {', '.join(known)}",
                          "e.g. --strategy horovod,tf-multiworker,tf-ps")
     ns = parse_ints(workers, "-n", 1, 64)
+    ks = parse_ints(ps_counts, "--ps", 1, 16)
+    if sim is not None:
+        name, count, rate = sim
+        with contextlib.ExitStack() as stack, _terminable():
+            cluster = stack.enter_context(benchrun.shaped_sim(
+                name, count or max(ns) + 1 + max(ks), rate))
+            hosts = parse_host_spec(",".join(f"{h}:1" for h in cluster.names))
+            ssh = SshSpec(cluster.ssh_config, cluster.known_hosts)
+            b = (shaping.parse_rate(rate) / 8 if rate else ceilings.tcp_loopback_bps())
+            params = costmodel.Params(a=0.0, B=b, g=ceilings.reduce_g())
+            source = (f"B = the {rate} links shaped by tc" if rate else "B = TCP loopback") + (
+                ", g = numpy's float32 sum, a = 0")
+            if fit_run is not None:
+                params, source = load_fit(fit_run, "horovod"), f"the Horovod fit of {fit_run}"
+            _run_strategies(bench.StrategyBench(
+                model=model, ns=ns, strategies=names, ks=ks, ps_hosts=ps_hosts,
+                batch_size=batch_size, steps=steps, runs_dir=runs_dir, working_dir=Path.cwd(),
+                ssh=ssh), hosts, params, source)
+        return
     hosts = parse_host_spec(host_spec or f"localhost:{max(ns)}")
     ssh = SshSpec(ssh_config, known_hosts)
-    cfg = bench.StrategyBench(model=model, ns=ns, strategies=names,
-                              ks=parse_ints(ps_counts, "--ps", 1, 16), ps_hosts=ps_hosts,
-                              batch_size=batch_size,
-                              steps=steps, runs_dir=runs_dir, working_dir=Path.cwd(), ssh=ssh)
+    cfg = bench.StrategyBench(model=model, ns=ns, strategies=names, ks=ks, ps_hosts=ps_hosts,
+                              batch_size=batch_size, steps=steps, runs_dir=runs_dir,
+                              working_dir=Path.cwd(), ssh=ssh)
     if fit_run is not None:
         params, source = load_fit(fit_run, "horovod"), f"the Horovod fit of {fit_run}"
     else:
         params = costmodel.Params(a=0.0, B=ceilings.tcp_loopback_bps(), g=ceilings.reduce_g())
         source = "measured now: B = TCP loopback, g = numpy's float32 sum, a = 0"
+    with _terminable():
+        _run_strategies(cfg, hosts, params, source)
+
+
+def _run_strategies(cfg: Any, hosts: Any, params: Any, source: str) -> None:
+    from ringtrain.bench import strategies as bench  # noqa: PLC0415 - see _config
+    from ringtrain.cli.context import SshOptions, ssh_remote  # noqa: PLC0415 - paramiko
+    from ringtrain.launch.reporter import NullReporter  # noqa: PLC0415
 
     class Notes(NullReporter):
         def note(self, text: str) -> None:
             click.echo(f"bench: {text}", err=True)
 
-    with _terminable():
-        run_dir = bench.run_and_write(hosts, ssh_remote(SshOptions(ssh)), cfg, params, source,
-                                      Notes())
+    run_dir = bench.run_and_write(hosts, ssh_remote(SshOptions(cfg.ssh)), cfg, params, source,
+                                  Notes())
     click.echo((run_dir / "strategies.md").read_text())
     click.echo(f"written: {run_dir}/strategies.json, strategies.md, strategies.png")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ringtrain.bench import costmodel
-from ringtrain.bench.strategies import StrategyBench, annotate, predict, render
+from ringtrain.bench.strategies import StrategyBench, annotate, checks, predict, render
 
 P = costmodel.Params(a=0.0, B=1e9, g=0.0)
 S = 16_000_000
@@ -41,7 +41,16 @@ def test_winners_measured_and_predicted() -> None:
     meta = {"id": "x", "model": "dense", "hosts": "localhost:2", "batch_size": 32,
             "params": {"a": 0.0, "B": 1e9, "g": 0.0}, "params_from": "test"}
     text = render(rows, meta)
-    assert "failed: failed" in text and "in 0 of 2 cells" in text
+    assert "failed: failed" in text
+    assert "N=2: measured winner tf-ps k=1; predicted horovod: DISAGREES" in text
+    assert "for 0 of 1 worker counts" in text
+
+
+def test_the_two_all_reduce_strategies_tie_in_the_prediction() -> None:
+    rows = annotate([_row("horovod", 0, 1.13), _row("tf-multiworker", 0, 0.75),
+                     _row("tf-ps", 1, 1.9)], P)
+    assert [r["winner_predicted"] for r in rows] == [True, True, False]
+    assert checks(rows) == [(2, "tf-multiworker", ["horovod", "tf-multiworker"], True)]
 
 
 def test_every_cell_of_an_n_is_predicted_from_the_shared_t1() -> None:
