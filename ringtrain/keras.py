@@ -92,12 +92,12 @@ def resume(model: Any, optimizer: Any = None, *, url: str | None = None) -> int:
 
     Call it after ``model.compile`` (or, in a custom loop, once the model is built) and after
     ``hvd.init()``. ``optimizer`` defaults to ``model.optimizer``."""
-    hvd = keras_world.world(model)
+    world = keras_world.world(model)
     optimizer = _optimizer(model, optimizer)
     where = checkpoint_url(url)
     _tell_launcher(resume=True, checkpoint=where)
-    point = _restore(model, optimizer, where, hvd)
-    if point is not None and hvd.rank() == 0:
+    point = _restore(model, optimizer, where, world)
+    if point is not None and world.rank() == 0:
         print(f"ringtrain: resumed from epoch {point.epoch} step {point.step} ({where})",
               flush=True)
     _STATE.resumed = point
@@ -121,21 +121,21 @@ def callbacks(
     and progress reports (epoch, step, loss, samples/s with ``batch_size``, per rank); on
     every rank, its step times for straggler detection (``ringtrain.keras_steps``). Add them
     after Horovod's own callbacks."""
-    hvd = keras_world.world()
+    world = keras_world.world()
     where = checkpoint_url(url)
     _tell_launcher(checkpoint=where, progress=True)
     # step times come from Horovod's all-reduce; TF strategies report whole steps only
-    timer = [StepTimer(every_s=progress_every_s)] if hvd.kind == keras_world.HOROVOD else []
-    if hvd.rank() != 0:  # MultiWorkerMirrored: every worker writes, worker 0 commits
-        return [CommitCheckpoint(where, keep=keep, meta=meta, commit=False), *timer] if (
-            hvd.all_write) else timer
-    return [
-        CommitCheckpoint(where, keep=keep, meta=meta),
-        # ParameterServerStrategy refuses batch-level callbacks: progress once an epoch there
-        (EpochProgressCallback if hvd.kind == keras_world.PS else ProgressCallback)(
-            batch_size, world_size=hvd.size(), every_s=progress_every_s),
-        *timer,
-    ]
+    timer = [StepTimer(every_s=progress_every_s)] if world.kind == keras_world.HOROVOD else []
+    if world.rank() != 0:
+        if not world.all_write:
+            return timer
+        # MultiWorkerMirrored: every worker writes the checkpoint, worker 0 commits it
+        return [CommitCheckpoint(where, keep=keep, meta=meta, commit=False), *timer]
+    if world.kind == keras_world.PS:  # its Keras refuses batch-level callbacks
+        report: Any = EpochProgressCallback(batch_size, world_size=world.size())
+    else:
+        report = ProgressCallback(batch_size, world_size=world.size(), every_s=progress_every_s)
+    return [CommitCheckpoint(where, keep=keep, meta=meta), report, *timer]
 
 
 def save(
@@ -150,14 +150,14 @@ def save(
 ) -> None:
     """For a custom loop, at the end of an epoch (``epoch`` counts finished epochs): rank 0
     commits a checkpoint; every rank reports progress. Other ranks do not touch storage."""
-    hvd = keras_world.world(model)
+    world = keras_world.world(model)
     optimizer = _optimizer(model, optimizer)
     where = checkpoint_url(url)
     _tell_launcher(checkpoint=where, progress=True)
     step = int(optimizer.iterations.numpy())
-    if hvd.rank() == 0 or hvd.all_write:
+    if world.rank() == 0 or world.all_write:
         _commit(model, optimizer, where, epoch=epoch, step=step, keep=keep, meta=meta or {},
-                commit=hvd.rank() == 0)
+                commit=world.rank() == 0)
     progress(epoch=epoch, step=step, loss=loss)
 
 
@@ -237,7 +237,7 @@ class EpochProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
     """Progress at each epoch end only (no batch hooks: ParameterServerStrategy's Keras
     refuses them): epoch, step, loss and samples/s over the epoch."""
 
-    def __init__(self, batch_size: int | None, world_size: int = 1, every_s: float = 1.0) -> None:
+    def __init__(self, batch_size: int | None, world_size: int = 1) -> None:
         super().__init__()
         self.samples_per_step = batch_size * world_size if batch_size else None
         self._started = 0.0
@@ -350,7 +350,7 @@ def _check_writable(store: Store) -> None:
         ) from None
 
 
-def _restore(model: Any, optimizer: Any, url: str, hvd: Any) -> ResumePoint | None:
+def _restore(model: Any, optimizer: Any, url: str, world: Any) -> ResumePoint | None:
     if not model.built:
         raise UsageError(
             "ringtrain.keras.resume: the model is not built yet, so its weights cannot be "
@@ -359,15 +359,15 @@ def _restore(model: Any, optimizer: Any, url: str, hvd: Any) -> ResumePoint | No
         )
     optimizer.build(model.trainable_variables)  # create the slots so they restore at once
     fetch = _STATE.staging_dir() / "resume"
-    answer = _fetch_on_rank0(url, fetch) if hvd.rank() == 0 else None
-    answer = hvd.broadcast_object(answer, root_rank=0, name="ringtrain.resume")
+    answer = _fetch_on_rank0(url, fetch) if world.rank() == 0 else None
+    answer = world.broadcast_object(answer, root_rank=0, name="ringtrain.resume")
     if "error" in answer:
         raise CheckpointError(answer["error"], answer["hint"])
     point = None
     if "point" in answer:
         raw = answer["point"]
         point = ResumePoint(raw["step"], raw["epoch"], raw["manifest"], tuple(raw["skipped"]))
-        if hvd.rank() == 0:
+        if world.rank() == 0:
             ckpt = _tf_checkpoint(model, optimizer)
             ckpt.read(str(Path(answer["dir"]) / CKPT_PREFIX)).assert_existing_objects_matched()
             if int(optimizer.iterations.numpy()) != point.step:
@@ -377,7 +377,7 @@ def _restore(model: Any, optimizer: Any, url: str, hvd: Any) -> ResumePoint | No
                     "the checkpoint was not written by this training script; use another URL",
                 )
     shutil.rmtree(fetch, ignore_errors=True)  # every variable exists: nothing is deferred
-    hvd.broadcast_variables(_state_variables(model, optimizer), root_rank=0)
+    world.broadcast_variables(_state_variables(model, optimizer), root_rank=0)
     return point
 
 
