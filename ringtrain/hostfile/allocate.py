@@ -265,10 +265,12 @@ def _fill(hosts: list[Host], want: int) -> list[Host]:
     return used
 
 
-def with_extra_slots(alloc: Allocation, extra: dict[str, int]) -> Allocation:
-    """The same hosts in the same order, each with ``extra[name]`` more ranks, renumbered as
-    ``--map-by slot`` numbers them (a TF parameter-server job's chief and ps tasks)."""
-    hosts = tuple(h.with_slots(h.slots + extra.get(h.name, 0)) for h in alloc.hosts)
+def with_extra_slots(alloc: Allocation, extra: dict[str, int],
+                     appended: tuple[Host, ...] = ()) -> Allocation:
+    """The same hosts in the same order, each with ``extra[name]`` more ranks, then the
+    ``appended`` hosts, renumbered as ``--map-by slot`` numbers them (a TF parameter-server
+    job's chief and ps tasks)."""
+    hosts = tuple(h.with_slots(h.slots + extra.get(h.name, 0)) for h in alloc.hosts) + appended
     return replace(alloc, hosts=hosts, ranks=_assign_ranks(hosts))
 
 

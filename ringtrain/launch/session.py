@@ -205,9 +205,8 @@ class Session:
         alloc = allocate(inventory, want, policy=placement_only(self.spec.allocation))
         if self._first_np is None:
             self._first_np = alloc.np
-        used = {h.name for h in alloc.hosts}
-        spare = tuple(h for h in inventory.hosts if h.name not in used and h.slots > 0)
-        alloc = tfcluster.with_tasks(alloc, self.spec, spare)  # tf-ps: the chief and ps too
+        # tf-ps: the chief and the ps tasks too (--ps-hosts own: on hosts without workers)
+        alloc = tfcluster.with_tasks(alloc, self.spec, inventory.hosts)
         if tfcluster.is_tf(self.spec) and self.spec.preflight.enabled:
             for host in check_ports(self.remote, alloc, self.spec, self._python):
                 self.reporter.note(f"warning: could not check the TF task ports on {host}")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from ringtrain.errors import AllocationError
@@ -61,15 +60,17 @@ def has_servers(spec: LaunchSpec) -> bool:
     return spec.strategy is Strategy.TF_PS
 
 
-def with_tasks(alloc: Allocation, spec: LaunchSpec, spare: Sequence[Host] = ()) -> Allocation:
+def with_tasks(alloc: Allocation, spec: LaunchSpec, candidates: Sequence[Host] = ()) -> Allocation:
     """The allocation the job runs: under tf-ps, the workers' plus the chief and ps tasks; with
-    ``--ps-hosts own`` the ps tasks go to ``spare`` hosts (the inventory's hosts without
-    workers), round robin, appended after the workers' hosts."""
+    ``--ps-hosts own`` the ps tasks go to the ``candidates`` hosts that got no worker, round
+    robin, appended after the workers' hosts."""
     if spec.strategy is not Strategy.TF_PS:
         return alloc
     if spec.ps_hosts != "own":
         extra = _extras({h.name: h.slots for h in alloc.hosts}, spec.ps, own=False)
         return with_extra_slots(alloc, {h: len(tasks) for h, tasks in extra.items()})
+    used = {h.name for h in alloc.hosts}
+    spare = [h for h in candidates if h.name not in used and h.slots > 0]
     if not spare:
         raise AllocationError(
             "--ps-hosts own: every host runs workers, so none is left for the parameter servers",
@@ -79,9 +80,7 @@ def with_tasks(alloc: Allocation, spec: LaunchSpec, spare: Sequence[Host] = ()) 
         name = spare[i % len(spare)].name
         count[name] = count.get(name, 0) + 1
     ps_hosts = tuple(h.with_slots(count[h.name]) for h in spare if h.name in count)
-    widened = with_extra_slots(alloc, {alloc.hosts[0].name: 1})
-    # the ps hosts after the workers' (no extra slots: this renumbers the ranks over them)
-    return with_extra_slots(replace(widened, hosts=widened.hosts + ps_hosts), {})
+    return with_extra_slots(alloc, {alloc.hosts[0].name: 1}, appended=ps_hosts)
 
 
 def tf_cluster(alloc: Allocation, strategy: Strategy, tf_port: int,
