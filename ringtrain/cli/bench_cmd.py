@@ -24,6 +24,9 @@ from ringtrain.errors import UsageError
 
 if TYPE_CHECKING:  # the bench modules need numpy (the [bench] extra): imported when run
     from ringtrain.bench import harness, suite
+    from ringtrain.bench.costmodel import Params
+    from ringtrain.bench.strategies import StrategyBench
+    from ringtrain.hostfile import Inventory
 
 _EPILOG = """\b
 Examples:
@@ -359,39 +362,33 @@ def _strategies(model: str, strategies: str, ps_counts: str, ps_hosts: str,
                          "e.g. --strategy horovod,tf-multiworker,tf-ps")
     ns = parse_ints(workers, "-n", 1, 64)
     ks = parse_ints(ps_counts, "--ps", 1, 16)
-    if sim is not None:
-        name, count, rate = sim
-        with contextlib.ExitStack() as stack, _terminable():
+    rate = None
+    with contextlib.ExitStack() as stack, _terminable():
+        if sim is not None:
+            name, count, rate = sim
             cluster = stack.enter_context(benchrun.shaped_sim(
                 name, count or max(ns) + 1 + max(ks), rate))
             hosts = parse_host_spec(",".join(f"{h}:1" for h in cluster.names))
             ssh = SshSpec(cluster.ssh_config, cluster.known_hosts)
-            b = (shaping.parse_rate(rate) / 8 if rate else ceilings.tcp_loopback_bps())
-            params = costmodel.Params(a=0.0, B=b, g=ceilings.reduce_g())
-            source = (f"B = the {rate} links shaped by tc" if rate else "B = TCP loopback") + (
+        else:
+            hosts = parse_host_spec(host_spec or f"localhost:{max(ns)}")
+            ssh = SshSpec(ssh_config, known_hosts)
+        if fit_run is not None:
+            params, source = load_fit(fit_run, "horovod"), f"the Horovod fit of {fit_run}"
+        else:
+            link = shaping.parse_rate(rate) / 8 if rate else ceilings.tcp_loopback_bps()
+            params = costmodel.Params(a=0.0, B=link, g=ceilings.reduce_g())
+            source = "measured now: " + (f"B = the {rate} links shaped by tc" if rate
+                                         else "B = TCP loopback") + (
                 ", g = numpy's float32 sum, a = 0")
-            if fit_run is not None:
-                params, source = load_fit(fit_run, "horovod"), f"the Horovod fit of {fit_run}"
-            _run_strategies(bench.StrategyBench(
-                model=model, ns=ns, strategies=names, ks=ks, ps_hosts=ps_hosts,
-                batch_size=batch_size, steps=steps, runs_dir=runs_dir, working_dir=Path.cwd(),
-                ssh=ssh), hosts, params, source)
-        return
-    hosts = parse_host_spec(host_spec or f"localhost:{max(ns)}")
-    ssh = SshSpec(ssh_config, known_hosts)
-    cfg = bench.StrategyBench(model=model, ns=ns, strategies=names, ks=ks, ps_hosts=ps_hosts,
-                              batch_size=batch_size, steps=steps, runs_dir=runs_dir,
-                              working_dir=Path.cwd(), ssh=ssh)
-    if fit_run is not None:
-        params, source = load_fit(fit_run, "horovod"), f"the Horovod fit of {fit_run}"
-    else:
-        params = costmodel.Params(a=0.0, B=ceilings.tcp_loopback_bps(), g=ceilings.reduce_g())
-        source = "measured now: B = TCP loopback, g = numpy's float32 sum, a = 0"
-    with _terminable():
+        cfg = bench.StrategyBench(model=model, ns=ns, strategies=names, ks=ks,
+                                  ps_hosts=ps_hosts, batch_size=batch_size, steps=steps,
+                                  runs_dir=runs_dir, working_dir=Path.cwd(), ssh=ssh)
         _run_strategies(cfg, hosts, params, source)
 
 
-def _run_strategies(cfg: Any, hosts: Any, params: Any, source: str) -> None:
+def _run_strategies(cfg: StrategyBench, hosts: Inventory, params: Params,
+                    source: str) -> None:
     from ringtrain.bench import strategies as bench  # noqa: PLC0415 - see _config
     from ringtrain.cli.context import SshOptions, ssh_remote  # noqa: PLC0415 - paramiko
     from ringtrain.launch.reporter import NullReporter  # noqa: PLC0415
