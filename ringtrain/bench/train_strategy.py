@@ -7,9 +7,12 @@ compute per sample) and ``conv`` (compute-bound: three 3x3 convolutions over 32x
 0.2 MB of parameters). One fixed random batch of ``--batch-size`` per worker. Every program
 first times ``T1``, the same step on one process without any strategy (what the cost model
 adds communication to), then ``--warmup`` untimed distributed steps, then ``--steps`` timed
-ones. Rank 0 (Horovod), worker 0 (MultiWorkerMirrored) or the chief (parameter servers; ps and
-worker tasks only serve) prints one ``RESULT {json}`` line: samples/s over all workers, the
-step time of one worker, T1, the parameter bytes.
+ones, then the strategy's exchange of the parameter bytes alone (its all-reduce of
+gradient-shaped tensors, or its pull of every variable and push of a gradient for each),
+untimed and timed the same way. Rank 0 (Horovod), worker 0 (MultiWorkerMirrored) or the
+chief (parameter servers; ps and worker tasks only serve) prints one ``RESULT {json}``
+line: samples/s over all workers, the step time of one worker, T1, the exchange alone, the
+parameter bytes.
 """
 
 from __future__ import annotations
@@ -123,9 +126,18 @@ def horovod(args: argparse.Namespace) -> dict[str, Any] | None:
     _timed(lambda: step(False).numpy(), args.warmup)
     times = _timed(lambda: step(False).numpy(), args.steps)
     worst = float(hvd.allreduce(tf.constant(statistics.median(times)), op=hvd.Max).numpy())
+
+    grads = [tf.ones_like(v) for v in model.trainable_variables]
+
+    @tf.function
+    def exchange(tensors: list[Any]) -> Any:  # what DistributedGradientTape does, alone
+        return tf.add_n([tf.reduce_sum(hvd.allreduce(t, op=hvd.Average)) for t in tensors])
+
+    alone = _exchange_alone(lambda: exchange(grads).numpy(), args)
+    alone = float(hvd.allreduce(tf.constant(alone), op=hvd.Max).numpy())
     if hvd.rank() != 0:
         return None
-    return _result(args, "horovod", hvd.size(), 0, worst, base, params)
+    return _result(args, "horovod", hvd.size(), 0, worst, base, params, alone)
 
 
 def multiworker(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -153,10 +165,24 @@ def multiworker(args: argparse.Namespace) -> dict[str, Any] | None:
 
     _timed(lambda: step().numpy(), args.warmup + 1)
     times = _timed(lambda: step().numpy(), args.steps)
+    grads = [tf.ones_like(v) for v in model.trainable_variables]
+
+    def replica_exchange() -> Any:  # the all-reduce apply_gradients does, alone
+        reduced = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
+                                                                 grads)
+        return tf.add_n([tf.reduce_sum(t) for t in reduced])
+
+    @tf.function
+    def exchange() -> Any:
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica_exchange),
+                               axis=None)
+
+    alone = _exchange_alone(lambda: exchange().numpy(), args)
     task = json.loads(os.environ["TF_CONFIG"])["task"]
     if task["index"] != 0:
         return None
-    return _result(args, "tf-multiworker", workers, 0, statistics.median(times), base, params)
+    return _result(args, "tf-multiworker", workers, 0, statistics.median(times), base, params,
+                   alone)
 
 
 def parameter_servers(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -196,23 +222,47 @@ def parameter_servers(args: argparse.Namespace) -> dict[str, Any] | None:
         x, y = next(it)
         return strategy.run(replica, args=(x, y))
 
-    def run(steps: int) -> float:
+    @tf.function
+    def exchange_fn() -> Any:  # pull every variable, push a gradient for each: no compute
+        def replica() -> Any:
+            variables = model.trainable_variables
+            pulled = [tf.reduce_sum(v * 1.0) for v in variables]
+            opt.apply_gradients(zip([tf.zeros_like(v) for v in variables], variables,
+                                    strict=True))
+            return tf.add_n(pulled)
+
+        return strategy.run(replica)
+
+    def run(steps: int, fn: Any = None) -> float:
         t0 = time.perf_counter()
         for _ in range(steps):
-            coordinator.schedule(worker_fn, args=(iterator,))
+            if fn is None:
+                coordinator.schedule(worker_fn, args=(iterator,))
+            else:
+                coordinator.schedule(fn)
         coordinator.join()
         return time.perf_counter() - t0
 
     run((args.warmup + 1) * workers)
     total = args.steps * workers  # every worker runs about --steps of them
     seconds = run(total)
-    return _result(args, "tf-ps", workers, k, seconds * workers / total, base, params)
+    run(max(1, args.warmup // 2) * workers, exchange_fn)
+    alone = run(total, exchange_fn) * workers / total
+    return _result(args, "tf-ps", workers, k, seconds * workers / total, base, params, alone)
+
+
+def _exchange_alone(step: Callable[[], Any], args: argparse.Namespace) -> float:
+    """Median seconds of the strategy's own exchange of the parameter bytes with no compute:
+    what separates a wrong transport from compute and exchange not adding up."""
+    _timed(step, max(1, args.warmup // 2))
+    return statistics.median(_timed(step, args.steps))
 
 
 def _result(args: argparse.Namespace, strategy: str, workers: int, k: int, step_s: float,
-            base: float, params: int) -> dict[str, Any]:
+            base: float, params: int, exchange_s: float) -> dict[str, Any]:
     return {"strategy": strategy, "model": args.model, "workers": workers, "k": k,
             "batch_size": args.batch_size, "step_s": step_s, "t1_s": base,
+            "exchange_s": exchange_s,
             "samples_per_s": workers * args.batch_size / step_s, "param_bytes": params}
 
 

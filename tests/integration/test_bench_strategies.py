@@ -39,6 +39,7 @@ def test_three_strategies_measured_and_predicted(tmp_path: Path) -> None:
         assert "error" not in row, row
         assert row["workers"] == 2 and row["param_bytes"] == 16_834_600
         assert row["samples_per_s"] > 0 and row["t1_s"] > 0
+        assert 0 < row["exchange_s"] < 10 * row["step_s"]  # the exchange alone, measured
         assert row["predicted_step_s"] > row["t1_s"]  # T1 plus a modelled exchange
     assert sum(r["winner_measured"] for r in rows) == 1
     assert sum(r["winner_predicted"] for r in rows) >= 1  # the two all-reduces may tie

@@ -59,3 +59,39 @@ def test_every_cell_of_an_n_is_predicted_from_the_shared_t1() -> None:
     out = annotate(rows, P)
     assert [r["t1_used_s"] for r in out] == [pytest.approx(0.082)] * 3
     assert out[2]["predicted_step_s"] == pytest.approx(0.082 + 2 * 2 * S / 1e9)
+
+
+def _measured(strategy: str, step_s: float, exchange_s: float) -> dict[str, object]:
+    return {**_row(strategy, 0, step_s), "exchange_s": exchange_s}
+
+
+def test_a_cell_off_by_more_than_15_percent_gets_its_measured_cause() -> None:
+    # modelled: T1 10 ms + the ring's S/B = 16 ms at N=2, so 26 ms
+    within, transport, overlap, contention = annotate([
+        _measured("horovod", 0.027, 0.016),
+        _measured("tf-multiworker", 0.062, 0.047),  # 10 + 47 = 57: adds up; the exchange 2.9x
+        _measured("horovod", 0.050, 0.080),  # 10 + 80 = 90 > 50: the two ran at once
+        _measured("horovod", 0.060, 0.016),  # exchange as modelled, step far above 26 ms
+    ], P)
+    assert within["cause"] is None
+    assert transport["modelled_exchange_s"] == pytest.approx(0.016)
+    assert transport["cause"].startswith("transport: the exchange alone takes 47.0 ms "
+                                         "against 16.0 ms modelled (2.94x)")
+    assert overlap["cause"].startswith("overlap: the step (50.0 ms) is shorter than T1 + "
+                                       "exchange (90.0 ms)")
+    assert contention["cause"].startswith("contention: the step (60.0 ms) is 34.0 ms longer")
+    assert "the exchange alone is as modelled (16.0 ms)" in contention["cause"]
+    meta = {"id": "x", "model": "dense", "hosts": "localhost:2", "batch_size": 32,
+            "params": {"a": 0.0, "B": 1e9, "g": 0.0}, "params_from": "test"}
+    text = render([within, transport], meta)
+    assert "| 47.0 / 16.0 | 57.0 |" in text
+    assert "- N=2 tf-multiworker: transport: the exchange alone" in text
+    assert "- N=2 horovod:" not in text  # within 15%: no cause to give
+
+
+def test_rows_without_an_exchange_measurement_get_no_cause() -> None:
+    (row,) = annotate([_row("horovod", 0, 0.5)], P)  # a report from before exchange_s
+    assert row["cause"] is None
+    assert "| - / 16.0 | - |" in render([row], {
+        "id": "x", "model": "dense", "hosts": "h", "batch_size": 32,
+        "params": {"a": 0.0, "B": 1e9, "g": 0.0}, "params_from": "test"})
