@@ -124,8 +124,8 @@ def callbacks(
     world = keras_world.world()
     where = checkpoint_url(url)
     _tell_launcher(checkpoint=where, progress=True)
-    # step times come from Horovod's all-reduce; TF strategies report whole steps only
-    timer = [StepTimer(every_s=progress_every_s)] if world.kind == keras_world.HOROVOD else []
+    # step times around the all-reduce; under parameter servers only the chief runs callbacks
+    timer = [StepTimer(every_s=progress_every_s)] if world.kind != keras_world.PS else []
     if world.rank() != 0:
         if not world.all_write:
             return timer

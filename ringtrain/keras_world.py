@@ -114,7 +114,8 @@ class Mirrored:
             ctx = tf.distribute.get_replica_context()
             return [ctx.all_reduce(tf.distribute.ReduceOp.SUM, t) for t in tensors]
 
-        per_replica = strategy.run(replica_fn)
+        # in a function: run eagerly, TF warns of its overhead on every call
+        per_replica = tf.function(lambda: strategy.run(replica_fn))()
         return [strategy.experimental_local_results(t)[0] for t in per_replica]
 
     def broadcast_object(self, obj: Any, root_rank: int = 0, name: str | None = None) -> Any:

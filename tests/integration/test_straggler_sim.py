@@ -2,7 +2,8 @@
 script (Horovod's recipe + ringtrain.keras.callbacks()) trains on three hosts; one rank's CPU is
 cut to a tenth of a core with a cgroup quota mid-run. The launcher names that host and rank
 within a bounded time and nobody before; under ``--on-straggler restart-without`` the job
-restarts from its last checkpoint without that host and succeeds."""
+restarts from its last checkpoint without that host and succeeds. The same holds for a script
+written from TensorFlow's MultiWorkerMirrored tutorial under ``--strategy tf-multiworker``."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ sim = pytest.importorskip("ringtrain.sim")
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
 
 SCRIPT = Path(__file__).parent / "user_scripts" / "keras_mnist_style.py"
+MWMS_SCRIPT = Path(__file__).parent / "user_scripts" / "mwms_ringtrain_style.py"
 HOSTS = "gpu01:1,gpu02:1,gpu03:1"
 WINDOW_S = 10
 # Three ranks share this machine's two cores: whichever two share a core for a while are
@@ -35,9 +37,10 @@ QUOTA = 0.1
 NAMED_WITHIN_S = 60  # the window, reports a second apart, a throttled step: well inside
 
 
-def _launch(cluster: Any, tmp: Path, epochs: int, *args: str) -> subprocess.Popen[str]:
+def _launch(cluster: Any, tmp: Path, epochs: int, *args: str,
+            source: Path = SCRIPT) -> subprocess.Popen[str]:
     script = tmp / "train.py"  # a path unique to this test: its rank processes are found by it
-    shutil.copy(SCRIPT, script)
+    shutil.copy(source, script)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.Popen(
         [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp / "runs"),
@@ -69,10 +72,14 @@ def _result(tmp: Path) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.parametrize("strategy", ["horovod", "tf-multiworker"])
 def test_a_rank_slowed_mid_run_is_named_by_host_and_rank_and_nobody_before(
-    sim_cluster: Any, tmp_path: Path
+    sim_cluster: Any, tmp_path: Path, strategy: str
 ) -> None:
-    proc = _launch(sim_cluster, tmp_path, 60, "--checkpoint", str(tmp_path / "ckpt"))
+    # MultiWorkerMirrored: 64 steps an epoch of 3 workers (Horovod's script: 21)
+    epochs, source = (60, SCRIPT) if strategy == "horovod" else (20, MWMS_SCRIPT)
+    proc = _launch(sim_cluster, tmp_path, epochs, "--checkpoint", str(tmp_path / "ckpt"),
+                   "--strategy", strategy, source=source)
     with killed_on_failure(proc):
         first = _wait_for(proc, "training progress", lambda: "training:" in _events(tmp_path),
                           240)
