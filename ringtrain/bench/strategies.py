@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import benchrun, costmodel, plots
+from ringtrain.bench import benchrun, costmodel, harness, plots
 from ringtrain.hostfile import Inventory
 from ringtrain.launch.reporter import Reporter
 from ringtrain.launch.result import JobState
@@ -73,19 +73,28 @@ class StrategyBench:
         return out
 
 
-def run_cell(inventory: Inventory, remote: Remote, cfg: StrategyBench, n: int, strategy: str,
-             k: int, reporter: Reporter) -> dict[str, Any]:
-    spec = LaunchSpec(
+def cell_spec(cfg: StrategyBench, n: int, strategy: str, k: int) -> LaunchSpec:
+    """The launch of one cell: ``ringtrain launch --strategy`` of the rank program."""
+    return LaunchSpec(
         script=PROGRAM,
         script_args=("--model", cfg.model, "--batch-size", str(cfg.batch_size), "--steps",
                      str(cfg.steps), "--warmup", str(cfg.warmup)),
         entry=Entry.MODULE, np=n, backend=Backend.MPIRUN, strategy=Strategy(strategy), ps=k,
         ps_hosts=cfg.ps_hosts if strategy == "tf-ps" else "shared",
-        mpi_args=("-mca", "mpi_yield_when_idle", "1"), runs_dir=cfg.runs_dir,
+        # Horovod's CPU all-reduce is MPI_Allreduce: Open MPI's ring pinned, as bench compare
+        # does (its default choice cost 2x the ring at N=4 on shaped links, docs/BENCH.md)
+        mpi_args=("-mca", "mpi_yield_when_idle", "1",
+                  *(harness.MPI_RING if strategy == "horovod" else ())),
+        runs_dir=cfg.runs_dir,
         working_dir=cfg.working_dir, python=cfg.python, ssh=cfg.ssh,
         preflight=PreflightSpec(enabled=False, gpus=GpuRule.IGNORED),
         supervision=SupervisionPolicy(start_timeout=min(300.0, cfg.timeout_s)),
     )
+
+
+def run_cell(inventory: Inventory, remote: Remote, cfg: StrategyBench, n: int, strategy: str,
+             k: int, reporter: Reporter) -> dict[str, Any]:
+    spec = cell_spec(cfg, n, strategy, k)
     result = Session(spec, inventory, remote, reporter).run()
     where = {"workers": n, "strategy": strategy, "k": k, "run_dir": str(result.run_dir)}
     if result.state is not JobState.SUCCEEDED:
@@ -214,7 +223,9 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
              f"Hosts: {meta['hosts']}. Per-worker batch {meta['batch_size']}. Transport for the "
              f"model: a={p['a'] * 1e6:.1f} us, B={p['B'] / 1e9:.3f} GB/s, 1/g="
              f"{(1 / p['g'] / 1e9) if p['g'] else float('inf'):.3f} GB/s ({meta['params_from']}).",
-             "", "T1 (one worker's step without exchange) is measured by every worker at once, "
+             "", "Horovod's all-reduce is Open MPI's ring, pinned (coll_tuned_allreduce_algorithm "
+             "4), as in bench compare.", "",
+             "T1 (one worker's step without exchange) is measured by every worker at once, "
              "as they share the cores in training: the ring cells' median for each N (the "
              "tf-ps chief measures it alone, in brackets).", "",
              "Exchange: the strategy's own exchange of the parameter bytes with no compute "

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from ringtrain.bench import costmodel
-from ringtrain.bench.strategies import StrategyBench, annotate, checks, predict, render
+from ringtrain.bench.strategies import (
+    StrategyBench,
+    annotate,
+    cell_spec,
+    checks,
+    predict,
+    render,
+)
+from ringtrain.spec import Strategy
 
 P = costmodel.Params(a=0.0, B=1e9, g=0.0)
 S = 16_000_000
@@ -95,3 +103,14 @@ def test_rows_without_an_exchange_measurement_get_no_cause() -> None:
     assert "| - / 16.0 | - |" in render([row], {
         "id": "x", "model": "dense", "hosts": "h", "batch_size": 32,
         "params": {"a": 0.0, "B": 1e9, "g": 0.0}, "params_from": "test"})
+
+
+def test_horovod_cells_pin_open_mpis_ring_and_tf_cells_get_their_strategy() -> None:
+    cfg = StrategyBench(ps_hosts="own")
+    ring = cell_spec(cfg, 2, "horovod", 0)
+    args = list(ring.mpi_args)
+    assert args[args.index("coll_tuned_allreduce_algorithm") + 1] == "4"  # the modelled ring
+    assert ring.strategy is Strategy.HOROVOD and ring.ps_hosts == "shared"
+    ps = cell_spec(cfg, 4, "tf-ps", 3)
+    assert "coll_tuned_allreduce_algorithm" not in ps.mpi_args
+    assert (ps.strategy, ps.ps, ps.np, ps.ps_hosts) == (Strategy.TF_PS, 3, 4, "own")
