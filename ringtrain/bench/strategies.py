@@ -166,8 +166,10 @@ TOLERANCE = 0.15  # the issue's goal: predicted step within 15%
 def cause(row: dict[str, Any]) -> str | None:
     """Why a cell's prediction is off by more than 15%, from what the cell measured: its own
     exchange of the parameter bytes alone (``exchange_s``: the strategy's all-reduce, or its
-    pull and push, with no compute) against the model's, and whether T1 plus that exchange
-    adds up to the step. None when the prediction is within 15% (or nothing was measured)."""
+    pull and push, with no compute) against the model's (the transport), and the step against
+    T1 plus that exchange (overlap when shorter, contention when longer). Each part off by
+    more than 15% is named; when neither is, both are given as the two smaller parts. None
+    when the prediction is within 15% (or nothing was measured)."""
     step, ratio = float(row["step_s"]), float(row["predicted_over_measured"])
     if abs(ratio - 1) <= TOLERANCE or "exchange_s" not in row or row["workers"] < 2:
         return None
@@ -175,16 +177,21 @@ def cause(row: dict[str, Any]) -> str | None:
     parts = float(row["t1_used_s"]) + alone
     transport = (f"the exchange alone takes {alone * 1e3:.1f} ms against "
                  f"{modelled * 1e3:.1f} ms modelled ({alone / modelled:.2f}x)")
-    if abs(step / parts - 1) <= TOLERANCE:
+    composed = "overlap" if step < parts else "contention"
+    composition = (f"the step ({step * 1e3:.1f} ms) is {step / parts:.2f}x T1 + exchange "
+                   f"({parts * 1e3:.1f} ms): " + (
+                       "the model adds what runs at once" if step < parts
+                       else "compute and exchange slow each other down"))
+    off_transport = abs(alone / modelled - 1) > TOLERANCE
+    off_composition = abs(step / parts - 1) > TOLERANCE
+    if off_transport and not off_composition:
         return f"transport: {transport}; T1 + exchange = {parts * 1e3:.1f} ms, the step"
-    if abs(alone / modelled - 1) <= TOLERANCE:
-        transport = f"the exchange alone is as modelled ({alone * 1e3:.1f} ms)"
-    if step < parts:
-        return (f"overlap: the step ({step * 1e3:.1f} ms) is shorter than T1 + exchange "
-                f"({parts * 1e3:.1f} ms): the model adds what runs at once; {transport}")
-    return (f"contention: the step ({step * 1e3:.1f} ms) is {(step - parts) * 1e3:.1f} ms "
-            f"longer than T1 + exchange ({parts * 1e3:.1f} ms): compute and exchange slow "
-            f"each other down; {transport}")
+    if off_composition and not off_transport:
+        return (f"{composed}: {composition}; the exchange alone is as modelled "
+                f"({alone * 1e3:.1f} ms against {modelled * 1e3:.1f} ms)")
+    return (f"transport and {composed}" + ("" if off_transport else
+                                            ", each within 15%, together not")
+            + f": {transport}; {composition}")
 
 
 def checks(rows: Sequence[dict[str, Any]]) -> list[tuple[int, str, list[str], bool]]:

@@ -75,20 +75,26 @@ def _measured(strategy: str, step_s: float, exchange_s: float) -> dict[str, obje
 
 def test_a_cell_off_by_more_than_15_percent_gets_its_measured_cause() -> None:
     # modelled: T1 10 ms + the ring's S/B = 16 ms at N=2, so 26 ms
-    within, transport, overlap, contention = annotate([
+    within, transport, overlap, contention, both = annotate([
         _measured("horovod", 0.027, 0.016),
         _measured("tf-multiworker", 0.062, 0.047),  # 10 + 47 = 57: adds up; the exchange 2.9x
         _measured("horovod", 0.050, 0.080),  # 10 + 80 = 90 > 50: the two ran at once
         _measured("horovod", 0.060, 0.016),  # exchange as modelled, step far above 26 ms
+        _measured("horovod", 0.0309, 0.0176),  # exchange 1.1x, step 1.12x: neither alone
     ], P)
     assert within["cause"] is None
     assert transport["modelled_exchange_s"] == pytest.approx(0.016)
     assert transport["cause"].startswith("transport: the exchange alone takes 47.0 ms "
                                          "against 16.0 ms modelled (2.94x)")
-    assert overlap["cause"].startswith("overlap: the step (50.0 ms) is shorter than T1 + "
-                                       "exchange (90.0 ms)")
-    assert contention["cause"].startswith("contention: the step (60.0 ms) is 34.0 ms longer")
-    assert "the exchange alone is as modelled (16.0 ms)" in contention["cause"]
+    assert overlap["cause"].startswith("transport and overlap: the exchange alone takes 80.0 "
+                                       "ms against 16.0 ms modelled (5.00x); the step (50.0 "
+                                       "ms) is 0.56x T1 + exchange (90.0 ms)")
+    assert contention["cause"].startswith("contention: the step (60.0 ms) is 2.31x T1 + "
+                                          "exchange (26.0 ms)")
+    assert "the exchange alone is as modelled (16.0 ms against 16.0 ms)" in contention["cause"]
+    assert both["cause"].startswith("transport and contention, each within 15%, together not: "
+                                    "the exchange alone takes 17.6 ms against 16.0 ms modelled "
+                                    "(1.10x); the step (30.9 ms) is 1.12x")
     meta = {"id": "x", "model": "dense", "hosts": "localhost:2", "batch_size": 32,
             "params": {"a": 0.0, "B": 1e9, "g": 0.0}, "params_from": "test"}
     text = render([within, transport], meta)
