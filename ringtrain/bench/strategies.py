@@ -62,6 +62,11 @@ class StrategyBench:
     python: str | None = None
     ssh: SshSpec = field(default_factory=SshSpec)
     timeout_s: float = 600.0
+    # On shaped links: tf-ps chiefs of healthy cells were reported silent for 10 s (N=4, k=1
+    # and 2 in one bench run; in none of 4 runs after). Their process never stalled for 2 s
+    # (a watchdog thread saw no gap), so probably the heartbeats, which share the saturated
+    # 2 ms-queue links with the exchange, were held up; not measured further.
+    heartbeat_timeout_s: float = 10.0
 
     def cells(self) -> list[tuple[int, str, int]]:
         """(N, strategy, k) in the order they run: k = 0 for the ring-like strategies."""
@@ -88,7 +93,8 @@ def cell_spec(cfg: StrategyBench, n: int, strategy: str, k: int) -> LaunchSpec:
         runs_dir=cfg.runs_dir,
         working_dir=cfg.working_dir, python=cfg.python, ssh=cfg.ssh,
         preflight=PreflightSpec(enabled=False, gpus=GpuRule.IGNORED),
-        supervision=SupervisionPolicy(start_timeout=min(300.0, cfg.timeout_s)),
+        supervision=SupervisionPolicy(start_timeout=min(300.0, cfg.timeout_s),
+                                      heartbeat_timeout=cfg.heartbeat_timeout_s),
     )
 
 

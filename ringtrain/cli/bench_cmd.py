@@ -383,7 +383,8 @@ def _strategies(model: str, strategies: str, ps_counts: str, ps_hosts: str,
                 ", g = numpy's float32 sum, a = 0")
         cfg = bench.StrategyBench(model=model, ns=ns, strategies=names, ks=ks,
                                   ps_hosts=ps_hosts, batch_size=batch_size, steps=steps,
-                                  runs_dir=runs_dir, working_dir=Path.cwd(), ssh=ssh)
+                                  runs_dir=runs_dir, working_dir=Path.cwd(), ssh=ssh,
+                                  heartbeat_timeout_s=60.0 if rate else 10.0)
         _run_strategies(cfg, hosts, params, source)
 
 

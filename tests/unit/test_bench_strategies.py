@@ -120,3 +120,6 @@ def test_horovod_cells_pin_open_mpis_ring_and_tf_cells_get_their_strategy() -> N
     ps = cell_spec(cfg, 4, "tf-ps", 3)
     assert "coll_tuned_allreduce_algorithm" not in ps.mpi_args
     assert (ps.strategy, ps.ps, ps.np, ps.ps_hosts) == (Strategy.TF_PS, 3, 4, "own")
+    assert ps.supervision.heartbeat_timeout == 10.0
+    shaped = cell_spec(StrategyBench(heartbeat_timeout_s=60.0), 2, "tf-ps", 1)
+    assert shaped.supervision.heartbeat_timeout == 60.0
