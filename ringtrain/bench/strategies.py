@@ -63,9 +63,9 @@ class StrategyBench:
     ssh: SshSpec = field(default_factory=SshSpec)
     timeout_s: float = 600.0
     # On shaped links: tf-ps chiefs of healthy cells were reported silent for 10 s (N=4, k=1
-    # and 2 in one bench run; in none of 4 runs after). Their process never stalled for 2 s
-    # (a watchdog thread saw no gap), so probably the heartbeats, which share the saturated
-    # 2 ms-queue links with the exchange, were held up; not measured further.
+    # and 2 in one bench run; in none of 4 runs after, where a watchdog thread in the chief
+    # saw no stall over 2 s). The cause is not measured; the heartbeats share the saturated
+    # 2 ms-queue links with the exchange.
     heartbeat_timeout_s: float = 10.0
 
     def cells(self) -> list[tuple[int, str, int]]:
