@@ -96,7 +96,9 @@ class Host:
 
     ``slots`` is how many ranks the inventory offers on it (on GPU hosts, one per GPU; 0 only
     from ``-H host:0``, a host listed but given no rank, as horovodrun reads it);
-    ``max_slots`` the hard limit Open MPI may oversubscribe to (None: same as slots).
+    ``max_slots`` the hard limit Open MPI may oversubscribe to (None: same as slots);
+    ``address`` where the other hosts reach this one for the job's own traffic (TensorFlow's
+    cluster spec), when that is not its name: Slurm's NodeAddr (None: the name).
     """
 
     name: str
@@ -107,6 +109,7 @@ class Host:
     port: int | None = None
     identity_file: str | None = None
     local: bool = False  # a name of the launching machine (set by launch/hosts.py): no SSH
+    address: str | None = None
 
     def label(self, key: str, default: str | None = None) -> str | None:
         for k, v in self.labels:

@@ -95,6 +95,7 @@ def host_to_dict(host: Host) -> dict[str, Any]:
         "user": host.user,
         "port": host.port,
         "identity_file": host.identity_file,
+        **({"address": host.address} if host.address else {}),
     }
 
 

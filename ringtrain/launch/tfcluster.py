@@ -10,7 +10,9 @@
   inventory's hosts that run no worker (round robin), after the workers' hosts, so each has a
   link of its own, as the cost model's parameter servers do.
 
-A host's tasks listen on ``tf_port``, ``tf_port + 1``, ... in the order of their ranks there.
+A host's tasks listen on ``tf_port``, ``tf_port + 1``, ... in the order of their ranks there,
+at the host's address (``Host.address``: Slurm's NodeAddr where it is not the node name) or
+its name. Two hosts at one address are refused: their tasks would take the same ports.
 The launcher passes the whole cluster to every rank in one variable; the rank entry turns it
 into that rank's ``TF_CONFIG`` (``ringtrain.rank.tfconfig``), the variable TensorFlow's cluster
 resolver reads, as tf-operator and TonY set it. Every task runs the user's script, as in
@@ -91,6 +93,7 @@ def tf_cluster(alloc: Allocation, strategy: Strategy, tf_port: int,
     if strategy is Strategy.HOROVOD:
         raise ValueError("no TensorFlow cluster for strategy horovod")
     by_host = alloc.ranks_by_host()
+    reach = _addresses(alloc, by_host)
     slots = {h: len(ranks) for h, ranks in by_host.items()}
     extra = (_extras(slots, ps, own) if strategy is Strategy.TF_PS
              else {h: [] for h in by_host})
@@ -98,7 +101,7 @@ def tf_cluster(alloc: Allocation, strategy: Strategy, tf_port: int,
     for host, ranks in by_host.items():
         kinds = extra[host] + ["worker"] * (len(ranks) - len(extra[host]))
         for local, (rank, kind) in enumerate(zip(ranks, kinds, strict=True)):
-            roles[rank] = (kind, f"{host}:{tf_port + local}")
+            roles[rank] = (kind, f"{reach[host]}:{tf_port + local}")
     cluster: dict[str, list[str]] = {}
     tasks = []
     for rank in range(alloc.np):
@@ -107,6 +110,27 @@ def tf_cluster(alloc: Allocation, strategy: Strategy, tf_port: int,
         cluster[kind].append(address)
     order = ("chief", "worker", "ps")
     return {"cluster": {k: cluster[k] for k in order if k in cluster}, "tasks": tasks}
+
+
+def _addresses(alloc: Allocation, by_host: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    reach = {h.name: h.address or h.name for h in alloc.hosts}
+    seen: dict[str, str] = {}
+    for name in (h for h, ranks in by_host.items() if ranks):
+        address = reach[name]
+        other = seen.setdefault(address, name)
+        if other != name:
+            raise AllocationError(
+                f"hosts {other} and {name} are both at {address}, so their TensorFlow tasks "
+                f"would listen on the same ports",
+                "run the job on one of them (-np, or a smaller allocation), or give the hosts "
+                "addresses of their own (Slurm's NodeAddr)")
+    return reach
+
+
+def ports_by_host(alloc: Allocation, spec: LaunchSpec) -> dict[str, list[int]]:
+    """The TCP ports each host's tasks listen on (``alloc`` as ``with_tasks`` returned it)."""
+    return {host: [spec.tf_port + local for local in range(len(ranks))]
+            for host, ranks in alloc.ranks_by_host().items() if ranks}
 
 
 def cluster_for(alloc: Allocation, spec: LaunchSpec) -> dict[str, Any]:

@@ -22,11 +22,7 @@ def check_ports(remote: Remote, alloc: Allocation, spec: LaunchSpec, python: str
     """Before a TF job: every task's port must be free on its host (TensorFlow's servers bind
     them). Refuses the launch, naming each taken ``host:port``; returns what could not be
     checked (a host that did not answer: its tasks then say so themselves at start)."""
-    ports: dict[str, list[int]] = {}
-    for addresses in tfcluster.cluster_for(alloc, spec)["cluster"].values():
-        for address in addresses:
-            host, _, port = address.rpartition(":")
-            ports.setdefault(host, []).append(int(port))
+    ports = tfcluster.ports_by_host(alloc, spec)
     commands = [(h, [python, "-m", "ringtrain.rank.tfconfig", "--taken",
                      *map(str, sorted(ports[h.name]))]) for h in alloc.hosts if h.name in ports]
     answers = remote.run_each(commands, PORT_CHECK_TIMEOUT_S)

@@ -44,7 +44,8 @@ def inventory_from_scheduler(environ: Mapping[str, str]) -> SchedulerJob | None:
     kind = detect_scheduler(environ)
     if kind is Scheduler.SLURM:
         job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or ""
-        return slurm_job(environ, scontrol_job_detail(job_id, environ))
+        return slurm_job(environ, scontrol_job_detail(job_id, environ),
+                         scontrol_nodes(environ))
     if kind is Scheduler.PBS:
         path = environ.get("PBS_NODEFILE")
         try:
@@ -61,7 +62,12 @@ def scontrol_job_detail(job_id: str, environ: Mapping[str, str] | None = None) -
     """``scontrol show job -d JOB`` output, or None when it cannot be had (logged)."""
     if not job_id.isdigit() and not job_id.replace("_", "").isdigit():
         return None
-    argv = ("scontrol", "show", "job", "-d", job_id)
+    return _scontrol(("scontrol", "show", "job", "-d", job_id), environ,
+                     "GPU counts from the environment instead")
+
+
+def _scontrol(argv: Sequence[str], environ: Mapping[str, str] | None, fallback: str
+              ) -> str | None:
     try:
         done = subprocess.run(
             argv,
@@ -72,12 +78,22 @@ def scontrol_job_detail(job_id: str, environ: Mapping[str, str] | None = None) -
             env=None if environ is None else dict(environ),
         )
     except (OSError, subprocess.TimeoutExpired) as err:
-        log.info("scontrol show job failed (%s); GPU counts from the environment instead", err)
+        log.info("%s failed (%s); %s", " ".join(argv[:3]), err, fallback)
         return None
     if done.returncode != 0:
-        log.info("scontrol show job failed: %s", done.stderr.strip())
+        log.info("%s failed: %s; %s", " ".join(argv[:3]), done.stderr.strip(), fallback)
         return None
     return done.stdout
+
+
+def scontrol_nodes(environ: Mapping[str, str]) -> str | None:
+    """``scontrol -o show node NODELIST`` for the job's nodes (their NodeAddr), or None when it
+    cannot be had (logged: the nodes are then reached by their names)."""
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
+    if not nodelist or nodelist.startswith("-"):
+        return None
+    return _scontrol(("scontrol", "-o", "show", "node", nodelist), environ,
+                    "TensorFlow tasks reach the nodes by their names")
 
 
 class SrunRemote:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from ringtrain.errors import InventoryError, SchedulerError
 from ringtrain.hostfile import Inventory, parse_pbs_nodefile, parse_slurm_env
+from ringtrain.hostfile.model import host_name_problem
 from ringtrain.hostfile.nodeset import HostListError, expand, split_items
 from ringtrain.spec import Backend
 
@@ -79,8 +80,10 @@ def detect_scheduler(environ: Mapping[str, str]) -> Scheduler | None:
     return None
 
 
-def slurm_job(environ: Mapping[str, str], scontrol_text: str | None = None) -> SchedulerJob:
-    """The Slurm allocation from the job environment (and ``scontrol show job -d`` output)."""
+def slurm_job(environ: Mapping[str, str], scontrol_text: str | None = None,
+              nodes_text: str | None = None) -> SchedulerJob:
+    """The Slurm allocation from the job environment (and ``scontrol show job -d`` output for
+    the GPUs, ``scontrol -o show node`` output for each node's address)."""
     job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or ""
     _refuse_inside_step(environ)
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
@@ -97,6 +100,7 @@ def slurm_job(environ: Mapping[str, str], scontrol_text: str | None = None) -> S
         raise SchedulerError(f"Slurm job {job_id}: {err.message}", err.hint) from err
     gpus = slurm_gpus(inventory.names, environ, scontrol_text)
     inventory = _with_gpu_labels(inventory, gpus)
+    inventory = _with_addresses(inventory, parse_scontrol_node_addrs(nodes_text or ""))
     origin = f"SLURM_JOB_NODELIST={nodelist} SLURM_TASKS_PER_NODE={tasks}"
     return SchedulerJob(Scheduler.SLURM, job_id, inventory, origin, _gpu_notes(inventory, gpus))
 
@@ -196,6 +200,27 @@ def _with_gpu_labels(inventory: Inventory, gpus: Mapping[str, int]) -> Inventory
         replace(h, labels=(*h.labels, ("gpus", str(gpus[h.name])))) if h.name in gpus else h
         for h in inventory.hosts
     )
+    return replace(inventory, hosts=hosts)
+
+
+def parse_scontrol_node_addrs(text: str) -> dict[str, str]:
+    """NodeName -> NodeAddr from ``scontrol -o show node`` (one node a line). NodeAddr is
+    where Slurm itself reaches a node; it defaults to the NodeName, and differs where names
+    are not resolvable host names (``NodeAddr=10.1.1.17``, or emulated nodes at 127.0.0.1).
+    Values that fail the host name check are left out, and so are IPv6 ones (a TF address is
+    ``host:port``): those nodes keep their names."""
+    out = {}
+    for line in text.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        name, addr = fields.get("NodeName"), fields.get("NodeAddr")
+        if name and addr and ":" not in addr and host_name_problem(addr) is None:
+            out[name] = addr
+    return out
+
+
+def _with_addresses(inventory: Inventory, addrs: Mapping[str, str]) -> Inventory:
+    hosts = tuple(replace(h, address=addrs[h.name]) if addrs.get(h.name, h.name) != h.name
+                  else h for h in inventory.hosts)
     return replace(inventory, hosts=hosts)
 
 

@@ -166,3 +166,26 @@ def test_uneven_tasks_per_node_place_ranks_as_slurm_did(slurm_cluster: slurm_sim
     assert "SLURM_TASKS_PER_NODE=2,1" in out, out
     ranks = sorted(line.split("RANK ", 1)[1] for line in out.splitlines() if "RANK " in line)
     assert ranks == ["0 3 gpu01 3", "1 3 gpu01 3", "2 3 gpu02 3"], out
+
+
+def test_tf_multiworker_under_srun_gives_each_slurm_task_its_tf_config(
+        slurm_cluster: slurm_sim.SlurmSim, tmp_path: Path) -> None:
+    """--strategy tf-multiworker in a wrapper job: srun starts the tasks, and Slurm's task r
+    gets TF_CONFIG task r. A script from TensorFlow's tutorial trains on both. One node: the
+    emulated nodes share this machine, so two of them would both listen on --tf-port."""
+    script = REPO / "tests" / "integration" / "user_scripts" / "mwms_keras_style.py"
+    job_id = _submit(slurm_cluster, tmp_path, "mwms", script, "--nodes", "1",
+                     "--ntasks-per-node", "2", "--launch-arg=--no-probe",
+                     "--launch-arg=--strategy=tf-multiworker", script_args=("3",))
+    state = wait_job(slurm_cluster, job_id, timeout=300)
+    out = (tmp_path / f"mwms-{job_id}.out").read_text()
+    assert state == "COMPLETED", out
+    results = [json.loads(line.split("RESULT ", 1)[1]) for line in out.splitlines()
+               if "RESULT {" in line]
+    assert sorted(r["task"]["index"] for r in results) == [0, 1], out
+    assert {r["workers"] for r in results} == {2}
+    assert len({r["weights"] for r in results}) == 1  # one model on both workers
+    plan = json.loads(next((tmp_path / "runs").glob("*/attempt-1/plan.json")).read_text())
+    assert plan["backend"] == "srun" and plan["argv"][0] == "srun"
+    assert run_result(tmp_path)["state"] == "succeeded"
+    assert not run_processes(plan["run_id"])

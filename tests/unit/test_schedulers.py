@@ -15,6 +15,7 @@ from ringtrain.schedulers.jobenv import (
     detect_scheduler,
     gres_gpu_count,
     parse_scontrol_gpus,
+    parse_scontrol_node_addrs,
     pbs_job,
     slurm_job,
 )
@@ -117,6 +118,26 @@ def test_gpus_from_scontrol_node_ranges() -> None:
     assert parse_scontrol_gpus(text) == {"gpu01": 1, "gpu02": 1, "gpu03": 1, "gpu04": 1}
     job = slurm_job(_slurm("gpu[01-04]", "1,6,2,1"), text)
     assert [n.split(":")[0] for n in job.notes] == ["gpu02", "gpu03"]  # more tasks than GPUs
+
+
+def test_node_addresses_from_scontrol_show_node() -> None:
+    # captured from `scontrol -o show node gpu[01-02]` on the emulated cluster (Slurm 22.05)
+    text = (FIXTURES / "scontrol_nodes_emulated.txt").read_text()
+    assert parse_scontrol_node_addrs(text) == {"gpu01": "127.0.0.1", "gpu02": "127.0.0.1"}
+    job = slurm_job(_slurm("gpu[01-02]", "2(x2)"), None, text)
+    assert [(h.name, h.address) for h in job.inventory.hosts] == [
+        ("gpu01", "127.0.0.1"), ("gpu02", "127.0.0.1")]
+
+
+def test_a_node_addr_that_is_its_name_or_unsafe_leaves_the_name() -> None:
+    text = ("NodeName=gpu01 NodeAddr=gpu01 NodeHostName=gpu01\n"
+            "NodeName=gpu02 NodeAddr=-oProxyCommand=x State=IDLE\n"
+            "NodeName=gpu03 NodeAddr=fe80::1 State=IDLE\n"
+            "NodeName=gpu04 NodeAddr=10.1.1.17 NodeHostName=node-17\n")
+    assert parse_scontrol_node_addrs(text) == {"gpu01": "gpu01", "gpu04": "10.1.1.17"}
+    job = slurm_job(_slurm("gpu[01-04]", "1(x4)"), None, text)
+    assert [h.address for h in job.inventory.hosts] == [None, None, None, "10.1.1.17"]
+    assert slurm_job(_slurm("gpu01", "1")).inventory.hosts[0].address is None
 
 
 def test_no_gres_means_zero_gpus() -> None:

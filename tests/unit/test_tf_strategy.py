@@ -4,6 +4,7 @@ user can meet (horovodrun, a TF_CONFIG of their own, a port in use)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 from pathlib import Path
@@ -38,6 +39,32 @@ def test_every_rank_is_one_worker_task_with_a_free_port_per_host() -> None:
     assert len(set(workers)) == len(workers)
     for rank in alloc.ranks:  # each task sits on its rank's host
         assert workers[rank.rank].startswith(f"{rank.host}:")
+
+
+def test_tasks_listen_at_a_hosts_address_when_it_has_one() -> None:
+    # Slurm's NodeAddr: the node name gpu02 need not resolve; 10.1.1.17 is where it is reached
+    hosts = parse_host_spec(HOSTS)
+    hosts = dataclasses.replace(hosts, hosts=(
+        hosts.hosts[0], dataclasses.replace(hosts.hosts[1], address="10.1.1.17")))
+    alloc = allocate(hosts, None)
+    cluster = tfcluster.tf_cluster(alloc, Strategy.TF_MULTIWORKER, 23456)
+    assert cluster["cluster"]["worker"] == ["gpu01:23456", "gpu01:23457", "10.1.1.17:23456",
+                                            "10.1.1.17:23457", "10.1.1.17:23458"]
+    # the port check asks each host by its name for its own ports
+    assert tfcluster.ports_by_host(alloc, _spec(tf_port=23456)) == {
+        "gpu01": [23456, 23457], "gpu02": [23456, 23457, 23458]}
+
+
+def test_two_hosts_at_one_address_are_refused_naming_both() -> None:
+    hosts = parse_host_spec(HOSTS)
+    hosts = dataclasses.replace(hosts, hosts=tuple(
+        dataclasses.replace(h, address="127.0.0.1") for h in hosts.hosts))
+    with pytest.raises(AllocationError, match=r"gpu01 and gpu02 are both at 127\.0\.0\.1") as err:
+        tfcluster.tf_cluster(allocate(hosts, None), Strategy.TF_MULTIWORKER, 23456)
+    assert "NodeAddr" in err.value.hint
+    one = allocate(hosts, 2)  # both ranks on gpu01: one host, no clash
+    assert tfcluster.tf_cluster(one, Strategy.TF_MULTIWORKER, 23456)["cluster"]["worker"] == [
+        "127.0.0.1:23456", "127.0.0.1:23457"]
 
 
 def test_each_rank_gets_its_own_tf_config() -> None:
