@@ -191,13 +191,24 @@ def cause(row: dict[str, Any]) -> str | None:
     off_transport = abs(alone / modelled - 1) > TOLERANCE
     off_composition = abs(step / parts - 1) > TOLERANCE
     if off_transport and not off_composition:
-        return f"transport: {transport}; T1 + exchange = {parts * 1e3:.1f} ms, the step"
-    if off_composition and not off_transport:
-        return (f"{composed}: {composition}; the exchange alone is as modelled "
+        text = f"transport: {transport}; T1 + exchange = {parts * 1e3:.1f} ms, the step"
+    elif off_composition and not off_transport:
+        text = (f"{composed}: {composition}; the exchange alone is as modelled "
                 f"({alone * 1e3:.1f} ms against {modelled * 1e3:.1f} ms)")
-    return (f"transport and {composed}" + ("" if off_transport else
-                                            ", each within 15%, together not")
-            + f": {transport}; {composition}")
+    else:
+        text = (f"transport and {composed}" + ("" if off_transport else
+                                                ", each within 15%, together not")
+                + f": {transport}; {composition}")
+    return text + _cores(row.get("cpu_busy") or {})
+
+
+def _cores(busy: dict[str, float]) -> str:
+    """How busy the reporting task's host's cores were (all processes): near 100% says the
+    cores, not the link, set the pace."""
+    if "steps" not in busy:
+        return ""
+    alone = f", {busy['exchange']:.0%} in the exchange alone" if "exchange" in busy else ""
+    return f" (host cores {busy['steps']:.0%} busy in the steps{alone})"
 
 
 def checks(rows: Sequence[dict[str, Any]]) -> list[tuple[int, str, list[str], bool]]:

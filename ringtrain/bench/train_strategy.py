@@ -18,12 +18,13 @@ parameter bytes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 MODELS = ("dense", "conv")
@@ -68,6 +69,26 @@ def loss_fn() -> Any:
 
     return tf.keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+
+
+_BUSY: dict[str, float] = {}  # what busy() measured, for the RESULT line
+
+
+@contextlib.contextmanager
+def busy(label: str) -> Iterator[None]:
+    """The share of this host's cores busy (every process's, not only this one's) while the
+    block ran, kept as ``label``: the simulated hosts share one machine's cores, so a step
+    slower than T1 plus its exchange alone shows here whether the cores were the limit."""
+    import psutil
+
+    def used() -> float:
+        t = psutil.cpu_times()
+        return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+
+    t0, b0 = time.perf_counter(), used()
+    yield
+    wall = (time.perf_counter() - t0) * (psutil.cpu_count() or 1)
+    _BUSY[label] = (used() - b0) / wall if wall > 0 else 0.0
 
 
 def _timed(step: Callable[[], Any], count: int) -> list[float]:
@@ -124,7 +145,8 @@ def horovod(args: argparse.Namespace) -> dict[str, Any] | None:
 
     step(True).numpy()
     _timed(lambda: step(False).numpy(), args.warmup)
-    times = _timed(lambda: step(False).numpy(), args.steps)
+    with busy("steps"):
+        times = _timed(lambda: step(False).numpy(), args.steps)
     worst = float(hvd.allreduce(tf.constant(statistics.median(times)), op=hvd.Max).numpy())
 
     grads = [tf.ones_like(v) for v in model.trainable_variables]
@@ -164,7 +186,8 @@ def multiworker(args: argparse.Namespace) -> dict[str, Any] | None:
         return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica), axis=None)
 
     _timed(lambda: step().numpy(), args.warmup + 1)
-    times = _timed(lambda: step().numpy(), args.steps)
+    with busy("steps"):
+        times = _timed(lambda: step().numpy(), args.steps)
     grads = [tf.ones_like(v) for v in model.trainable_variables]
 
     def replica_exchange() -> Any:  # the all-reduce apply_gradients does, alone
@@ -223,13 +246,18 @@ def parameter_servers(args: argparse.Namespace) -> dict[str, Any] | None:
         return strategy.run(replica, args=(x, y))
 
     @tf.function
-    def exchange_fn() -> Any:  # pull every variable, push a gradient for each: no compute
+    def exchange_fn() -> Any:  # pull every variable, then push a gradient for each: no compute
         def replica() -> Any:
             variables = model.trainable_variables
-            pulled = [tf.reduce_sum(v * 1.0) for v in variables]
-            opt.apply_gradients(zip([tf.zeros_like(v) for v in variables], variables,
-                                    strict=True))
-            return tf.add_n(pulled)
+            # As in a training step, no gradient is pushed before every variable is pulled
+            # (the forward pass reads them all, the backward pass yields the gradients): the
+            # gradients pushed are the values pulled, once all have arrived. Without that
+            # ordering TF sends some while others still arrive, both ways on the link at once.
+            pulled = [tf.identity(v) for v in variables]
+            with tf.control_dependencies(pulled):
+                grads = [tf.identity(p) for p in pulled]
+            opt.apply_gradients(zip(grads, variables, strict=True))
+            return tf.add_n([tf.reduce_sum(p) for p in pulled])
 
         return strategy.run(replica)
 
@@ -245,9 +273,11 @@ def parameter_servers(args: argparse.Namespace) -> dict[str, Any] | None:
 
     run((args.warmup + 1) * workers)
     total = args.steps * workers  # every worker runs about --steps of them
-    seconds = run(total)
+    with busy("steps"):
+        seconds = run(total)
     run(max(1, args.warmup // 2) * workers, exchange_fn)
-    alone = run(total, exchange_fn) * workers / total
+    with busy("exchange"):
+        alone = run(total, exchange_fn) * workers / total
     return _result(args, "tf-ps", workers, k, seconds * workers / total, base, params, alone)
 
 
@@ -255,14 +285,15 @@ def _exchange_alone(step: Callable[[], Any], args: argparse.Namespace) -> float:
     """Median seconds of the strategy's own exchange of the parameter bytes with no compute:
     what separates a wrong transport from compute and exchange not adding up."""
     _timed(step, max(1, args.warmup // 2))
-    return statistics.median(_timed(step, args.steps))
+    with busy("exchange"):
+        return statistics.median(_timed(step, args.steps))
 
 
 def _result(args: argparse.Namespace, strategy: str, workers: int, k: int, step_s: float,
             base: float, params: int, exchange_s: float) -> dict[str, Any]:
     return {"strategy": strategy, "model": args.model, "workers": workers, "k": k,
             "batch_size": args.batch_size, "step_s": step_s, "t1_s": base,
-            "exchange_s": exchange_s,
+            "exchange_s": exchange_s, "cpu_busy": dict(_BUSY),
             "samples_per_s": workers * args.batch_size / step_s, "param_bytes": params}
 
 

@@ -101,6 +101,16 @@ def test_a_cell_off_by_more_than_15_percent_gets_its_measured_cause() -> None:
     assert "| 47.0 / 16.0 | 57.0 |" in text
     assert "- N=2 tf-multiworker: transport: the exchange alone" in text
     assert "- N=2 horovod:" not in text  # within 15%: no cause to give
+    assert "host cores" not in text  # measured by no cell here
+
+
+def test_a_cause_says_how_busy_the_cores_were_when_it_was_measured() -> None:
+    row = {**_measured("horovod", 0.060, 0.016),
+           "cpu_busy": {"steps": 0.97, "exchange": 0.41}}
+    (out,) = annotate([row], P)
+    assert out["cause"].startswith("contention: the step (60.0 ms)")
+    assert out["cause"].endswith("(host cores 97% busy in the steps, 41% in the exchange "
+                                 "alone)")
 
 
 def test_rows_without_an_exchange_measurement_get_no_cause() -> None:
