@@ -36,7 +36,10 @@ def describe_arrivals(snap: Snapshot, alloc: Allocation) -> str:
     per_host = " ".join(f"{h.name} {arrived[h.name]}/{h.slots}" for h in alloc.hosts[:8])
     more = f" (+{len(alloc.hosts) - 8} hosts)" if len(alloc.hosts) > 8 else ""
     text = f"ranks arrived {len(snap.ranks)}/{alloc.np} [{per_host}{more}]"
-    return text + (f", hvd.init done {ready}/{alloc.np}" if ready else "")
+    forming = sum(r.forming_since is not None for r in snap.ranks)
+    return text + (f", hvd.init done {ready}/{alloc.np}" if ready else "") + (
+        f", {forming} waiting in TensorFlow for the rest of its cluster (forming the "
+        "TensorFlow cluster)" if forming else "")
 
 
 def describe_progress(snap: Snapshot) -> str | None:

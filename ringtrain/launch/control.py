@@ -77,6 +77,9 @@ class RankState:
     connected: bool = True
     init_begun: bool = False
     initialized: bool = False
+    # since when the rank waits inside TensorFlow for its cluster's other tasks (None: not
+    # waiting); TensorFlow holds the GIL there, so its heartbeats stop
+    forming_since: float | None = None
     last_heard: float = 0.0
     done_at: float | None = None  # when the rank said its script returned
     api: tuple[str, ...] = ()  # parts of ringtrain.keras the rank uses ("checkpoint", ...)
@@ -302,6 +305,8 @@ class ControlServer:
                     last_heard=now,
                     init_begun=state.init_begun or kind in ("init_begin", "init"),
                     initialized=state.initialized or kind == "init",
+                    forming_since=(now if kind == "tf_forming" else None
+                                   if kind == "tf_formed" else state.forming_since),
                     done_at=now if kind == "done" and state.done_at is None else state.done_at,
                     api=_api_parts(state.api, msg) if kind == "api" else state.api,
                     steps=(state.steps or _NO_STEPS).then(msg, now)

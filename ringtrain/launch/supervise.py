@@ -6,7 +6,10 @@ The pure part, ``check()``, reads a control-server Snapshot and says whether the
   ``hvd.init()`` while others did not: names the missing ranks and their hosts;
 * host lost: every rank on a host has been silent for ``heartbeat_timeout`` (link down, host dead);
 * one rank silent for ``heartbeat_timeout`` while its host answers (stopped, hung, agent dead);
-* stall: progress was reported once and then not for ``stall_timeout``.
+* stall: progress was reported once and then not for ``stall_timeout``;
+* TensorFlow's cluster not formed: a rank has waited in TensorFlow for the other tasks of its
+  cluster for ``start_timeout``. While it waits TensorFlow holds its GIL, so its heartbeats
+  stop: such a rank is never called silent, and its host is judged by its other ranks.
 
 A rank that exits non-zero or by signal needs no check: mpirun (with ranks under mpi4py's runner)
 ends the job and exits with that status within seconds.
@@ -56,6 +59,7 @@ def check(
         _lost_host(snap, where, policy)
         or _silent_rank(snap, where, policy)
         or _start_hang(snap, alloc, where, policy, started)
+        or _forming_hang(snap, where, policy)
         or _stall(snap, policy)
         or _exit_hang(snap, alloc, policy)
     )
@@ -132,8 +136,9 @@ def _lost_host(
 ) -> Fault | None:
     by_host: dict[str, list[float]] = {}
     for r in snap.ranks:
-        # a rank whose script returned may be silent while the interpreter finalises
-        if r.connected and not r.done:
+        # a rank whose script returned may be silent while the interpreter finalises, and
+        # one waiting for its TensorFlow cluster is (TensorFlow holds the GIL)
+        if r.connected and not r.done and r.forming_since is None:
             by_host.setdefault(where.get(r.rank, "?"), []).append(snap.now - r.last_heard)
     for host, silences in sorted(by_host.items()):
         if min(silences) > policy.heartbeat_timeout:
@@ -141,6 +146,7 @@ def _lost_host(
                 r.rank
                 for r in snap.ranks
                 if where.get(r.rank) == host and r.connected and not r.done
+                and r.forming_since is None
             )
             return Fault(
                 FailureKind.HOST_LOST,
@@ -160,7 +166,8 @@ def _silent_rank(
     stopped (SIGSTOP), hung holding the GIL, or its agent died. Named with host and PID."""
     silent = [
         r for r in snap.ranks
-        if r.connected and not r.done and snap.now - r.last_heard > policy.heartbeat_timeout
+        if r.connected and not r.done and r.forming_since is None
+        and snap.now - r.last_heard > policy.heartbeat_timeout
     ]
     if not silent:
         return None
@@ -170,7 +177,7 @@ def _silent_rank(
     # lost host's rank as silent before this).
     fresh: dict[str, float] = {}
     for o in snap.ranks:
-        if o.connected and not o.done:
+        if o.connected and not o.done and o.forming_since is None:
             h = where.get(o.rank, "?")
             fresh[h] = max(fresh.get(h, 0.0), o.last_heard)
     answering = [
@@ -222,6 +229,30 @@ def _start_hang(
         f"(arrived per host: {per_host})",
         hosts,
         missing,
+        snap.now,
+    )
+
+
+def _forming_hang(
+    snap: Snapshot, where: Mapping[int, str], policy: SupervisionPolicy
+) -> Fault | None:
+    """A rank has waited ``start_timeout`` in TensorFlow for its cluster to form: some task
+    it waits for never started its server or cannot be reached. Names the waiting ranks and
+    those not waiting (where, under MultiWorkerMirrored, the missing task is)."""
+    waiting = [r for r in snap.ranks if r.forming_since is not None and not r.done]
+    if not any(snap.now - (r.forming_since or snap.now) > policy.start_timeout for r in waiting):
+        return None
+    ranks = tuple(sorted(r.rank for r in waiting))
+    others = tuple(sorted(r.rank for r in snap.ranks if r.forming_since is None and not r.done))
+    hosts = tuple(sorted({where.get(r, "?") for r in ranks}))
+    return Fault(
+        FailureKind.START_TIMEOUT,
+        f"ranks {_fmt(ranks)} on {', '.join(hosts)} waited {policy.start_timeout:.0f} s in "
+        "TensorFlow for the rest of their cluster, which never formed"
+        + (f" (ranks {_fmt(others)} never joined it)" if others else
+           " (every task is waiting: one cannot reach another's address from TF_CONFIG)"),
+        hosts,
+        ranks,
         snap.now,
     )
 

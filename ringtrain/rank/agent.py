@@ -7,7 +7,9 @@ Started by ``ringtrain.rank.entry`` in every rank before the training script whe
   remote hosts) with their start times, so teardown can end exactly these processes by PID.
 * An import hook wraps ``HorovodBasics.init`` (shared by every Horovod framework binding), so
   ``init`` is reported for any script, not just ringtrain's: the launcher tells which ranks have not
-  arrived when start-up hangs.
+  arrived when start-up hangs. Under a TF strategy another wraps TensorFlow's
+  ``Context.ensure_initialized``, where a task waits for its cluster holding the GIL (its
+  heartbeats stop): ``tf_forming`` and ``tf_formed`` tell the launcher to wait for it.
 * Dead-man switch: if the launcher is silent for ``RINGTRAIN_LAUNCHER_TIMEOUT`` seconds (killed,
   or this host cut off), the rank kills its own children, its ``orted`` parent and itself.
 """
@@ -113,9 +115,17 @@ class RankAgent:
             time.sleep(HEARTBEAT_S)
 
     def _watch(self) -> None:
+        last = time.monotonic()
         while True:
             time.sleep(0.5)
-            silent = time.monotonic() - self.last_heard
+            now = time.monotonic()
+            if now - last > 2.0:
+                # This process was frozen (TensorFlow held the GIL while its cluster formed,
+                # or a SIGSTOP). The launcher's messages wait unread in the socket; the reader
+                # has had no turn either: count the silence from now.
+                self.last_heard = max(self.last_heard, now)
+            last = now
+            silent = now - self.last_heard
             if silent > self.launcher_timeout:
                 self._die(f"no word from the launcher for {silent:.0f} s")
 
@@ -177,39 +187,49 @@ def _warn(text: str) -> None:
         sys.stderr.flush()
 
 
-class HorovodInitHook(importlib.abc.MetaPathFinder):
-    """Wraps ``horovod.common.basics.HorovodBasics.init`` when that module is first imported:
-    ``on_begin()`` before it runs (it blocks until every rank calls it), ``on_init(hvd)`` after."""
+class WrapOnImport(importlib.abc.MetaPathFinder):
+    """Calls ``wrap(module)`` once the module ``target`` has been executed on first import."""
 
-    TARGET = "horovod.common.basics"
-
-    def __init__(self, on_init: Callable[[Any], None], on_begin: Callable[[], None]) -> None:
-        self.on_init = on_init
-        self.on_begin = on_begin
+    def __init__(self, target: str, wrap: Callable[[ModuleType], None]) -> None:
+        self.target = target
+        self.wrap = wrap
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self.TARGET:
+        if fullname != self.target:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         loader = spec.loader if spec is not None else None
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
             return spec
         original = loader.exec_module
-        on_init, on_begin = self.on_init, self.on_begin
+        wrap = self.wrap
 
         def exec_module(module: ModuleType) -> None:
             original(module)
-            _wrap_init(module, on_init, on_begin)
+            wrap(module)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
+def _on_import(target: str, wrap: Callable[[ModuleType], None]) -> None:
+    loaded = sys.modules.get(target)
+    if loaded is not None:  # imported before ringtrain (a relayed child): wrap it now
+        wrap(loaded)
+    else:
+        sys.meta_path.insert(0, WrapOnImport(target, wrap))
+
+
+HOROVOD_BASICS = "horovod.common.basics"  # HorovodBasics.init, shared by every framework binding
+
+
 def _wrap_init(
     module: ModuleType, on_init: Callable[[Any], None], on_begin: Callable[[], None]
 ) -> None:
+    """``on_begin()`` before ``hvd.init()`` runs (it blocks until every rank calls it),
+    ``on_init(hvd)`` after."""
     basics = getattr(module, "HorovodBasics", None)
     if basics is None:
         return
@@ -224,6 +244,52 @@ def _wrap_init(
         return result
 
     basics.init = init
+
+
+TF_CONTEXT = "tensorflow.python.eager.context"
+
+
+def _wrap_tf_context(module: ModuleType, send: Callable[[str], None]) -> None:
+    """TensorFlow joins its cluster in ``Context.ensure_initialized`` (collective ops for
+    MultiWorkerMirroredStrategy, a server def for the parameter-server coordinator), or at
+    once in ``enable_collective_ops`` / ``set_server_def`` when the context already runs, and
+    waits there for every other task while holding the GIL: this rank's heartbeat thread
+    stops until they have all come. The launcher is told before and after, so it waits for
+    them instead of calling this rank silent."""
+    context = getattr(module, "Context", None)
+    if context is None:
+        return
+
+    def cluster_pending(self: Any) -> bool:
+        return not getattr(self, "_initialized", True) and (
+            getattr(self, "_collective_ops_server_def", None) is not None
+            or getattr(self, "_server_def", None) is not None)
+
+    def running(self: Any) -> bool:
+        return getattr(self, "_context_handle", None) is not None
+
+    for name, forming in (("ensure_initialized", cluster_pending),
+                          ("enable_collective_ops", running), ("set_server_def", running)):
+        original = getattr(context, name, None)
+        if original is not None:
+            setattr(context, name, _announced(original, forming, send))
+
+
+def _announced(original: Callable[..., Any], forming: Callable[[Any], bool],
+               send: Callable[[str], None]) -> Callable[..., Any]:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        waits = forming(self)
+        if waits:
+            with contextlib.suppress(Exception):
+                send("tf_forming")
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            if waits:
+                with contextlib.suppress(Exception):
+                    send("tf_formed")
+
+    return method
 
 
 _AGENT: RankAgent | relay.RelaySender | None = None
@@ -248,26 +314,25 @@ def start_from_env() -> RankAgent | relay.RelaySender | None:
         sender = relay.from_env()
         if sender is not None:
             _AGENT = sender
-            _report_horovod_init(sender)
+            _report_init(sender)
         return _AGENT
     timeout = float(os.environ.get(envvars.LAUNCHER_TIMEOUT, "15"))
     candidate = RankAgent(addr, token, rank_from_env(), timeout)
     if not candidate.start():
         return None
     _AGENT = candidate
-    _report_horovod_init(candidate)
+    _report_init(candidate)
     return candidate
 
 
-def _report_horovod_init(line: RankAgent | relay.RelaySender) -> None:
+def _report_init(line: RankAgent | relay.RelaySender) -> None:
+    """Horovod's init for every job; TensorFlow's cluster forming under a TF strategy."""
     def report_init(hvd: Any) -> None:
         line.send("init", size=hvd.size(), local_rank=hvd.local_rank(), hvd_rank=hvd.rank())
 
     def report_begin() -> None:
         line.send("init_begin")
 
-    loaded = sys.modules.get(HorovodInitHook.TARGET)
-    if loaded is not None:  # imported before ringtrain (a relayed child): wrap it now
-        _wrap_init(loaded, report_init, report_begin)
-    else:
-        sys.meta_path.insert(0, HorovodInitHook(report_init, report_begin))
+    _on_import(HOROVOD_BASICS, lambda module: _wrap_init(module, report_init, report_begin))
+    if os.environ.get(envvars.TF_CLUSTER):
+        _on_import(TF_CONTEXT, lambda module: _wrap_tf_context(module, line.send))

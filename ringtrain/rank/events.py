@@ -5,6 +5,9 @@ Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port) and first send ``hello``
 
 * ``hello``    rank, host, pid, ppid, parent (the parent's command name, e.g. ``orted``)
 * ``init``     Horovod finished ``hvd.init()``: rank, size, local_rank
+* ``tf_forming`` / ``tf_formed``  the rank enters / leaves TensorFlow's wait for the other
+  tasks of its cluster (MultiWorkerMirroredStrategy, the parameter-server coordinator), where
+  TensorFlow holds the GIL and so stops this rank's heartbeats
 * ``hb``       heartbeat, every ``HEARTBEAT_S``
 * ``progress`` epoch, step, loss, samples_per_s (rank 0, from the training callback)
 * ``steps``    every rank, about once a second: ``n`` steps in the window, the mean

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 from ringtrain.rank import envvars
 from ringtrain.rank.events import decode, encode
 
-FORWARDED = ("progress", "steps", "init", "init_begin", "api", "done")
+FORWARDED = ("progress", "steps", "init", "init_begin", "tf_forming", "tf_formed", "api", "done")
 
 
 class RelaySender:

@@ -209,3 +209,24 @@ def test_parameter_servers_on_hosts_of_their_own(sim_cluster: sim.SimCluster,
     assert tf_cluster["ps"] == ["gpu03:23456"] and len(tf_cluster["worker"]) == 2
     assert not any(a.startswith("gpu03:") for a in tf_cluster["worker"] + tf_cluster["chief"])
     assert _job_processes(sim_cluster) == []
+
+
+def test_workers_waiting_for_a_late_peer_are_not_reported_silent(sim_cluster: sim.SimCluster,
+                                                                  tmp_path: Path) -> None:
+    """TensorFlow holds the GIL while a worker waits for its peers in
+    MultiWorkerMirroredStrategy(), so the waiting ranks' heartbeats stop. One worker starting
+    25 s late (a slow import on a loaded host) must be waited for, not reported as a silent
+    rank or a lost host."""
+    late = tmp_path / "late_worker.py"
+    late.write_text(
+        "import json, os, runpy, sys, time\n"
+        "if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 3:\n"
+        "    time.sleep(25)\n"
+        f"sys.argv = [{str(SCRIPT)!r}, '2']\n"
+        f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n")
+    proc = subprocess.run(_argv(sim_cluster, tmp_path, str(late)), capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert sorted(r["task"]["index"] for r in _results(proc.stdout)) == [0, 1, 2, 3]  # type: ignore[index]
+    assert "forming the TensorFlow cluster" in proc.stderr  # the wait is shown, not hidden
+    assert run_result(tmp_path)["state"] == "succeeded"

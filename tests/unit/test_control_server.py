@@ -109,3 +109,17 @@ def test_every_rank_of_a_large_job_may_check_in_at_once() -> None:
         for sock in socks:
             sock.close()
         server.close()
+
+
+def test_a_rank_waiting_for_its_tensorflow_cluster_is_marked_until_it_joins() -> None:
+    server = ControlServer()
+    try:
+        sock = _connect(server)
+        sock.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
+        sock.sendall(encode("tf_forming", rank=0))
+        assert _wait(lambda: server.snapshot().ranks[0].forming_since is not None)
+        sock.sendall(encode("hb", rank=0))  # other messages leave the mark
+        sock.sendall(encode("tf_formed", rank=0))
+        assert _wait(lambda: server.snapshot().ranks[0].forming_since is None)
+    finally:
+        server.close()

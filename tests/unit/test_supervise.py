@@ -174,6 +174,43 @@ def test_script_without_horovod_is_not_a_start_hang() -> None:
     assert check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0) is None
 
 
+def _forming(rank: int, heard: float, since: float) -> RankState:
+    return replace(_rank(rank, heard, init=False), forming_since=since)
+
+
+def test_ranks_waiting_for_their_tensorflow_cluster_are_neither_silent_nor_a_lost_host() -> None:
+    """TensorFlow holds the GIL while a task waits for its peers, so the waiting ranks' beats
+    stop: rank 3 starts late, its host mate and all of gpu01 wait 25 s without a beat."""
+    ranks = (_forming(0, 75, 75), _forming(1, 75, 75), _forming(2, 75, 75),
+             _rank(3, 99, init=False))
+    assert check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0) is None
+    # the same silences without the forming marks: a lost host, as before
+    plain = tuple(replace(r, forming_since=None) for r in ranks)
+    fault = check(Snapshot(plain, None, now=100), ALLOC, POLICY, started=0)
+    assert fault is not None and fault.kind is FailureKind.HOST_LOST
+
+
+def test_a_silent_rank_beside_a_waiting_one_is_still_named() -> None:
+    # rank 2 waits in TensorFlow; rank 3 on the same host stopped beating for its own reasons
+    ranks = (_rank(0, 99), _rank(1, 99), _forming(2, 80, 80), _rank(3, 80))
+    fault = check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0)
+    assert fault is not None and fault.ranks == (3,)
+
+
+def test_a_cluster_that_never_forms_names_the_waiting_ranks_and_the_others() -> None:
+    ranks = (_forming(0, 60, 60), _forming(1, 60, 60), _forming(2, 60, 60),
+             _rank(3, 99, init=False))
+    assert check(Snapshot(ranks, None, now=85), ALLOC, POLICY, started=0) is None  # 25 s
+    fault = check(Snapshot(ranks, None, now=95), ALLOC, POLICY, started=0)  # 35 s > 30 s
+    assert fault is not None and fault.kind is FailureKind.START_TIMEOUT
+    assert fault.ranks == (0, 1, 2) and fault.hosts == ("gpu01", "gpu02")
+    assert "waited 30 s in TensorFlow" in fault.message
+    assert "(ranks 3 never joined it)" in fault.message
+    every = tuple(_forming(r, 60, 60) for r in range(4))
+    fault = check(Snapshot(every, None, now=95), ALLOC, POLICY, started=0)
+    assert fault is not None and "every task is waiting" in fault.message
+
+
 def test_stall_after_progress_stops() -> None:
     ranks = tuple(_rank(r, 199) for r in range(4))
     assert check(Snapshot(ranks, None, now=200), ALLOC, POLICY, started=0) is None
