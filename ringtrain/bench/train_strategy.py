@@ -72,6 +72,7 @@ def loss_fn() -> Any:
 
 
 _BUSY: dict[str, float] = {}  # what busy() measured, for the RESULT line
+MIN_BUSY_S = 0.2  # 20 ticks of 10 ms per core at least
 
 
 @contextlib.contextmanager
@@ -87,8 +88,9 @@ def busy(label: str) -> Iterator[None]:
 
     t0, b0 = time.perf_counter(), used()
     yield
-    wall = (time.perf_counter() - t0) * (psutil.cpu_count() or 1)
-    _BUSY[label] = (used() - b0) / wall if wall > 0 else 0.0
+    seconds = time.perf_counter() - t0
+    if seconds >= MIN_BUSY_S:  # the kernel counts in ticks: a shorter block says nothing
+        _BUSY[label] = (used() - b0) / (seconds * (psutil.cpu_count() or 1))
 
 
 def _timed(step: Callable[[], Any], count: int) -> list[float]:
