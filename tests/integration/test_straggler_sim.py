@@ -76,8 +76,11 @@ def _result(tmp: Path) -> dict[str, Any]:
 def test_a_rank_slowed_mid_run_is_named_by_host_and_rank_and_nobody_before(
     sim_cluster: Any, tmp_path: Path, strategy: str
 ) -> None:
-    # MultiWorkerMirrored: 64 steps an epoch of 3 workers (Horovod's script: 21)
-    epochs, source = (60, SCRIPT) if strategy == "horovod" else (20, MWMS_SCRIPT)
+    # The job must outlast the healthy windows, the slowdown and its naming. MultiWorkerMirrored
+    # runs 64 steps an epoch of 3 workers (Horovod's script: 21); an epoch took 1 s on a quiet
+    # machine, so 20 epochs ended inside the healthy windows.
+    source = SCRIPT if strategy == "horovod" else MWMS_SCRIPT
+    epochs = 60
     proc = _launch(sim_cluster, tmp_path, epochs, "--checkpoint", str(tmp_path / "ckpt"),
                    "--strategy", strategy, source=source)
     with killed_on_failure(proc):
