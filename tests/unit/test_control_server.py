@@ -117,9 +117,9 @@ def test_a_rank_waiting_for_its_tensorflow_cluster_is_marked_until_it_joins() ->
         sock = _connect(server)
         sock.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
         sock.sendall(encode("tf_forming", rank=0))
-        assert _wait(lambda: server.snapshot().ranks[0].forming_since is not None)
-        sock.sendall(encode("hb", rank=0))  # other messages leave the mark
+        assert _wait(lambda: [r.forming_since is not None for r in server.snapshot().ranks]
+                     == [True])
         sock.sendall(encode("tf_formed", rank=0))
-        assert _wait(lambda: server.snapshot().ranks[0].forming_since is None)
+        assert _wait(lambda: [r.forming_since for r in server.snapshot().ranks] == [None])
     finally:
         server.close()
