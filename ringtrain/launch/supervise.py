@@ -135,10 +135,13 @@ def _lost_host(
     snap: Snapshot, where: Mapping[int, str], policy: SupervisionPolicy
 ) -> Fault | None:
     by_host: dict[str, list[float]] = {}
+    # a host with a rank waiting for its TensorFlow cluster cannot be judged by silence: that
+    # rank's beats stop (TensorFlow holds the GIL), and it does not end itself meanwhile
+    waiting = {where.get(r.rank, "?") for r in snap.ranks
+               if r.connected and not r.done and r.forming_since is not None}
     for r in snap.ranks:
-        # a rank whose script returned may be silent while the interpreter finalises, and
-        # one waiting for its TensorFlow cluster is (TensorFlow holds the GIL)
-        if r.connected and not r.done and r.forming_since is None:
+        # a rank whose script returned may be silent while the interpreter finalises
+        if r.connected and not r.done and where.get(r.rank, "?") not in waiting:
             by_host.setdefault(where.get(r.rank, "?"), []).append(snap.now - r.last_heard)
     for host, silences in sorted(by_host.items()):
         if min(silences) > policy.heartbeat_timeout:
@@ -146,7 +149,6 @@ def _lost_host(
                 r.rank
                 for r in snap.ranks
                 if where.get(r.rank) == host and r.connected and not r.done
-                and r.forming_since is None
             )
             return Fault(
                 FailureKind.HOST_LOST,
@@ -237,20 +239,23 @@ def _forming_hang(
     snap: Snapshot, where: Mapping[int, str], policy: SupervisionPolicy
 ) -> Fault | None:
     """A rank has waited ``start_timeout`` in TensorFlow for its cluster to form: some task
-    it waits for never started its server or cannot be reached. Names the waiting ranks and
-    those not waiting (where, under MultiWorkerMirrored, the missing task is)."""
-    waiting = [r for r in snap.ranks if r.forming_since is not None and not r.done]
+    it waits for never started its server or cannot be reached. The fault names the ranks
+    not waiting (where, under MultiWorkerMirrored, the missing task is: their hosts are the
+    ones a restart leaves out), or every waiting rank when all wait."""
+    live = [r for r in snap.ranks if r.connected and not r.done]
+    waiting = [r for r in live if r.forming_since is not None]
     if not any(snap.now - (r.forming_since or snap.now) > policy.start_timeout for r in waiting):
         return None
-    ranks = tuple(sorted(r.rank for r in waiting))
-    others = tuple(sorted(r.rank for r in snap.ranks if r.forming_since is None and not r.done))
+    waiters = tuple(sorted(r.rank for r in waiting))
+    others = tuple(sorted(r.rank for r in live if r.forming_since is None))
+    ranks = others or waiters
     hosts = tuple(sorted({where.get(r, "?") for r in ranks}))
     return Fault(
         FailureKind.START_TIMEOUT,
-        f"ranks {_fmt(ranks)} on {', '.join(hosts)} waited {policy.start_timeout:.0f} s in "
-        "TensorFlow for the rest of their cluster, which never formed"
-        + (f" (ranks {_fmt(others)} never joined it)" if others else
-           " (every task is waiting: one cannot reach another's address from TF_CONFIG)"),
+        f"ranks {_fmt(waiters)} waited {policy.start_timeout:.0f} s in TensorFlow for the "
+        "rest of their cluster, which never formed: "
+        + (f"ranks {_fmt(others)} on {', '.join(hosts)} never joined it" if others else
+           "every task is waiting, so one cannot reach another's address from TF_CONFIG"),
         hosts,
         ranks,
         snap.now,

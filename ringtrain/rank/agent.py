@@ -17,6 +17,7 @@ Started by ``ringtrain.rank.entry`` in every rank before the training script whe
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -122,8 +123,8 @@ class RankAgent:
             if now - last > 2.0:
                 # This process was frozen (TensorFlow held the GIL while its cluster formed,
                 # or a SIGSTOP). The launcher's messages wait unread in the socket; the reader
-                # has had no turn either: count the silence from now.
-                self.last_heard = max(self.last_heard, now)
+                # has had no turn either: the frozen span is not the launcher's silence.
+                self.last_heard = min(now, self.last_heard + (now - last - 0.5))
             last = now
             silent = now - self.last_heard
             if silent > self.launcher_timeout:
@@ -252,7 +253,8 @@ TF_CONTEXT = "tensorflow.python.eager.context"
 def _wrap_tf_context(module: ModuleType, send: Callable[[str], None]) -> None:
     """TensorFlow joins its cluster in ``Context.ensure_initialized`` (collective ops for
     MultiWorkerMirroredStrategy, a server def for the parameter-server coordinator), or at
-    once in ``enable_collective_ops`` / ``set_server_def`` when the context already runs, and
+    once in ``enable_collective_ops`` / ``set_server_def`` / ``update_server_def`` when the
+    context already runs, and
     waits there for every other task while holding the GIL: this rank's heartbeat thread
     stops until they have all come. The launcher is told before and after, so it waits for
     them instead of calling this rank silent."""
@@ -269,7 +271,8 @@ def _wrap_tf_context(module: ModuleType, send: Callable[[str], None]) -> None:
         return getattr(self, "_context_handle", None) is not None
 
     for name, forming in (("ensure_initialized", cluster_pending),
-                          ("enable_collective_ops", running), ("set_server_def", running)):
+                          ("enable_collective_ops", running), ("set_server_def", running),
+                          ("update_server_def", running)):
         original = getattr(context, name, None)
         if original is not None:
             setattr(context, name, _announced(original, forming, send))
@@ -277,6 +280,7 @@ def _wrap_tf_context(module: ModuleType, send: Callable[[str], None]) -> None:
 
 def _announced(original: Callable[..., Any], forming: Callable[[Any], bool],
                send: Callable[[str], None]) -> Callable[..., Any]:
+    @functools.wraps(original)
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         waits = forming(self)
         if waits:
