@@ -38,8 +38,7 @@ def describe_arrivals(snap: Snapshot, alloc: Allocation) -> str:
     text = f"ranks arrived {len(snap.ranks)}/{alloc.np} [{per_host}{more}]"
     forming = sum(r.forming_since is not None for r in snap.ranks)
     return text + (f", hvd.init done {ready}/{alloc.np}" if ready else "") + (
-        f", {forming} waiting in TensorFlow for the rest of its cluster (forming the "
-        "TensorFlow cluster)" if forming else "")
+        f", forming the TensorFlow cluster {forming}/{alloc.np}" if forming else "")
 
 
 def describe_progress(snap: Snapshot) -> str | None:

@@ -9,7 +9,7 @@ The pure part, ``check()``, reads a control-server Snapshot and says whether the
 * stall: progress was reported once and then not for ``stall_timeout``;
 * TensorFlow's cluster not formed: a rank has waited in TensorFlow for the other tasks of its
   cluster for ``start_timeout``. While it waits TensorFlow holds its GIL, so its heartbeats
-  stop: such a rank is never called silent, and its host is judged by its other ranks.
+  stop: such a rank is never called silent, and its host is not judged lost meanwhile.
 
 A rank that exits non-zero or by signal needs no check: mpirun (with ranks under mpi4py's runner)
 ends the job and exits with that status within seconds.

@@ -7,9 +7,9 @@ Started by ``ringtrain.rank.entry`` in every rank before the training script whe
   remote hosts) with their start times, so teardown can end exactly these processes by PID.
 * An import hook wraps ``HorovodBasics.init`` (shared by every Horovod framework binding), so
   ``init`` is reported for any script, not just ringtrain's: the launcher tells which ranks have not
-  arrived when start-up hangs. Under a TF strategy another wraps TensorFlow's
-  ``Context.ensure_initialized``, where a task waits for its cluster holding the GIL (its
-  heartbeats stop): ``tf_forming`` and ``tf_formed`` tell the launcher to wait for it.
+  arrived when start-up hangs. Under a TF strategy another wraps the TensorFlow bindings where
+  a task joins its cluster and waits for it holding the GIL (its heartbeats stop):
+  ``tf_forming`` and ``tf_formed`` tell the launcher to wait for it.
 * Dead-man switch: if the launcher is silent for ``RINGTRAIN_LAUNCHER_TIMEOUT`` seconds (killed,
   or this host cut off), the rank kills its own children, its ``orted`` parent and itself.
 """
@@ -247,53 +247,36 @@ def _wrap_init(
     basics.init = init
 
 
-TF_CONTEXT = "tensorflow.python.eager.context"
+TF_BINDINGS = "tensorflow.python.pywrap_tfe"
+# The C calls where a task joins its TensorFlow cluster and waits for every other task:
+# collective ops (MultiWorkerMirroredStrategy) or a server def (the parameter-server
+# coordinator). TensorFlow's eager context calls them through this module, once each.
+TF_JOIN_CALLS = ("TFE_EnableCollectiveOps", "TFE_ContextSetServerDef",
+                 "TFE_ContextSetServerDefWithTimeoutAndRetries", "TFE_ContextUpdateServerDef")
 
 
-def _wrap_tf_context(module: ModuleType, send: Callable[[str], None]) -> None:
-    """TensorFlow joins its cluster in ``Context.ensure_initialized`` (collective ops for
-    MultiWorkerMirroredStrategy, a server def for the parameter-server coordinator), or at
-    once in ``enable_collective_ops`` / ``set_server_def`` / ``update_server_def`` when the
-    context already runs, and
-    waits there for every other task while holding the GIL: this rank's heartbeat thread
-    stops until they have all come. The launcher is told before and after, so it waits for
-    them instead of calling this rank silent."""
-    context = getattr(module, "Context", None)
-    if context is None:
-        return
-
-    def cluster_pending(self: Any) -> bool:
-        return not getattr(self, "_initialized", True) and (
-            getattr(self, "_collective_ops_server_def", None) is not None
-            or getattr(self, "_server_def", None) is not None)
-
-    def running(self: Any) -> bool:
-        return getattr(self, "_context_handle", None) is not None
-
-    for name, forming in (("ensure_initialized", cluster_pending),
-                          ("enable_collective_ops", running), ("set_server_def", running),
-                          ("update_server_def", running)):
-        original = getattr(context, name, None)
+def _wrap_tf_join(module: ModuleType, send: Callable[[str], None]) -> None:
+    """The calls in ``TF_JOIN_CALLS`` hold the GIL until the whole cluster has come, so this
+    rank's heartbeat thread stops meanwhile. The launcher is told before and after, so it
+    waits for the cluster instead of calling this rank silent."""
+    for name in TF_JOIN_CALLS:
+        original = getattr(module, name, None)
         if original is not None:
-            setattr(context, name, _announced(original, forming, send))
+            setattr(module, name, _announced(original, send))
 
 
-def _announced(original: Callable[..., Any], forming: Callable[[Any], bool],
-               send: Callable[[str], None]) -> Callable[..., Any]:
+def _announced(original: Callable[..., Any], send: Callable[[str], None]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        waits = forming(self)
-        if waits:
-            with contextlib.suppress(Exception):
-                send("tf_forming")
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(Exception):
+            send("tf_forming")
         try:
-            return original(self, *args, **kwargs)
+            return original(*args, **kwargs)
         finally:
-            if waits:
-                with contextlib.suppress(Exception):
-                    send("tf_formed")
+            with contextlib.suppress(Exception):
+                send("tf_formed")
 
-    return method
+    return call
 
 
 _AGENT: RankAgent | relay.RelaySender | None = None
@@ -339,4 +322,4 @@ def _report_init(line: RankAgent | relay.RelaySender) -> None:
 
     _on_import(HOROVOD_BASICS, lambda module: _wrap_init(module, report_init, report_begin))
     if os.environ.get(envvars.TF_CLUSTER):
-        _on_import(TF_CONTEXT, lambda module: _wrap_tf_context(module, line.send))
+        _on_import(TF_BINDINGS, lambda module: _wrap_tf_join(module, line.send))

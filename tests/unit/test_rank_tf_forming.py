@@ -1,86 +1,71 @@
-"""The rank agent's TensorFlow hook: a task waiting for its cluster in
-``Context.ensure_initialized`` (TensorFlow holds the GIL there, so heartbeats stop) says so
-before and after; a plain context, or one already initialised, says nothing."""
+"""The rank agent's TensorFlow hook: a task joining its cluster (the bindings' calls where
+TensorFlow waits for every other task, holding the GIL, so heartbeats stop) says so before and
+after; every other call, and a failing join, are left as they were."""
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import types
-from typing import Any
+from pathlib import Path
 
 import pytest
 
-from ringtrain.rank.agent import _wrap_tf_context
+from ringtrain.rank.agent import TF_JOIN_CALLS, _wrap_tf_join
 
 
-def _module(**attrs: Any) -> tuple[types.ModuleType, list[str]]:
+def _bindings(calls: list[str]) -> types.ModuleType:
+    module = types.ModuleType("fake_pywrap_tfe")
+
+    def join(handle: object, server_def: bytes) -> str:
+        calls.append(f"join {server_def.decode()}")
+        if server_def == b"unreachable":
+            raise RuntimeError("peer gone")
+        return "joined"
+
+    for name in TF_JOIN_CALLS:
+        setattr(module, name, join)
+    module.TFE_Py_Execute = lambda *a: calls.append("execute")  # type: ignore[attr-defined]
+    return module
+
+
+def test_a_join_is_announced_before_and_after_it_returns() -> None:
     calls: list[str] = []
-
-    class Context:
-        def __init__(self) -> None:
-            self._initialized = False
-            self._collective_ops_server_def = None
-            self._server_def = None
-            self._context_handle: object = None
-            self.__dict__.update(attrs)
-
-        def ensure_initialized(self) -> None:
-            calls.append("initialize")
-            if self._collective_ops_server_def == "unreachable":
-                raise RuntimeError("peer gone")
-            self._initialized = True
-            self._context_handle = object()
-
-        def set_server_def(self, server_def: str) -> None:
-            self._server_def = server_def
-            calls.append("set_server_def")
-
-    module = types.ModuleType("fake_context")
-    module.Context = Context  # type: ignore[attr-defined]
-    return module, calls
-
-
-def test_a_cluster_context_is_announced_before_and_after_it_forms() -> None:
-    module, calls = _module(_collective_ops_server_def="server def")
+    module = _bindings(calls)
     sent: list[str] = []
-    _wrap_tf_context(module, sent.append)
-    ctx = module.Context()
-    ctx.ensure_initialized()
-    ctx.ensure_initialized()  # initialised: nothing more to say
-    assert sent == ["tf_forming", "tf_formed"] and calls == ["initialize", "initialize"]
 
+    def tell(kind: str) -> None:
+        sent.append(kind)
+        calls.append(kind)
 
-def test_the_parameter_server_coordinators_server_def_is_announced_too() -> None:
-    module, _ = _module(_server_def="server def")
-    sent: list[str] = []
-    _wrap_tf_context(module, sent.append)
-    module.Context().ensure_initialized()
-    assert sent == ["tf_forming", "tf_formed"]
-
-
-def test_a_local_context_says_nothing_and_a_failure_still_ends_the_wait() -> None:
-    module, _ = _module()
-    sent: list[str] = []
-    _wrap_tf_context(module, sent.append)
-    module.Context().ensure_initialized()
-    assert sent == []
-    failing, _ = _module(_collective_ops_server_def="unreachable")
-    _wrap_tf_context(failing, sent.append)
-    with pytest.raises(RuntimeError, match="peer gone"):
-        failing.Context().ensure_initialized()
-    assert sent == ["tf_forming", "tf_formed"]
-
-
-def test_a_server_def_set_on_a_running_context_is_announced() -> None:
-    """The coordinator's context already runs (tensors made before the strategy): TensorFlow
-    then waits for the cluster inside set_server_def itself."""
-    module, calls = _module()
-    sent: list[str] = []
-    _wrap_tf_context(module, sent.append)
-    ctx = module.Context()
-    ctx.set_server_def("early")  # no context yet: it only records the def
-    assert sent == []
-    ctx.ensure_initialized()  # the recorded def is joined here
-    assert sent == ["tf_forming", "tf_formed"]
-    ctx.set_server_def("again")  # on a running context: joined at once
+    _wrap_tf_join(module, tell)
+    assert module.TFE_EnableCollectiveOps(None, b"collective") == "joined"
+    assert calls == ["tf_forming", "join collective", "tf_formed"]
+    module.TFE_ContextSetServerDef(None, b"ps")  # the parameter-server coordinator
     assert sent == ["tf_forming", "tf_formed"] * 2
-    assert calls == ["set_server_def", "initialize", "set_server_def"]
+
+
+def test_other_calls_say_nothing_and_a_failed_join_still_ends_the_wait() -> None:
+    calls: list[str] = []
+    module = _bindings(calls)
+    sent: list[str] = []
+    _wrap_tf_join(module, sent.append)
+    module.TFE_Py_Execute()  # the hot path is not wrapped
+    assert sent == [] and calls == ["execute"]
+    with pytest.raises(RuntimeError, match="peer gone"):
+        module.TFE_EnableCollectiveOps(None, b"unreachable")
+    assert sent == ["tf_forming", "tf_formed"]
+
+
+def test_the_wrapped_calls_are_the_ones_tensorflows_context_makes() -> None:
+    """TensorFlow's eager context reaches each join call through the bindings module at call
+    time (``pywrap_tfe.NAME(``), which is what makes wrapping the module's attribute work."""
+    spec = importlib.util.find_spec("tensorflow")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("TensorFlow is not installed")
+    source = (Path(next(iter(spec.submodule_search_locations))) / "python" / "eager"
+              / "context.py").read_text()
+    made = set(re.findall(r"pywrap_tfe\.(TFE_\w+)\(", source))
+    assert {"TFE_EnableCollectiveOps", "TFE_ContextSetServerDefWithTimeoutAndRetries",
+            "TFE_ContextSetServerDef", "TFE_ContextUpdateServerDef"} <= made
+    assert set(TF_JOIN_CALLS) <= made
