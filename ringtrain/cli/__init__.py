@@ -95,8 +95,11 @@ def _apply_config(ctx: click.Context) -> None:
     command = ctx.command.get_command(ctx, name)
     if command is None:
         return
-    settings = config.load(Path.cwd(), os.environ)
-    defaults = config.default_map(settings, command)
+    loaded = config.load(Path.cwd(), os.environ)
+    for skipped in loaded.skipped if name != "config" else ():  # config lists them itself
+        click.echo(f"ringtrain: warning: {skipped.describe()}\n  fix: "
+                   f"{skipped.fix(os.geteuid())}", err=True)
+    defaults = config.default_map(loaded.settings, command)
     if defaults:
         ctx.default_map = {**(ctx.default_map or {}), name: defaults}
 

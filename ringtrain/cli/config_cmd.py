@@ -28,7 +28,8 @@ Example ringtrain.toml:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 def command(as_json: bool) -> None:
     """Show the defaults in effect: each key, its value and where it came from."""
-    settings = config.load(Path.cwd(), os.environ)
+    loaded = config.load(Path.cwd(), os.environ)
+    settings = loaded.settings
     rows = [
         {"key": key, "value": None if key not in settings else str(settings[key].value),
          "source": settings[key].source if key in settings else "built-in default",
@@ -42,6 +43,8 @@ def command(as_json: bool) -> None:
     for row in rows:
         value = row["value"] if row["value"] is not None else "-"
         click.echo(f"{row['key']:<{width}}  {value:<28}  {row['source']}")
-    project = config.project_file(Path.cwd())
+    project = loaded.project
     click.echo(f"\nproject file: {project or 'none (' + config.PROJECT_FILE + ' not found)'}")
     click.echo(f"user file:    {config.user_file(os.environ)}")
+    for skipped in loaded.skipped:
+        click.echo(f"{skipped.describe()}\n  fix: {skipped.fix(os.geteuid())}")

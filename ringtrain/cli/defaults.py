@@ -10,11 +10,18 @@ key's value and where it came from.
 
 A file is flat TOML (``hosts = "gpu.txt"``, ``stall_timeout = 900``); an unknown key or a
 value of the wrong type is an error that names the file, the key and the fix.
+
+Trust (ringtrain/trust.py): a file is read only when it is owned by the user or root and
+writable by its owner only; the upward search stops at a directory owned by someone else, at
+``$HOME`` and at the repository root (a folder with ``.git``). Keys that run code
+(``CODE_KEYS``) are taken only from a file the user owns. What was skipped, and why, is in
+``Config.skipped``: every command warns about it and ``ringtrain config`` lists it.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +30,7 @@ from typing import Any
 
 import click
 
+from ringtrain import trust
 from ringtrain.errors import UsageError
 from ringtrain.rank import envvars
 
@@ -52,6 +60,11 @@ KEYS: dict[str, tuple[str, type, str]] = {
 }
 
 
+# keys whose value runs a program: the interpreter on the hosts, ssh's ProxyCommand and
+# friends, an executable inventory (a discovery script)
+CODE_KEYS = frozenset({"python", "ssh_config", "hosts"})
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     key: str
@@ -59,31 +72,85 @@ class Setting:
     source: str  # the variable name, the file path, or "built-in default"
 
 
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A config file (or some of its keys) not read, and why."""
+
+    path: Path
+    reason: str
+    keys: tuple[str, ...] = ()  # empty: the whole file
+
+    def describe(self) -> str:
+        what = f"{', '.join(self.keys)} from {self.path}" if self.keys else str(self.path)
+        return f"skipped {what}: {self.reason}"
+
+    def fix(self, uid: int) -> str:
+        if self.keys:
+            return f"set {', '.join(self.keys)} in your own config file or on the command line"
+        return trust.fix_for(self.path, uid)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    settings: dict[str, Setting]
+    project: Path | None
+    skipped: tuple[Skipped, ...] = ()
+
+
 def user_file(environ: Mapping[str, str]) -> Path:
     base = environ.get("XDG_CONFIG_HOME") or str(Path(environ.get("HOME", "~")) / ".config")
     return Path(base).expanduser() / "ringtrain" / "config.toml"
 
 
-def project_file(cwd: Path) -> Path | None:
+def project_file(
+    cwd: Path, environ: Mapping[str, str], uid: int
+) -> tuple[Path | None, Skipped | None]:
+    """The nearest ``ringtrain.toml`` from ``cwd`` up, searching no further than a directory
+    owned by someone else, ``$HOME`` or the repository root; (None, why) when the nearest one
+    is not to be trusted."""
+    home = Path(environ["HOME"]).absolute() if environ.get("HOME") else None
     for folder in (cwd, *cwd.parents):
+        owner = trust.stat_of(folder)
+        reason = trust.untrusted_folder(owner, uid) if owner is not None else "unreadable"
         candidate = folder / PROJECT_FILE
+        if reason is not None:
+            found = candidate.is_file()
+            return None, Skipped(candidate, reason) if found else None
         if candidate.is_file():
-            return candidate
-    return None
+            return candidate, None
+        if folder == home or (folder / ".git").exists():
+            break
+    return None, None
 
 
-def load(cwd: Path, environ: Mapping[str, str]) -> dict[str, Setting]:
-    """Every key set somewhere, with the source that wins (the command line aside)."""
+def load(cwd: Path, environ: Mapping[str, str], uid: int | None = None) -> Config:
+    """Every key set somewhere, with the source that wins (the command line aside), and the
+    files (or keys) skipped as untrusted."""
+    uid = os.geteuid() if uid is None else uid
+    project, skipped_project = project_file(cwd, environ, uid)
     found: dict[str, Setting] = {}
-    for path in (user_file(environ), project_file(cwd)):
-        if path is not None and path.is_file():
-            for key, value in _read_file(path).items():
-                found[key] = Setting(key, value, str(path))
+    skipped = [skipped_project] if skipped_project is not None else []
+    for path in (user_file(environ), project):
+        if path is None or not path.is_file():
+            continue
+        owner = trust.stat_of(path)
+        reason = trust.untrusted_file(owner, uid) if owner is not None else "unreadable"
+        if reason is not None:
+            skipped.append(Skipped(path, reason))
+            continue
+        values = _read_file(path)
+        code = tuple(k for k in values if k in CODE_KEYS)
+        if code and owner is not None and owner.uid != uid:
+            skipped.append(Skipped(path, "these keys run programs and the file is not yours "
+                                   "(it is root's)", code))
+            values = {k: v for k, v in values.items() if k not in CODE_KEYS}
+        for key, value in values.items():
+            found[key] = Setting(key, value, str(path))
     for key in KEYS:
         name = ENV_PREFIX + key.upper()
         if environ.get(name):
             found[key] = Setting(key, _convert(key, environ[name], name), name)
-    return found
+    return Config(found, project, tuple(skipped))
 
 
 def default_map(settings: Mapping[str, Setting], command: click.Command) -> dict[str, Any]:

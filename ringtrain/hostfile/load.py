@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ringtrain import trust
 from ringtrain.errors import InventoryError, UsageError
 from ringtrain.hostfile.discover import run_discovery_script
 from ringtrain.hostfile.model import Inventory
@@ -69,6 +70,7 @@ def load_inventory(
             source=source,
         )
     if fmt == "script" or (fmt is None and _is_script(path)):
+        _refuse_untrusted_script(path, source)
         output = run_discovery_script(source, timeout=discovery_timeout)
         return parse_mpich_machinefile(output, f"{source} (output)", fmt="script")
     text = _read_text(path, source)
@@ -169,6 +171,18 @@ def _is_script(path: Path) -> bool:
         return True
     log.warning("%s is executable but has no '#!' line: reading it as a host file", path)
     return False
+
+
+def _refuse_untrusted_script(path: Path, source: str) -> None:
+    """A discovery script another user can change would run their commands as you."""
+    uid = os.geteuid()
+    owner = trust.stat_of(path)
+    reason = trust.untrusted_file(owner, uid) if owner is not None else "it cannot be read"
+    if reason is not None:
+        raise InventoryError(
+            f"refusing to run the discovery script: {reason}", trust.fix_for(path, uid),
+            source=source,
+        )
 
 
 def _read_text(path: Path, source: str) -> str:

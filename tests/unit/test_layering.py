@@ -53,7 +53,8 @@ IMPURE = {
 LAYERS: dict[str, set[str]] = {
     "errors": set(),
     "rank": set(),
-    "hostfile": {"errors"},
+    "trust": set(),
+    "hostfile": {"errors", "trust"},
     "spec": {"errors", "hostfile"},
     "remote": {"errors", "hostfile"},
     "checkpoint": {"errors"},
@@ -68,7 +69,7 @@ LAYERS: dict[str, set[str]] = {
               "sim", "spec"},
     "ringcheck": {"errors", "hostfile", "remote", "spec", "launch", "bench", "sim"},
     "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
-            "bench", "sim", "rank", "ringcheck"},
+            "bench", "sim", "rank", "ringcheck", "trust"},
     "api": {"errors", "hostfile", "remote", "spec", "launch", "cli"},
     "__main__": {"cli"},
 }

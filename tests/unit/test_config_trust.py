@@ -1,0 +1,132 @@
+"""Config files and discovery scripts that another user can write are not trusted (issue 23).
+
+Reproduces the finding: a ``ringtrain.toml`` owned by ``nobody`` in a shared parent directory
+named a discovery script (``hosts``), and ``ringtrain launch --dry-run`` ran it as root.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ringtrain.cli import cli
+from ringtrain.cli import defaults as config
+from ringtrain.errors import InventoryError
+from ringtrain.hostfile import load_inventory
+from ringtrain.trust import Owner, untrusted_file
+
+NOBODY = 65534
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+
+
+@pytest.fixture
+def shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project below a shared directory; the environment names no config of its own."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for key in list(os.environ):
+        if key.startswith("RINGTRAIN_"):
+            monkeypatch.delenv(key)
+    project = tmp_path / "shared" / "project"
+    project.mkdir(parents=True)
+    (project / "train.py").write_text("print('hi')\n")
+    monkeypatch.chdir(project)
+    return tmp_path / "shared"
+
+
+def _evil_script(folder: Path, marker: Path) -> Path:
+    script = folder / "discover.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\necho localhost:2\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_the_decision_from_owner_and_mode() -> None:
+    assert untrusted_file(Owner(1000, 0o644), 1000) is None
+    assert untrusted_file(Owner(0, 0o600), 1000) is None  # root's file
+    assert "owned by" in (untrusted_file(Owner(NOBODY, 0o644), 1000) or "")
+    assert "writable by its group" in (untrusted_file(Owner(1000, 0o664), 1000) or "")
+    assert "writable by its group" in (untrusted_file(Owner(0, 0o646), 0) or "")
+
+
+@needs_root
+def test_a_config_file_owned_by_another_user_runs_nothing(shared: Path) -> None:
+    marker = shared / "ran-as-root"
+    script = _evil_script(shared, marker)
+    os.chown(script, NOBODY, NOBODY)
+    toml = shared / "ringtrain.toml"
+    toml.write_text(f'hosts = "{script}"\npython = "/tmp/evil-python"\n')
+    os.chown(toml, NOBODY, NOBODY)
+    result = CliRunner().invoke(cli, ["launch", "--dry-run", "--no-probe", "train.py"])
+    assert not marker.exists(), "the discovery script of an untrusted config file ran"
+    assert f"skipped {toml}" in result.output and "owned by" in result.output
+    assert "/tmp/evil-python" not in result.output
+
+
+@needs_root
+def test_a_group_writable_config_file_is_skipped_and_config_says_why(shared: Path) -> None:
+    toml = shared / "project" / "ringtrain.toml"
+    toml.write_text('runs_dir = "elsewhere"\n')
+    toml.chmod(0o664)
+    loaded = config.load(Path.cwd(), os.environ)
+    assert "runs_dir" not in loaded.settings
+    assert [s.path for s in loaded.skipped] == [toml]
+    shown = CliRunner().invoke(cli, ["config"])
+    assert f"skipped {toml}: it is writable by its group" in shown.output
+    assert "chmod go-w" in shown.output
+
+
+@needs_root
+def test_the_search_stops_at_a_directory_owned_by_another_user(shared: Path) -> None:
+    (shared / "ringtrain.toml").write_text('runs_dir = "elsewhere"\n')  # root's own file
+    os.chown(shared, NOBODY, NOBODY)  # ... in a directory nobody owns: they could swap it
+    try:
+        loaded = config.load(Path.cwd(), os.environ)
+    finally:
+        os.chown(shared, 0, 0)
+    assert "runs_dir" not in loaded.settings
+    assert loaded.skipped and "directory is owned by" in loaded.skipped[0].reason
+
+
+def test_the_search_stops_at_the_repository_root_and_home(shared: Path) -> None:
+    (shared / "ringtrain.toml").write_text('runs_dir = "elsewhere"\n')
+    (shared / "project" / ".git").mkdir()
+    assert "runs_dir" not in config.load(Path.cwd(), os.environ).settings
+    (shared / "project" / ".git").rmdir()
+    assert "runs_dir" in config.load(Path.cwd(), os.environ).settings
+    env = {**os.environ, "HOME": str(shared / "project")}
+    assert "runs_dir" not in config.load(Path.cwd(), env).settings
+
+
+def test_keys_that_run_code_only_from_the_users_own_file(shared: Path) -> None:
+    toml = shared / "project" / "ringtrain.toml"
+    owner = os.stat(toml.parent).st_uid
+    toml.write_text('python = "/opt/py"\nssh_config = "cfg"\nstall_timeout = 90\n')
+    os.chmod(toml, 0o644)
+    mine = config.load(Path.cwd(), os.environ, uid=owner)
+    assert mine.settings["python"].value == "/opt/py" and not mine.skipped
+    if owner != 0:
+        pytest.skip("the file must be root's for the second half")
+    theirs = config.load(Path.cwd(), os.environ, uid=1000)  # a user reading root's file
+    assert "python" not in theirs.settings and "ssh_config" not in theirs.settings
+    assert theirs.settings["stall_timeout"].value == 90
+    assert theirs.skipped[0].keys == ("python", "ssh_config")
+
+
+@needs_root
+def test_a_discovery_script_another_user_can_change_is_refused(shared: Path) -> None:
+    marker = shared / "ran"
+    script = _evil_script(shared, marker)
+    os.chown(script, NOBODY, NOBODY)
+    with pytest.raises(InventoryError, match="refusing to run the discovery script") as err:
+        load_inventory(str(script))
+    assert "chown" in err.value.hint and not marker.exists()
+    os.chown(script, 0, 0)
+    script.chmod(0o777)
+    with pytest.raises(InventoryError, match="writable by its group or by others"):
+        load_inventory(str(script))
+    script.chmod(0o755)
+    assert load_inventory(str(script)).total_slots == 2 and marker.exists()
