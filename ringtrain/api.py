@@ -8,10 +8,12 @@
 
 The keyword arguments are the options of ``ringtrain launch`` (``hosts`` is ``-H``,
 ``hostfile`` is ``--hosts``, ``checkpoint`` is ``--checkpoint``; the rest keep their names:
-``np``, ``max_restarts``, ``min_np``, ``runs_dir``, ``gpu_mode``, ``stall_timeout``, ...). It
-builds the same LaunchSpec through the same function and runs the same Session as the
-command; a mistake raises the same typed error (``ringtrain.errors.UsageError`` and
-friends). Nothing is printed unless a ``reporter`` is given.
+``np``, ``max_restarts``, ``min_np``, ``runs_dir``, ``gpu_mode``, ``stall_timeout``,
+``ring_check``, ...; ``dry_run`` and ``probe`` too). It builds the same LaunchSpec through
+the same function and assembles it through the same ``ringtrain.assembly.prepare`` as the
+command: the same entry check, hosts, srun refusal and ring pre-check, the same Session. A
+mistake raises the same typed error (``ringtrain.errors.UsageError`` and friends). Nothing is
+printed unless a ``reporter`` is given.
 """
 
 from __future__ import annotations
@@ -19,18 +21,29 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
-from ringtrain.cli.launch_spec import LaunchOptions, build_spec
+from ringtrain.assembly import LaunchOptions, build_spec, prepare, write_plan
 from ringtrain.errors import JobFailed, UsageError
-from ringtrain.launch import hosts as launch_hosts
+from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.reporter import NullReporter, Reporter
 from ringtrain.launch.result import JobResult, JobState
-from ringtrain.launch.session import Session
 from ringtrain.remote import Remote
 from ringtrain.spec import EnvSpec
 
 _RENAMED = {"hosts": "host_spec", "hostfile": "hosts_file", "checkpoint": "checkpoint_url"}
+
+
+@overload
+def run(script: str, *args: str, reporter: Reporter | None = ..., remote: Remote | None = ...,
+        check: bool = ..., dry_run: Literal[False] = ..., probe: bool = ...,
+        **options: Any) -> JobResult: ...
+
+
+@overload
+def run(script: str, *args: str, reporter: Reporter | None = ..., remote: Remote | None = ...,
+        check: bool = ..., dry_run: Literal[True], probe: bool = ...,
+        **options: Any) -> LaunchPlan: ...
 
 
 def run(
@@ -39,22 +52,23 @@ def run(
     reporter: Reporter | None = None,
     remote: Remote | None = None,
     check: bool = False,
+    dry_run: bool = False,
+    probe: bool = True,
     **options: Any,
-) -> JobResult:
+) -> JobResult | LaunchPlan:
     """Launch ``script`` with ``args`` on the hosts asked for; block until the job (and its
     restarts) end; return the last attempt's JobResult. ``check=True`` raises JobFailed
-    (with the root-cause report) instead of returning a failed result."""
-    spec = build_spec(_options(script, args, options), Path.cwd())
-    found = launch_hosts.resolve(spec, os.environ)
-    if spec.backend is None and found.scheduler is not None:
-        spec = dataclasses.replace(spec, backend=found.scheduler.default_backend)
-    if remote is None:
-        remote = found.remote
-    if remote is None:
-        from ringtrain.cli.context import SshOptions, ssh_remote  # noqa: PLC0415 - paramiko
-
-        remote = ssh_remote(SshOptions(spec.ssh))
-    session = Session(spec, found.inventory, remote, reporter or NullReporter())
+    (with the root-cause report) instead of returning a failed result. ``dry_run=True``
+    writes the run directory and returns the LaunchPlan attempt 1 would run, starting
+    nothing (``ringtrain launch --dry-run``); ``probe=False`` is ``--no-probe``."""
+    opts = _options(script, args, options)
+    if not probe:
+        opts = dataclasses.replace(opts, no_probe=True)
+    reporter = reporter or NullReporter()
+    session = prepare(build_spec(opts, Path.cwd()), reporter, os.environ, remote=remote,
+                      dry_run=dry_run)
+    if dry_run:
+        return write_plan(session)
     result = session.run()
     if check and result.state is not JobState.SUCCEEDED:
         failure = result.failure

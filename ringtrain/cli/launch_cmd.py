@@ -7,22 +7,19 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import click
 
+from ringtrain.assembly import LaunchOptions, build_spec, prepare
 from ringtrain.cli import launch_entry, launch_report, verbosity
-from ringtrain.cli.context import SshOptions, cli_context
+from ringtrain.cli.context import cli_context
 from ringtrain.cli.hosts_cmd import slot_override
-from ringtrain.cli.launch_ring import ring_precheck
-from ringtrain.cli.launch_spec import LaunchOptions, build_spec
 from ringtrain.cli.live import LiveView
 from ringtrain.cli.options import ring_check_options
-from ringtrain.errors import JobFailed, UsageError
-from ringtrain.launch import hosts as launch_hosts
+from ringtrain.errors import JobFailed
 from ringtrain.launch import run
 from ringtrain.launch.result import JobState
 from ringtrain.launch.session import Session
@@ -319,27 +316,21 @@ def command(
         spec = launch_entry.spec_from_run(ctx, from_run)
     else:
         launch_entry.refuse_unknown_option(ctx, options)
-        spec = launch_entry.resolve_entry(build_spec(LaunchOptions(**options), Path.cwd()))
-    found = launch_hosts.resolve(spec, os.environ)
-    for note in found.notes:
-        click.echo(f"ringtrain: {note}", err=True)
-    inventory = found.inventory
-    if spec.backend is None and found.scheduler is not None:
-        spec = replace(spec, backend=found.scheduler.default_backend)
-    if spec.launcher is Backend.SRUN and "SLURM_JOB_ID" not in os.environ and not dry_run:
-        raise UsageError(
-            "--backend srun needs a Slurm allocation",
-            "run inside sbatch/salloc (see `ringtrain slurm render`), or use --backend mpirun",
-        )
-    remote = found.remote or cli_context().remote_factory(SshOptions(spec.ssh))
-    if spec.preflight.ring_check and not dry_run:
-        spec = ring_precheck(spec, inventory, remote)
+        spec = build_spec(LaunchOptions(**options), Path.cwd())
+    factory = cli_context().remote_factory
     if dry_run:
-        launch_report.dry_run(Session(spec, inventory, remote, launch_report.DryRunReporter()))
-    else:
-        view = LiveView(console_ranks=console_ranks, quiet=verbosity.quiet(),
-                        rank_stream=sys.stderr if json_out else None)
-        _run(Session(spec, inventory, remote, view), view, json_out=json_out)
+        reporter = launch_report.DryRunReporter()
+        launch_report.dry_run(prepare(spec, reporter, os.environ, remote_factory=factory,
+                                      dry_run=True))
+        return
+    view = LiveView(console_ranks=console_ranks, quiet=verbosity.quiet(),
+                    rank_stream=sys.stderr if json_out else None)
+    try:
+        session = prepare(spec, view, os.environ, remote_factory=factory)
+    except BaseException:
+        view.flush()  # its notes before the error lines the CLI prints
+        raise
+    _run(session, view, json_out=json_out)
 
 
 def _rank_set(text: str | None) -> frozenset[int] | None:

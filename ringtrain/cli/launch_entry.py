@@ -1,23 +1,18 @@
-"""What ``ringtrain launch`` runs on every rank, read from its command line: a misspelt option
-refused with a suggestion, a Python script told from a module or a program, ``--from RUN_DIR``
-read back."""
+"""``ringtrain launch``'s own command-line checks: a misspelt option refused with a
+suggestion (options end at SCRIPT), and ``--from RUN_DIR`` taking no other option. Telling a
+script from a module or a program is the assembly's (ringtrain/assembly/entry_kind.py)."""
 
 from __future__ import annotations
 
 import difflib
-import importlib.util
-import json
-import os
-import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ringtrain.assembly.entry_kind import read_run_spec
 from ringtrain.errors import UsageError
-from ringtrain.launch.plan import read_recorded_spec
-from ringtrain.spec import Entry, LaunchSpec
+from ringtrain.spec import LaunchSpec
 
 
 def refuse_unknown_option(ctx: click.Context, options: dict[str, Any]) -> None:
@@ -34,43 +29,6 @@ def refuse_unknown_option(ctx: click.Context, options: dict[str, Any]) -> None:
     raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, known), ctx=ctx)
 
 
-def resolve_entry(spec: LaunchSpec) -> LaunchSpec:
-    """Tell a Python script from a program, and refuse what is not there: a SCRIPT that is an
-    executable file without a Python #! line, or a bare name found on PATH, is a program."""
-    if spec.entry is Entry.MODULE:
-        top = spec.script.partition(".")[0]
-        if spec.python is None and not (
-            (spec.working_dir / top).is_dir() or (spec.working_dir / f"{top}.py").is_file()
-            or importlib.util.find_spec(top) is not None
-        ):
-            raise UsageError(
-                f"module {spec.script!r} not found: no {top}/ or {top}.py in "
-                f"{spec.working_dir} and no installed {top!r}",
-                "run from the directory that holds the package, or install it",
-            )
-        return spec
-    path = spec.working_dir / spec.script
-    if path.is_file():
-        if path.suffix != ".py" and os.access(path, os.X_OK) and not _python_shebang(path):
-            return replace(spec, entry=Entry.EXECUTABLE, script=str(path))
-        return spec
-    if "/" not in spec.script and shutil.which(spec.script):
-        return replace(spec, entry=Entry.EXECUTABLE)
-    raise UsageError(
-        f"script {spec.script!r} not found in {spec.working_dir}",
-        "give the path of a training script (or -m MODULE, or a program on PATH)",
-    )
-
-
-def _python_shebang(path: Path) -> bool:
-    try:
-        with path.open("rb") as f:
-            first = f.readline(256)
-    except OSError:
-        return False
-    return first.startswith(b"#!") and b"python" in first
-
-
 def spec_from_run(ctx: click.Context, run_dir: Path) -> LaunchSpec:
     given = [
         p.opts[0]
@@ -84,17 +42,6 @@ def spec_from_run(ctx: click.Context, run_dir: Path) -> LaunchSpec:
             f"{' '.join(given) or 'script arguments'}",
             "drop those options, or launch without --from and write every option out",
         )
-    candidates = [run_dir / "attempt-1" / "plan.json", run_dir / "plan.json"]
-    path = next((c for c in candidates if c.is_file()), None)
-    if path is None:
-        raise UsageError(
-            f"--from {run_dir}: no plan.json there (looked for attempt-1/plan.json)",
-            "pass a run directory, e.g. runs/20261124-010203-ab12 (see `ringtrain runs`)",
-        )
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise UsageError(f"cannot read {path}: {err}", "pass another run directory") from err
-    spec = read_recorded_spec(data)
+    spec = read_run_spec(run_dir)
     click.echo(f"ringtrain: launching again what {run_dir} ran ({spec.script})", err=True)
     return spec

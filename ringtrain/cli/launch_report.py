@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from ringtrain.cli.check_cmd import print_verdict
+from ringtrain.assembly import write_plan
 from ringtrain.cli.live import LiveView
-from ringtrain.launch import run
+from ringtrain.cli.verdict_view import print_verdict
 from ringtrain.launch.reporter import NullReporter
 from ringtrain.launch.result import JobResult, JobState
 from ringtrain.launch.session import Session
@@ -28,8 +28,7 @@ class DryRunReporter(NullReporter):
 def dry_run(session: Session) -> None:
     """Print the plan attempt 1 would run: same pre-flight (unless --no-probe), same placement
     and network settings; the probe table goes to stderr, the plan to stdout."""
-    plan = session.dry_plan()
-    run.prepare(plan)  # the hostfile the argv names exists, so the argv runs as printed
+    plan = write_plan(session)  # the hostfile the argv names exists: it runs as printed
     click.echo(plan.describe())
     session.reporter.note(
         "a real launch adds RINGTRAIN_CONTROL_ADDR and RINGTRAIN_CONTROL_TOKEN for "

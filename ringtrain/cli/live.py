@@ -19,13 +19,15 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from ringtrain.cli.check_cmd import print_verdict
+from ringtrain.cli.ring_view import show_ring_check
+from ringtrain.cli.verdict_view import print_verdict
 from ringtrain.hostfile import Allocation, Inventory
 from ringtrain.launch.control import Snapshot
 from ringtrain.launch.preflight import PreflightPolicy, PreflightVerdict
 from ringtrain.launch.probe_parse import ProbeReport
 from ringtrain.launch.run import OutputLine
 from ringtrain.launch.supervise import arrivals, rank_hosts
+from ringtrain.ringcheck.runner import RingCheck
 
 QUEUE_LINES = 10_000
 
@@ -158,6 +160,10 @@ class LiveView:
         if self.quiet and quiet_ok:
             return
         self._emit(lambda: print_verdict(inventory, report, verdict, policy, stderr=True))
+
+    def ring_check(self, check: RingCheck) -> None:
+        """``launch --ring-check``'s table, before the job (the assembly's ring gate)."""
+        self._emit(lambda: show_ring_check(check, stderr=True))
 
     def tick(self, snap: Snapshot, alloc: Allocation) -> None:
         arrivals = describe_arrivals(snap, alloc)

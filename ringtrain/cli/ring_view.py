@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ringtrain.cli.check_cmd import print_verdict
+from ringtrain.cli.verdict_view import print_verdict
 from ringtrain.launch.reporter import NullReporter
 from ringtrain.ringcheck.intra import describe_intra
 from ringtrain.ringcheck.outliers import rate

@@ -5,6 +5,7 @@ at a quarter of the others' rate is named (not its neighbours), a launch with
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ from typing import Any
 
 import pytest
 
+import ringtrain
+from ringtrain.launch.reporter import NullReporter
 from ringtrain.sim import shaping
 
 sim = pytest.importorskip("ringtrain.sim")
@@ -97,3 +100,57 @@ def test_equal_links_raise_no_alarm_over_repeated_checks(links: Any, tmp_path: P
         assert proc.returncode == 0, proc.stderr[-3000:]
         ring = json.loads(proc.stdout)["ring"]
         assert ring["slow_hosts"] == [] and ring["slow_links"] == [], ring
+
+
+_TIMES = {"duration_s", "detected_at", "torn_down_at", "teardown_s"}
+_ADDR_RE = re.compile(r"^\d+\.\d+\.\d+\.\d+:\d+$")
+
+
+def _alike(value: Any, run_id: str) -> Any:
+    """A run's JSON with its own id, its times and the control server's port taken out."""
+    if isinstance(value, dict):
+        return {k: _alike(v, run_id) for k, v in value.items() if k not in _TIMES}
+    if isinstance(value, list):
+        return [_alike(v, run_id) for v in value]
+    if isinstance(value, str):
+        return "<addr>" if _ADDR_RE.match(value) else value.replace(run_id, "<run>")
+    return value
+
+
+def _job_run(runs: Path, seen: set[Path]) -> Path:
+    """The one new run directory that is the job's, not its ring check's."""
+    (new,) = [d for d in runs.iterdir() if d not in seen and not (d / "ringcheck.json").exists()]
+    return new
+
+
+def test_both_doors_launch_alike(
+    links: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ringtrain launch` and `ringtrain.run()` assemble a launch the same way (issue 22): with
+    the ring check on and one slow host, their plan.json and result.json are equal apart from
+    ids and times, and both left the slow host out."""
+    shaping.set_link_rate(links.config, "gpu03", SLOW)
+    (tmp_path / "where.py").write_text(
+        "import socket\nprint('HOST', socket.gethostname(), flush=True)\n")
+    runs = tmp_path / "runs"
+    proc = _ringtrain(links, tmp_path, "launch", "--cpu", "--ring-check",
+                      "--on-slow-host", "exclude", "where.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ring check: excluding gpu03" in proc.stderr
+    by_cli = _job_run(runs, set())
+    seen = set(runs.iterdir())
+    monkeypatch.chdir(tmp_path)
+    notes = NullReporter()
+    result = ringtrain.run("where.py", reporter=notes, runs_dir=runs, hosts=HOSTS,
+                           ssh_config=links.ssh_config, known_hosts=links.known_hosts,
+                           gpu_mode="ignored", ring_check=True, on_slow_host="exclude")
+    assert result.exit_code == 0, notes.notes
+    assert any(n.startswith("ring check: excluding gpu03") for n in notes.notes), notes.notes
+    by_api = _job_run(runs, seen)
+    assert by_api == result.run_dir
+    for name in ("attempt-1/plan.json", "result.json"):
+        cli_json = _alike(json.loads((by_cli / name).read_text()), by_cli.name)
+        api_json = _alike(json.loads((by_api / name).read_text()), by_api.name)
+        assert cli_json == api_json, name
+    plan = json.loads((by_api / "attempt-1" / "plan.json").read_text())
+    assert [h["name"] for h in plan["hosts"]] == ["gpu01", "gpu02", "gpu04"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ringtrain.cli.launch_cmd import command
-from ringtrain.cli.launch_spec import LaunchOptions, build_spec
+from ringtrain.assembly import LaunchOptions, build_spec
 from ringtrain.errors import UsageError
 from ringtrain.spec import Backend, Entry, EnvSpec, GpuRule, LaunchSpec
 from tests.golden import assert_golden

@@ -68,9 +68,11 @@ LAYERS: dict[str, set[str]] = {
     "bench": {"errors", "hostfile", "remote", "rank", "checkpoint", "launch", "keras", "models",
               "sim", "spec"},
     "ringcheck": {"errors", "hostfile", "remote", "spec", "launch", "bench", "sim"},
+    # the assembly of a launch, below both doors: the ring pre-check runs a ringcheck job
+    "assembly": {"errors", "hostfile", "remote", "spec", "launch", "ringcheck"},
     "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
-            "bench", "sim", "rank", "ringcheck", "trust"},
-    "api": {"errors", "hostfile", "remote", "spec", "launch", "cli"},
+            "bench", "sim", "rank", "ringcheck", "trust", "assembly"},
+    "api": {"errors", "remote", "spec", "launch", "assembly"},
     "__main__": {"cli"},
 }
 

@@ -16,7 +16,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ringtrain.cli.check_cmd import print_verdict, verdict_to_dict
+from ringtrain.cli.verdict_view import print_verdict, verdict_to_dict
 from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.launch.preflight import PreflightPolicy, evaluate
 from ringtrain.launch.probe import result_from_cmd

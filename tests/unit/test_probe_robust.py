@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from ringtrain.cli import cli
-from ringtrain.cli.check_cmd import print_verdict
 from ringtrain.cli.context import CliContext
+from ringtrain.cli.verdict_view import print_verdict
 from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.launch.preflight import HostStatus, PreflightPolicy, evaluate
 from ringtrain.launch.probe import probe_argv

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain.cli.launch_spec import LaunchOptions, build_spec
+from ringtrain.assembly import LaunchOptions, build_spec
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.control import RankState, Snapshot, StepTimes

@@ -1,7 +1,8 @@
 """``build_spec``: the options of ``ringtrain launch`` -> one LaunchSpec. Pure.
 
-The only place that turns command-line values into the spec; ``launch_cmd`` passes click's
-values through unchanged and a golden test pins the result (tests/unit/golden/spec/).
+The only place that turns launch options into the spec: ``ringtrain launch`` passes click's
+values through unchanged, ``ringtrain.run()`` maps its keyword arguments onto the same
+fields, and a golden test pins the result (tests/unit/golden/spec/).
 """
 
 from __future__ import annotations

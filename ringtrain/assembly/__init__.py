@@ -1,0 +1,15 @@
+"""The assembly of a launch, below both doors: ``ringtrain launch`` (cli/launch_cmd.py) parses
+flags and draws; ``ringtrain.run()`` (api.py) maps keyword arguments; both hand the same
+``LaunchOptions`` to ``build_spec`` and the spec to ``prepare``, which returns the Session.
+
+    launch_spec.py   PURE: LaunchOptions -> LaunchSpec (build_spec)
+    entry_kind.py    a script, a module or a program; --from's recorded spec
+    ring_gate.py     --ring-check before the job, through the Reporter
+    remotes.py       the default Remote factory (SSH)
+    prepare.py       spec -> entry -> hosts -> srun refusal -> ring pre-check -> Session
+"""
+
+from ringtrain.assembly.launch_spec import LaunchOptions, build_spec
+from ringtrain.assembly.prepare import prepare, write_plan
+
+__all__ = ["LaunchOptions", "build_spec", "prepare", "write_plan"]

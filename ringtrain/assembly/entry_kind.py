@@ -1,0 +1,69 @@
+"""What a launch runs on every rank, checked before anything starts: a Python script told from
+a module or a program (and refused when it is not there), and a recorded launch read back from
+a run's plan.json (``--from``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from ringtrain.errors import UsageError
+from ringtrain.launch.plan import read_recorded_spec
+from ringtrain.spec import Entry, LaunchSpec
+
+
+def resolve_entry(spec: LaunchSpec) -> LaunchSpec:
+    """Tell a Python script from a program, and refuse what is not there: a SCRIPT that is an
+    executable file without a Python #! line, or a bare name found on PATH, is a program."""
+    if spec.entry is Entry.MODULE:
+        top = spec.script.partition(".")[0]
+        if spec.python is None and not (
+            (spec.working_dir / top).is_dir() or (spec.working_dir / f"{top}.py").is_file()
+            or importlib.util.find_spec(top) is not None
+        ):
+            raise UsageError(
+                f"module {spec.script!r} not found: no {top}/ or {top}.py in "
+                f"{spec.working_dir} and no installed {top!r}",
+                "run from the directory that holds the package, or install it",
+            )
+        return spec
+    path = spec.working_dir / spec.script
+    if path.is_file():
+        if path.suffix != ".py" and os.access(path, os.X_OK) and not _python_shebang(path):
+            return replace(spec, entry=Entry.EXECUTABLE, script=str(path))
+        return spec
+    if "/" not in spec.script and shutil.which(spec.script):
+        return replace(spec, entry=Entry.EXECUTABLE)
+    raise UsageError(
+        f"script {spec.script!r} not found in {spec.working_dir}",
+        "give the path of a training script (or -m MODULE, or a program on PATH)",
+    )
+
+
+def _python_shebang(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def read_run_spec(run_dir: Path) -> LaunchSpec:
+    """The LaunchSpec a run recorded (``launch --from RUN_DIR``)."""
+    candidates = [run_dir / "attempt-1" / "plan.json", run_dir / "plan.json"]
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
+        raise UsageError(
+            f"--from {run_dir}: no plan.json there (looked for attempt-1/plan.json)",
+            "pass a run directory, e.g. runs/20261124-010203-ab12 (see `ringtrain runs`)",
+        )
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot read {path}: {err}", "pass another run directory") from err
+    return read_recorded_spec(data)

@@ -1,0 +1,38 @@
+"""The Remote a launch reaches its hosts through when the caller hands none: SSH with paramiko
+(strict host keys, ssh_config honoured). The CLI's context (cli/context.py) and
+``ringtrain.run()`` both default to this factory; tests hand their own."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ringtrain.remote import Remote
+from ringtrain.spec import SshSpec
+
+
+@dataclass(frozen=True, slots=True)
+class SshOptions:
+    ssh: SshSpec
+    connect_timeout: float = 5.0
+    concurrency: int = 64
+
+
+RemoteFactory = Callable[[SshOptions], Remote]
+
+
+def ssh_remote(options: SshOptions) -> Remote:
+    """The real one: paramiko, strict host keys, ssh_config honoured."""
+    from ringtrain.remote.ssh import SshRemote  # noqa: PLC0415 - paramiko only when needed
+
+    # paramiko logs tracebacks for failures we already report per host
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+    return SshRemote(
+        options.ssh.config,
+        options.ssh.known_hosts,
+        accept_new_host_keys=options.ssh.accept_new_host_keys,
+        connect_timeout=options.connect_timeout,
+        concurrency=options.concurrency,
+    )
