@@ -8,6 +8,7 @@ storage."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import tensorflow as tf
 
 from ringtrain.checkpoint import Store, find_latest
+from ringtrain.checkpoint.store import StorageError
 from ringtrain.errors import CheckpointError, UsageError
 from ringtrain.keras import state
 from ringtrain.keras import world as keras_world
@@ -75,10 +77,16 @@ def _fetch_on_rank0(url: str, staging: Path) -> dict[str, Any]:
 
 
 def _check_writable(store: Store) -> None:
-    """Before the first epoch, not after it: write and remove a small object."""
-    rel = f".ringtrain-write-check-{os.getpid()}"
+    """Before the first epoch, not after it: write and remove a small object. Its name is
+    unpredictable, and a local one is created new (0600, no symlink followed): in a shared
+    directory, a link planted by another user cannot redirect the write to a file of ours."""
+    rel = f".ringtrain-write-check-{secrets.token_hex(16)}"
+    data = b"ringtrain checks that checkpoints can be written here\n"
     try:
-        store.put_bytes(rel, b"ringtrain checks that checkpoints can be written here\n")
+        if store.location.protocol == "file":
+            _create_local(store, rel, data)
+        else:
+            store.put_bytes(rel, data)
         store.remove(rel)
     except CheckpointError as err:
         raise CheckpointError(
@@ -86,6 +94,19 @@ def _check_writable(store: Store) -> None:
             "check the URL, its permissions and credentials (AWS_* variables for s3://), or "
             "pass another --checkpoint",
         ) from None
+
+
+def _create_local(store: Store, rel: str, data: bytes) -> None:
+    """Create ``rel`` under a local store: a new file only (O_EXCL), never through a symlink
+    (O_NOFOLLOW), its owner's only (0600); the directory is made as a put would."""
+    path = store.abspath(rel)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except OSError as err:
+        raise StorageError("put", store.url_of(rel), err) from err
 
 
 def _restore(model: Any, optimizer: Any, url: str, world: Any) -> ResumePoint | None:

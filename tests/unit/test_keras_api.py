@@ -4,6 +4,8 @@ longer skips that checkpoint with a warning, two lost in a row stop training."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 from pathlib import Path
 from typing import ClassVar
 
@@ -77,6 +79,48 @@ def test_an_unwritable_checkpoint_location_is_found_before_training(tmp_path: Pa
     assert "--checkpoint" in info.value.hint
     restore._check_writable(open_store(str(tmp_path / "ok")))  # and a good one passes, leaving
     assert [p.name for p in (tmp_path / "ok").iterdir()] == []  # nothing behind
+
+
+def _planted_link(directory: Path, name: str, victim: Path) -> Path:
+    """Another user's symlink in a shared checkpoint directory, pointing at a file of ours."""
+    directory.mkdir(exist_ok=True)
+    victim.write_bytes(b"secret")
+    victim.chmod(0o600)
+    link = directory / name
+    link.symlink_to(victim)
+    return link
+
+
+def test_the_write_check_goes_through_no_planted_link(tmp_path: Path) -> None:
+    """Issue 23: the write check's name was .ringtrain-write-check-<pid>, and its write
+    followed a symlink planted there, overwriting the file it pointed to."""
+    shared, victim = tmp_path / "shared", tmp_path / "victim"
+    links = [_planted_link(shared, f".ringtrain-write-check-{pid}", victim)
+             for pid in (os.getpid(), os.getpid() + 1)]
+    restore._check_writable(open_store(str(shared)))
+    assert victim.read_bytes() == b"secret"
+    assert all(link.is_symlink() for link in links)
+    assert sorted(p.name for p in shared.iterdir()) == sorted(link.name for link in links)
+
+
+def test_the_write_check_name_is_unpredictable_and_its_file_new_and_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    left: list[str] = []
+    monkeypatch.setattr(Store, "remove", lambda self, rel: left.append(rel))
+    for _ in range(2):
+        restore._check_writable(open_store(str(tmp_path / "ok")))
+    assert left[0] != left[1]
+    for rel in left:
+        assert re.fullmatch(r"\.ringtrain-write-check-[0-9a-f]{32}", rel), rel
+        assert (tmp_path / "ok" / rel).stat().st_mode & 0o777 == 0o600
+    # a link already at the chosen name is refused, not followed
+    shared, victim = tmp_path / "shared", tmp_path / "victim"
+    _planted_link(shared, ".ringtrain-write-check-" + "ab" * 16, victim)
+    monkeypatch.setattr(restore.secrets, "token_hex", lambda _n=None: "ab" * 16)
+    with pytest.raises(CheckpointError, match=r"cannot write checkpoints to .*FileExistsError"):
+        restore._check_writable(open_store(str(shared)))
+    assert victim.read_bytes() == b"secret"
 
 
 def test_the_public_api_keeps_its_names() -> None:
