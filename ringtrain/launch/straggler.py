@@ -1,7 +1,7 @@
 """Stragglers during training: which rank keeps the others waiting. Pure.
 
 Every rank sends, about once a second, the mean of its own part of a step: from the step's
-start until its gradients are ready for the all-reduce (``ringtrain.keras_steps``). In a
+start until its gradients are ready for the all-reduce (``ringtrain.keras.steps``). In a
 synchronous job the whole step is as long on every rank; this part is not: the straggler's is
 long, the others wait inside the all-reduce. The control server keeps each rank's running
 totals; the watch keeps, per rank, the totals it saw over the last ``window_s`` and so the

@@ -67,7 +67,7 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     import tensorflow as tf
 
     import ringtrain.keras as rt
-    from ringtrain import keras_world
+    from ringtrain.keras import world as keras_world
 
     kind = keras_world.kind_from_env()
     if kind == keras_world.HOROVOD:

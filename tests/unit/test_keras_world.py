@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from ringtrain import keras_world
 from ringtrain.errors import UsageError
+from ringtrain.keras import world as keras_world
 
 CLUSTER = {"chief": ["a:1"], "worker": ["a:2", "b:1", "b:2"], "ps": ["a:3", "b:3"]}
 

@@ -1,0 +1,251 @@
+"""Each epoch's end, for ``ringtrain.keras``: ``callbacks()`` for ``model.fit`` (a checkpoint
+commit, progress reports, every rank's step times) and ``save()`` for a custom loop; rank 0
+writes a tf.train.Checkpoint locally and commits it through ``ringtrain.checkpoint``, riding
+out a storage outage shorter than the grace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from ringtrain.checkpoint import commit
+from ringtrain.checkpoint.store import StorageError
+from ringtrain.errors import CheckpointError
+from ringtrain.keras import state
+from ringtrain.keras import world as keras_world
+from ringtrain.keras.state import (
+    CKPT_PREFIX,
+    FORMAT,
+    _optimizer,
+    _tell_launcher,
+    _tf_checkpoint,
+    checkpoint_url,
+)
+from ringtrain.keras.steps import StepTimer
+from ringtrain.rank import envvars
+from ringtrain.rank.progress import report as progress
+
+DEFAULT_GRACE_S = 60.0
+
+
+def callbacks(
+    *,
+    batch_size: int | None = None,
+    url: str | None = None,
+    keep: int = 3,
+    meta: dict[str, Any] | None = None,
+    progress_every_s: float = 1.0,
+) -> list[Any]:
+    """Keras callbacks for ``model.fit``: on rank 0, a checkpoint commit at every epoch end
+    and progress reports (epoch, step, loss, samples/s with ``batch_size``, per rank); on
+    every rank, its step times for straggler detection (``ringtrain.keras.steps``). Add them
+    after Horovod's own callbacks."""
+    world = keras_world.world()
+    where = checkpoint_url(url)
+    _tell_launcher(checkpoint=where, progress=True)
+    # step times around the all-reduce; under parameter servers only the chief runs callbacks
+    timer = [StepTimer(every_s=progress_every_s)] if world.kind != keras_world.PS else []
+    if world.rank() != 0:
+        if not world.all_write:
+            return timer
+        # MultiWorkerMirrored: every worker writes the checkpoint, worker 0 commits it
+        return [CommitCheckpoint(where, keep=keep, meta=meta, commit=False), *timer]
+    if world.kind == keras_world.PS:  # its Keras refuses batch-level callbacks
+        report: Any = EpochProgressCallback(batch_size, world_size=world.size())
+    else:
+        report = ProgressCallback(batch_size, world_size=world.size(), every_s=progress_every_s)
+    return [CommitCheckpoint(where, keep=keep, meta=meta), report, *timer]
+
+
+def save(
+    model: Any,
+    optimizer: Any = None,
+    *,
+    epoch: int,
+    url: str | None = None,
+    keep: int = 3,
+    meta: dict[str, Any] | None = None,
+    loss: float | None = None,
+) -> None:
+    """For a custom loop, at the end of an epoch (``epoch`` counts finished epochs): rank 0
+    commits a checkpoint; every rank reports progress. Other ranks do not touch storage."""
+    world = keras_world.world(model)
+    optimizer = _optimizer(model, optimizer)
+    where = checkpoint_url(url)
+    _tell_launcher(checkpoint=where, progress=True)
+    step = int(optimizer.iterations.numpy())
+    if world.rank() == 0 or world.all_write:
+        _commit(model, optimizer, where, epoch=epoch, step=step, keep=keep, meta=meta or {},
+                commit=world.rank() == 0)
+    progress(epoch=epoch, step=step, loss=loss)
+
+
+# ------------------------------------------------------------------------------ callbacks
+
+
+class CommitCheckpoint(tf.keras.callbacks.Callback):  # type: ignore[misc]
+    """Rank 0: at each epoch end, write a tf.train.Checkpoint locally and commit it (with
+    ``commit=False``, only write it: the other workers of a MultiWorkerMirroredStrategy)."""
+
+    def __init__(self, url: str, *, keep: int = 3, meta: dict[str, Any] | None = None,
+                 commit: bool = True) -> None:
+        super().__init__()
+        self.url = url
+        self.keep = keep
+        self.meta = dict(meta or {})
+        self.commit = commit  # False: write only (MultiWorkerMirrored's other workers)
+        self.last_committed: int | None = None
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
+        optimizer = self.model.optimizer
+        step = int(optimizer.iterations.numpy())
+        meta = {**self.meta, **{k: _number(v) for k, v in (logs or {}).items()}}
+        _commit(self.model, optimizer, self.url, epoch=epoch + 1, step=step, keep=self.keep,
+                meta=meta, commit=self.commit)
+        self.last_committed = step
+
+
+class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
+    """Report epoch, step, loss and throughput to the launcher at most every ``every_s``.
+
+    ``batch_size`` is the per-rank batch, ``world_size`` the number of ranks (global samples/s
+    = both multiplied); without a batch size, samples/s is not reported."""
+
+    def __init__(self, batch_size: int | None, world_size: int = 1, every_s: float = 1.0) -> None:
+        super().__init__()
+        self.samples_per_step = batch_size * world_size if batch_size else None
+        self.every_s = every_s
+        self._epoch = 0
+        self._last = 0.0
+        self._window_start = 0.0
+        self._window_steps = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._epoch = epoch
+        self._window_start = time.monotonic()
+        self._window_steps = 0
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self._window_steps += 1
+        now = time.monotonic()
+        if now - self._last >= self.every_s:
+            self._send(batch + 1, logs, now)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._send(self.params.get("steps"), logs, time.monotonic(), epoch_done=True)
+
+    def _send(
+        self, step: int | None, logs: dict[str, Any] | None, now: float, epoch_done: bool = False
+    ) -> None:
+        rate = None
+        if self.samples_per_step:
+            rate = self._window_steps * self.samples_per_step / max(now - self._window_start, 1e-9)
+        loss = (logs or {}).get("loss")
+        progress(
+            epoch=self._epoch + (1 if epoch_done else 0),
+            step=step,
+            loss=None if loss is None else _number(loss),
+            samples_per_s=rate,
+            epochs=self.params.get("epochs"),
+            steps=self.params.get("steps"),
+        )
+        self._last = now
+
+
+class EpochProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
+    """Progress at each epoch end only (no batch hooks: ParameterServerStrategy's Keras
+    refuses them): epoch, step, loss and samples/s over the epoch."""
+
+    def __init__(self, batch_size: int | None, world_size: int = 1) -> None:
+        super().__init__()
+        self.samples_per_step = batch_size * world_size if batch_size else None
+        self._started = 0.0
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._started = time.monotonic()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        steps = self.params.get("steps")
+        seconds = max(time.monotonic() - self._started, 1e-9)
+        loss = (logs or {}).get("loss")
+        progress(epoch=epoch + 1, step=steps, loss=None if loss is None else _number(loss),
+                 samples_per_s=(steps * self.samples_per_step / seconds
+                                if steps and self.samples_per_step else None),
+                 epochs=self.params.get("epochs"), steps=steps)
+
+
+# ------------------------------------------------------------------------------ internals
+
+
+def _number(value: Any) -> float:
+    """A Keras log value as a float; under ParameterServerStrategy batch logs are RemoteValues
+    (the step may still be running on a worker): fetched first."""
+    fetch = getattr(value, "fetch", None)
+    return float(fetch() if callable(fetch) else value)
+
+
+def _commit(
+    model: Any, optimizer: Any, url: str, *, epoch: int, step: int, keep: int,
+    meta: dict[str, Any], commit: bool = True,
+) -> None:
+    """Write and commit; a storage outage shorter than the grace (``--checkpoint-grace``)
+    costs a wait, a longer one skips this checkpoint with a warning, and only a second
+    checkpoint in a row lost to it stops training (the last good one stays intact)."""
+    local = state._STATE.staging_dir() / f"save-{epoch}"
+    shutil.rmtree(local, ignore_errors=True)
+    try:
+        ckpt = _tf_checkpoint(model, optimizer)
+        ckpt.epoch.assign(epoch)
+        ckpt.write(str(local / CKPT_PREFIX))
+        if not commit:
+            return
+        meta = {**meta, "format": FORMAT, "saved_at": time.time()}
+        result = _commit_within_grace(url, local, step=step, epoch=epoch, meta=meta, keep=keep)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+    if result is None:
+        return
+    print(
+        f"checkpoint: committed epoch {epoch} step {step} to {result.url} "
+        f"({result.manifest.total_bytes / 1e6:.2f} MB in {result.seconds:.2f} s)",
+        flush=True,
+    )
+
+
+def _commit_within_grace(
+    url: str, local: Path, *, step: int, epoch: int, meta: dict[str, Any], keep: int
+) -> Any:
+    grace = float(os.environ.get(envvars.CHECKPOINT_GRACE) or DEFAULT_GRACE_S)
+    deadline = time.monotonic() + grace
+    delay = 1.0
+    while True:
+        try:
+            result = commit(state._STATE.store(url), local, step=step, epoch=epoch, meta=meta,
+                            keep=keep)
+        except StorageError as err:
+            if not err.transient:
+                raise
+            if time.monotonic() + delay > deadline:
+                state._STATE.skipped += 1
+                if state._STATE.skipped > 1:
+                    raise CheckpointError(
+                        f"the checkpoint storage has been down for {state._STATE.skipped} "
+                        f"checkpoints in a row ({err.message})",
+                        "bring the storage back and relaunch: training resumes from the last "
+                        "committed checkpoint; --checkpoint-grace waits longer",
+                    ) from None
+                print(f"checkpoint: warning: storage down for {grace:.0f} s ({err.message}); "
+                      f"skipping the checkpoint of epoch {epoch}, training goes on", flush=True)
+                return None
+            print(f"checkpoint: storage unavailable ({err.message}); retrying in {delay:.0f} s",
+                  flush=True)
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+        else:
+            state._STATE.skipped = 0
+            return result

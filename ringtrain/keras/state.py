@@ -1,0 +1,89 @@
+"""What ``ringtrain.keras``'s resume and save share: where checkpoints go, the open stores, the
+local staging directory, what was resumed, and the object graph a checkpoint holds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from ringtrain.checkpoint import Store, open_store
+from ringtrain.errors import UsageError
+from ringtrain.rank import agent, cleanup, envvars
+
+CKPT_PREFIX = "ckpt"
+FORMAT = "tf.train.Checkpoint/keras2"
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where training resumed: the committed step and epoch, the manifest's name, and newer
+    checkpoints that were skipped because their files did not verify."""
+
+    step: int
+    epoch: int
+    manifest: str
+    skipped: tuple[str, ...] = ()
+
+
+def checkpoint_url(url: str | None = None) -> str:
+    """``url``, else the launch's ``--checkpoint`` ($RINGTRAIN_CHECKPOINT_URL), else
+    ``$RINGTRAIN_RUN_DIR/checkpoints`` (``./checkpoints`` outside ringtrain)."""
+    if url:
+        return url
+    env = os.environ.get(envvars.CHECKPOINT_URL)
+    if env:
+        return env
+    return str(Path(os.environ.get(envvars.RUN_DIR, ".")).absolute() / "checkpoints")
+
+
+@dataclass
+class _State:
+    resumed: ResumePoint | None = None
+    skipped: int = 0  # checkpoints in a row lost to a storage outage
+    staging: Path | None = None
+    stores: dict[str, Store] | None = None
+
+    def store(self, url: str) -> Store:
+        if self.stores is None:
+            self.stores = {}
+        if url not in self.stores:
+            self.stores[url] = open_store(url)
+        return self.stores[url]
+
+    def staging_dir(self) -> Path:
+        if self.staging is None:
+            self.staging = Path(tempfile.mkdtemp(prefix="ringtrain-ckpt-"))
+            cleanup.at_exit(shutil.rmtree, self.staging, True)  # also on a failing rank's exit
+        return self.staging
+
+
+# the process's one state; read as ``state._STATE`` at call time (tests replace it)
+_STATE = _State()
+
+
+def _optimizer(model: Any, optimizer: Any) -> Any:
+    optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+    if optimizer is None:
+        raise UsageError(
+            "no optimizer: the model is not compiled and none was passed",
+            "call model.compile(optimizer=hvd.DistributedOptimizer(...)) first, or pass "
+            "resume(model, optimizer) / save(model, optimizer, epoch=...)",
+        )
+    return optimizer
+
+
+def _tell_launcher(**parts: Any) -> None:
+    current = agent.agent()
+    if current is not None:
+        current.api(**parts)
+
+
+def _tf_checkpoint(model: Any, optimizer: Any) -> Any:
+    """The object graph saved and restored: weights, optimizer state, epoch."""
+    return tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=tf.Variable(0, tf.int64))
