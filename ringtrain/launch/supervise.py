@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -390,7 +389,3 @@ def wait_or_fault(
         if wait(policy.poll_s):
             break
     return None
-
-
-def default_python() -> str:
-    return sys.executable

@@ -94,7 +94,3 @@ def remove(name: str, path: Path = ETC_HOSTS) -> bool:
             log.info("%s: removed block of sim cluster %s", path, name)
             return True
     return False
-
-
-def has_block(name: str, path: Path = ETC_HOSTS) -> bool:
-    return _markers(name)[0] in path.read_text().splitlines()
