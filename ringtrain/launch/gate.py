@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import psutil
 
 from ringtrain.hostfile import Inventory
+from ringtrain.launch import names
 from ringtrain.launch.netif import NetworkChoice
 from ringtrain.launch.preflight import PreflightPolicy, evaluate
 from ringtrain.launch.probe import probe
@@ -101,17 +102,16 @@ def control_host(
     # without the probe's network choice (--no-probe, the ring check's own job): the address
     # this machine's routes use towards the hosts; this machine's own name often resolves to
     # a loopback address (Debian's /etc/hosts), which no other host can reach
-    for host in inventory.hosts:
-        if not host.is_local:
-            found = _route_source(host.name)
-            if found is not None:
-                return found
-    try:
-        own = socket.gethostbyname(socket.getfqdn())
-        if not ipaddress.ip_address(own).is_loopback:
-            return own
-    except (OSError, ValueError):
-        pass
+    remote = [h.name for h in inventory.hosts if not h.is_local]
+    resolved = names.resolve(remote)  # already known: placement resolved them
+    for name in remote:
+        found = _route_source(resolved[name])
+        if found is not None:
+            return found
+    own = names.this_host()
+    for address in names.resolve([own])[own]:
+        if ":" not in address and not ipaddress.ip_address(address).is_loopback:
+            return address
     note(
         "warning: no address of this machine found that the hosts can reach; "
         "supervision may be degraded"
@@ -119,22 +119,15 @@ def control_host(
     return "0.0.0.0"  # noqa: S104 - the token still guards the port
 
 
-def _route_source(name: str) -> str | None:
-    """The local address the kernel picks to reach ``name`` (a UDP connect sends nothing)."""
-    try:
-        infos = socket.getaddrinfo(name, 9, socket.AF_INET, socket.SOCK_DGRAM)
-    except (OSError, UnicodeError):
-        return None
-    for *_, sockaddr in infos:
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-                sock.connect(sockaddr)
-                address = str(sock.getsockname()[0])
-        except OSError:
+def _route_source(addresses: tuple[str, ...]) -> str | None:
+    """The local IPv4 address the kernel picks to reach a host at ``addresses``."""
+    for target in addresses:
+        if ":" in target:
             continue
+        address = names.route_source(target)
         # a loopback source is right only for a host that is itself a loopback address
-        if not ipaddress.ip_address(address).is_loopback or ipaddress.ip_address(
-                sockaddr[0]).is_loopback:
+        if address is not None and (not ipaddress.ip_address(address).is_loopback
+                                    or ipaddress.ip_address(target).is_loopback):
             return address
     return None
 

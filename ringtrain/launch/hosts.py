@@ -7,15 +7,12 @@ chosen, for the caller to show.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
-from ringtrain.launch import run
+from ringtrain.launch import names, run
 from ringtrain.remote import Remote
 from ringtrain.schedulers.calls import inventory_from_scheduler, remote_for
 from ringtrain.schedulers.jobenv import SchedulerJob
@@ -68,31 +65,16 @@ def with_ssh_defaults(inventory: Inventory, ssh: SshSpec) -> Inventory:
 
 def mark_this_machine(inventory: Inventory) -> Inventory:
     """Hosts named by this machine's host name, or by a name that resolves to one of its own
-    addresses, run their ranks here without SSH, as horovodrun (and mpirun) treat them."""
-    candidates = [h for h in inventory.hosts if not h.is_local]
+    addresses, run their ranks here without SSH, as horovodrun (and mpirun) treat them. Names
+    are resolved once, in parallel, under one budget (launch/names.py)."""
+    candidates = [h.name for h in inventory.hosts if not h.is_local]
     if not candidates:
         return inventory
-    own = {socket.gethostname(), socket.getfqdn()}
-    with ThreadPoolExecutor(max_workers=min(32, len(candidates))) as pool:
-        found = dict(zip([h.name for h in candidates],
-                         pool.map(lambda h: _names_this_machine(h.name, own), candidates),
-                         strict=True))
-    if not any(found.values()):
+    own = names.this_host()
+    addresses = names.resolve(candidates)
+    found = {name for name in candidates
+             if name == own or any(names.can_bind(a) for a in addresses[name])}
+    if not found:
         return inventory
-    hosts = tuple(replace(h, local=True) if found.get(h.name) else h for h in inventory.hosts)
+    hosts = tuple(replace(h, local=True) if h.name in found else h for h in inventory.hosts)
     return replace(inventory, hosts=hosts)
-
-
-def _names_this_machine(name: str, own: set[str]) -> bool:
-    if name in own:
-        return True
-    try:
-        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return False  # the probe says what is wrong with the name
-    for family, _, _, _, sockaddr in infos:
-        # an address this machine can bind to is one of its own
-        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as sock:
-            sock.bind((sockaddr[0], 0))
-            return True
-    return False

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain.cli.launch_cmd import command
 from ringtrain.assembly import LaunchOptions, build_spec
+from ringtrain.cli.launch_cmd import command
 from ringtrain.errors import UsageError
 from ringtrain.spec import Backend, Entry, EnvSpec, GpuRule, LaunchSpec
 from tests.golden import assert_golden

@@ -256,3 +256,50 @@ def test_the_guard_sees_the_whole_package() -> None:
     assert _imports(ROOT / "keras" / "world.py") >= {"tensorflow"}  # the keras package is seen
     assert _claims_pure(ROOT / "launch" / "plan.py") and _claims_pure(ROOT / "spec.py")
     assert set(LAYERS) >= {_package(str(p.relative_to(ROOT))) for p in SOURCES} - {"__init__"}
+
+
+# What touches the outside world: processes, sockets, threads, signals, remote storage. The
+# design names these places (docs/ARCHITECTURE.md, "Only these touch the outside world");
+# everything else is computation on values.
+WORLD = {"subprocess", "socket", "paramiko", "select", "selectors", "signal", "threading",
+         "concurrent", "multiprocessing", "fsspec", "s3fs", "urllib", "http", "grpc", "psutil"}
+EDGES = (
+    "remote/", "launch/run.py", "launch/control.py", "launch/session.py", "launch/gate.py",
+    "launch/names.py", "hostfile/discover.py", "schedulers/calls.py", "checkpoint/", "sim/",
+    "bench/", "rank/", "models/", "keras/", "ringcheck/intraprog.py", "cli/",
+)
+# Who builds a LaunchSpec: the user's launch through build_spec, a recorded one read back from
+# plan.json, and the jobs ringtrain launches for itself (the ring check, the benchmarks).
+SPEC_BUILDERS = ("assembly/launch_spec.py", "ringcheck/runner.py", "bench/")
+ARCHITECTURE = ROOT.parent / "docs" / "ARCHITECTURE.md"
+
+
+def _claim(opening: str) -> set[str]:
+    """The backticked paths of the ARCHITECTURE.md bullet that starts with ``opening``."""
+    text = ARCHITECTURE.read_text()
+    start = text.index(opening)
+    end = text.find("\n- ", start)
+    return set(re.findall(r"`([\w/]+/|[\w/]+\.py)`", text[start:end if end != -1 else None]))
+
+
+@pytest.mark.parametrize("path", SOURCES, **IDS)
+def test_only_the_edges_touch_the_world(path: Path) -> None:
+    rel = str(path.relative_to(ROOT))
+    touched = sorted(_imports(path) & WORLD)
+    assert not touched or _allowed(rel, EDGES), (
+        f"{rel} imports {touched}; only {EDGES} touch the outside world (ARCHITECTURE.md)")
+
+
+@pytest.mark.parametrize("path", SOURCES, **IDS)
+def test_only_the_named_places_build_a_launch_spec(path: Path) -> None:
+    rel = str(path.relative_to(ROOT))
+    calls = [n for n in ast.walk(ast.parse(path.read_text()))
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name | ast.Attribute)
+             and (n.func.id if isinstance(n.func, ast.Name) else n.func.attr) == "LaunchSpec"]
+    assert not calls or _allowed(rel, SPEC_BUILDERS), (
+        f"{rel} builds a LaunchSpec; only {SPEC_BUILDERS} do (ARCHITECTURE.md)")
+
+
+def test_architecture_states_the_edges_and_the_spec_builders_the_tests_hold() -> None:
+    assert _claim("Only these touch the outside world") == set(EDGES)
+    assert _claim("A LaunchSpec is built by") == set(SPEC_BUILDERS)
