@@ -377,14 +377,13 @@ def _run(session: Session, view: LiveView, *, json_out: bool = False) -> None:
     if json_out:  # the run's result.json (every attempt, the checkpoint), else this attempt's
         view.flush()
         path = session.run_dir / "result.json"
-        click.echo(path.read_text() if path.is_file() else json.dumps(result.to_json(), indent=2))
+        click.echo(path.read_text() if path.is_file() else json.dumps(result.run_json(), indent=2))
     if result.state is JobState.SUCCEEDED:
-        view.note(f"job succeeded in {result.duration_s:.1f} s; logs in {session.run_dir}")
+        view.note(f"job succeeded in {launch_report.durations(result)}; logs in {session.run_dir}")
         view.flush()
         return
     view.flush()  # the notes before the error lines the CLI prints
-    message = (launch_report.failure_message(result) + "\n"
-               + launch_report.what_ringtrain_did(session, result))
+    message = launch_report.failure_message(result) + "\n" + result.what_ringtrain_did()
     hint = result.failure.hint(result.attempt_dir) if result.failure else (
         f"see the logs in {result.attempt_dir}")
     raise JobFailed(message, hint, exit_code=result.exit_code)

@@ -48,38 +48,18 @@ def report_teardown(view: LiveView, result: JobResult) -> None:
         view.note(f"teardown: {t.host}: {t.error or 'processes still running: ' + left}")
 
 
+def durations(result: JobResult) -> str:
+    """The launch's whole time (pre-flight and restarts too), and each attempt's when there
+    were several: ``161.2 s in 2 attempts (40.9 s, 110.1 s)``."""
+    if len(result.attempts) == 1:
+        return f"{result.total_s:.1f} s"
+    each = ", ".join(f"{a.duration_s:.1f} s" for a in result.attempts)
+    return f"{result.total_s:.1f} s in {len(result.attempts)} attempts ({each})"
+
+
 def failure_message(result: JobResult) -> str:
     if result.state is JobState.INTERRUPTED:
-        return f"job interrupted after {result.duration_s:.1f} s and stopped on every host"
+        return f"job interrupted after {durations(result)} and stopped on every host"
     if result.failure is None:  # pragma: no cover - a failed result always carries one
         return f"the job failed (exit code {result.exit_code}) after {result.duration_s:.1f} s"
     return result.failure.describe(result.attempt)
-
-
-def what_ringtrain_did(session: Session, result: JobResult) -> str:
-    """The second half of the root-cause report: teardown, attempts, the resume point."""
-    clean = [t.host for t in result.teardown if t.clean]
-    unverified = [t.host for t in result.teardown if not t.clean]
-    did = f"ringtrain: tore the job down; {len(clean)} host(s) verified clean"
-    if unverified:
-        did += f", not verified: {', '.join(unverified)}"
-    did += f". Attempt {result.attempt} of {session.spec.restart.max_restarts + 1}"
-    if result.state is JobState.INTERRUPTED:
-        did += " (stopped by the user: no restart)"
-    else:
-        asked = session.spec.restart.max_restarts
-        did += " (restarts used up)" if asked else " (no restart asked)"
-    ckpt = session.last_checkpoint
-    if ckpt and "error" in ckpt:
-        did += (
-            f". Could not list the checkpoints at {ckpt['url']} ({ckpt['error']}); a relaunch "
-            f"with --checkpoint {ckpt['url']} resumes from the newest one that verifies."
-        )
-    elif ckpt:
-        did += (
-            f". Last committed checkpoint: step {ckpt['step']} (epoch {ckpt['epoch']}) at "
-            f"{ckpt['url']}; a relaunch with --checkpoint {ckpt['url']} resumes there."
-        )
-    else:
-        did += ". No committed checkpoint."
-    return did

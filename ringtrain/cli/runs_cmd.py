@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ringtrain.errors import UsageError
+from ringtrain.launch.result import JobResult, JobState, ResumePoint
 from ringtrain.rank import procfs
 
 _STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "no result": "cyan",
@@ -73,11 +74,8 @@ def _last_event(run_dir: Path) -> str | None:
 
 def _describe(ckpt: Any) -> str | None:
     """result.json's record of the newest committed checkpoint (any storage: s3://, hdfs://)."""
-    if isinstance(ckpt, dict) and "error" in ckpt:
-        return f"could not list {ckpt.get('url', '?')} at the end ({ckpt['error']})"
-    if not isinstance(ckpt, dict) or "step" not in ckpt:
-        return None
-    return f"step {ckpt['step']} (epoch {ckpt.get('epoch')}) at {ckpt.get('url', '?')}"
+    point = ResumePoint.from_json(ckpt)
+    return point.describe() if point is not None else None
 
 
 def _plan(run_dir: Path, attempt: int) -> dict[str, Any]:
@@ -177,33 +175,43 @@ def show(runs_dir: Path, run_id: str, as_json: bool) -> None:
             f"{_last_event(run_dir) or '-'}; its ranks ended themselves once they stopped "
             "hearing from it (heartbeat timeout + 2 s)"
         )
-    for a in r.get("attempts", []):
-        click.echo(
-            f"\nattempt {a['attempt']}: {a['state']} (exit {a['exit_code']}) "
-            f"in {a['duration_s']:.1f} s"
-        )
-        if a.get("fault"):
-            click.echo(f"  fault: {a['fault']}")
-        if a.get("failed_rank") is not None:
-            how = a.get("signal") or f"exit code {a['exit_code']}"
-            task = f", TensorFlow task {a['failed_task']}" if a.get("failed_task") else ""
-            click.echo(
-                f"  first failing rank: {a['failed_rank']}{task} on {a.get('failed_host')} "
-                f"({how})"
-            )
-        for line in a.get("log_tail", [])[-10:]:
-            click.echo(f"    | {line}")
-        for s in a.get("stragglers", []):
-            click.echo(
-                f"  straggler: {s['host']} rank {s['rank']}: {s['vs_median']:.1f}x the median "
-                f"(peak {s['peak']:.1f}x)" + (", caught up" if s.get("cleared") else "")
-            )
-        for t in a.get("teardown", []):
-            status = (
-                "clean"
-                if not t["left"] and not t["error"]
-                else (t["error"] or "LEFT: " + "; ".join(t["left"]))
-            )
-            click.echo(f"  teardown {t['host']}: ended {t['killed']} process(es); {status}")
-    if r["last_checkpoint"]:
+    result = _result(run_dir)
+    if result is None:
+        return
+    for a in result.attempts:
+        _show_attempt(a)
+    if result.state is not JobState.SUCCEEDED:
+        click.echo(f"\n{result.what_ringtrain_did()}")
+    elif r["last_checkpoint"]:
         click.echo(f"\nlast checkpoint: {r['last_checkpoint']}")
+
+
+def _result(run_dir: Path) -> JobResult | None:
+    """The run's result.json read back as the value the launch printed."""
+    try:
+        return JobResult.from_json(json.loads((run_dir / "result.json").read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _show_attempt(a: JobResult) -> None:
+    click.echo(f"\nattempt {a.attempt}: {a.state.value} (exit {a.exit_code}) "
+               f"in {a.duration_s:.1f} s")
+    f = a.failure
+    if f is not None and f.kind.detected:
+        click.echo(f"  fault: {f.message}")
+    root = f.root if f is not None else None
+    if root is not None:
+        how = root.signal_name or a.signal_name or f"exit code {a.exit_code}"
+        task = f", TensorFlow task {a.failed_task}" if a.failed_task else ""
+        click.echo(f"  first failing rank: {root.rank}{task} on {root.host} ({how})")
+        for line in root.log_tail[-10:]:
+            click.echo(f"    | {line}")
+    for s in a.stragglers:
+        click.echo(f"  straggler: {s.host} rank {s.rank}: {s.vs_median:.1f}x the median "
+                   f"(peak {s.peak:.1f}x)" + (", caught up" if s.cleared else ""))
+    for t in a.teardown:
+        status = "clean" if t.clean else (t.error or "LEFT: " + "; ".join(t.left))
+        click.echo(f"  teardown {t.host}: ended {t.killed} process(es); {status}")
+    if a.decision and a.state is not JobState.SUCCEEDED:
+        click.echo(f"  then: {a.decision}")

@@ -1,11 +1,27 @@
-"""The outcome of a job: JobResult (one per attempt) and its Failure. Pure values."""
+"""The outcome of a job: JobResult (one per attempt) and its Failure. Pure values.
+
+The last attempt's JobResult also carries the run: the earlier attempts, what ringtrain
+decided after each (a restart, the hosts it left out), the newest committed checkpoint as a
+``ResumePoint`` and why the run stopped. ``run_json()`` is result.json;
+``JobResult.from_json`` reads it back, so ``ringtrain runs show`` renders the very value
+the launch printed (``what_ringtrain_did``, ``Failure.describe``).
+"""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from ringtrain.launch.failure import FAULT_EXIT_CODES, Failure, FailureKind, RankFailure
+
+__all__ = [
+    "FAULT_EXIT_CODES", "Failure", "FailureKind", "HostTeardown", "JobResult", "JobState",
+    "RankFailure", "ResumePoint", "Straggler",
+]
+
+RESULT_SCHEMA = 2  # result.json: 2 adds schema, decision/excluded per attempt, total_s
 
 
 class JobState(enum.Enum):
@@ -35,51 +51,9 @@ class HostTeardown:
             "error": self.error,
         }
 
-
-class FailureKind(enum.Enum):
-    """Why an attempt failed. The first three come from the job itself; the rest are faults
-    ringtrain detected (and then tore the job down)."""
-
-    RANK_EXIT = "rank-exit"  # a rank exited non-zero
-    RANK_SIGNAL = "rank-signal"  # a rank was killed by a signal that was not ringtrain's
-    LAUNCHER = "launcher"  # mpirun/horovodrun/srun failed and named no rank
-    DAEMON_LOST = "daemon-lost"  # mpirun lost its daemon (orted) on a host
-    START_TIMEOUT = "start-timeout"
-    HOST_LOST = "host-lost"
-    RANK_SILENT = "rank-silent"  # one rank stopped answering while its host is fine
-    STALL = "stall"
-    EXIT_HANG = "exit-hang"  # every script returned, the job did not exit: ended, a success
-    STRAGGLER = "straggler"  # --on-straggler restart-without: a rank stayed far behind
-
-    @property
-    def exit_code(self) -> int | None:
-        """The documented exit status of ``ringtrain launch`` for this kind; None: the job's
-        own status (a rank's exit code, or 128+N for signal N)."""
-        return FAULT_EXIT_CODES.get(self)
-
-    @property
-    def detected(self) -> bool:
-        """A fault ringtrain saw and acted on (its own teardown's signals follow)."""
-        return self in (
-            FailureKind.START_TIMEOUT,
-            FailureKind.HOST_LOST,
-            FailureKind.RANK_SILENT,
-            FailureKind.STALL,
-            FailureKind.EXIT_HANG,
-            FailureKind.STRAGGLER,
-        )
-
-
-# One exit status per fault ringtrain detects or reads from mpirun (README: "Exit status"),
-# outside ringtrain's own errors (2-8) and the signals' 128+N.
-FAULT_EXIT_CODES = {
-    FailureKind.START_TIMEOUT: 20,
-    FailureKind.HOST_LOST: 21,
-    FailureKind.RANK_SILENT: 22,
-    FailureKind.STALL: 23,
-    FailureKind.DAEMON_LOST: 24,
-    FailureKind.STRAGGLER: 25,
-}
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> HostTeardown:
+        return cls(d["host"], int(d["killed"]), tuple(d.get("left") or ()), d.get("error"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,73 +93,40 @@ class Straggler:
             "cleared": self.cleared,
         }
 
-
-@dataclass(frozen=True, slots=True)
-class RankFailure:
-    """One failed rank: where it ran, how it ended (when known) and its last log lines."""
-
-    rank: int
-    host: str | None = None
-    exit_code: int | None = None
-    signal_name: str | None = None
-    log_tail: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "host": self.host,
-            "exit_code": self.exit_code,
-            "signal": self.signal_name,
-            "log_tail": list(self.log_tail),
-        }
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Straggler:
+        return cls(d["rank"], d["host"], d["vs_median"], d.get("vs_best"), d["compute_s"],
+                   d["median_s"], d["seconds"], d["peak"], bool(d.get("cleared")))
 
 
 @dataclass(frozen=True, slots=True)
-class Failure:
-    """Why an attempt failed, built once (``run`` for the job's own failures, ``Session`` for
-    faults it detected): the kind, the hosts involved, every failed rank with the root cause
-    (the first observed) first."""
+class ResumePoint:
+    """The newest committed checkpoint a run's storage held when an attempt ended (where a
+    restart, or a relaunch with the same --checkpoint, resumes), or why it could not be
+    listed (``error``: the storage was down; never a false "none")."""
 
-    kind: FailureKind
-    message: str  # one line, phrased for the user
-    hosts: tuple[str, ...] = ()
-    ranks: tuple[RankFailure, ...] = ()
-    launcher_tail: tuple[str, ...] = ()  # mpirun's own last lines, when no rank says more
+    url: str
+    step: int | None = None
+    epoch: int | None = None
+    name: str | None = None
+    error: str | None = None
 
-    @property
-    def root(self) -> RankFailure | None:
-        return self.ranks[0] if self.ranks else None
-
-    def describe(self, attempt: int) -> str:
-        """The root-cause report: what failed, then the root rank's last log lines."""
-        lines = [f"{self.message} (attempt {attempt})"]
-        others = [r.rank for r in self.ranks[1:]]
-        if others:
-            lines.append(f"also failed: ranks {', '.join(map(str, others[:16]))}")
-        root = self.root
-        if root is not None and root.log_tail:
-            lines.append(f"last lines of rank {root.rank}'s log:")
-            lines += [f"    {t}" for t in root.log_tail[-10:]]
-        elif self.launcher_tail:
-            lines.append("last lines of the launcher's output:")
-            lines += [f"    {t}" for t in self.launcher_tail[-10:]]
-        return "\n".join(lines)
-
-    def hint(self, attempt_dir: Path) -> str:
-        if self.kind is FailureKind.HOST_LOST:
-            return f"check {', '.join(self.hosts)} (ringtrain check), or pass --max-restarts"
-        if self.root is not None:
-            return f"see {attempt_dir}/rank.{self.root.rank}.log for the full log"
-        return f"see the logs in {attempt_dir}"
+    def describe(self) -> str:
+        if self.error is not None:
+            return f"could not list {self.url} ({self.error})"
+        return f"step {self.step} (epoch {self.epoch}) at {self.url}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind.value,
-            "message": self.message,
-            "hosts": list(self.hosts),
-            "ranks": [r.to_json() for r in self.ranks],
-            "launcher_tail": list(self.launcher_tail),
-        }
+        if self.error is not None:
+            return {"url": self.url, "error": self.error}
+        return {"url": self.url, "step": self.step, "epoch": self.epoch, "name": self.name}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> ResumePoint | None:
+        if not isinstance(d, dict) or ("step" not in d and "error" not in d):
+            return None
+        return cls(str(d.get("url", "?")), d.get("step"), d.get("epoch"), d.get("name"),
+                   d.get("error"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +145,34 @@ class JobResult:
     warnings: tuple[str, ...] = ()  # what could not take effect, what ringtrain overrode
     stragglers: tuple[Straggler, ...] = ()  # ranks named stragglers during this attempt
     failed_task: str | None = None  # TF strategies: the failed rank's task ("ps:1")
+    # what ringtrain decided after this attempt: "restarting: attempt 2 of 3, without gpu03
+    # for a cooldown", "restart budget spent (1 of 1)", ...; and the hosts it left out
+    decision: str | None = None
+    excluded: tuple[str, ...] = ()
+    # the run, on its last attempt's result: the attempts before it, the restarts asked, the
+    # ranks asked (-np), the newest committed checkpoint, why no restart followed
+    earlier: tuple[JobResult, ...] = ()
+    max_restarts: int = 0
+    np_asked: int | None = None
+    resume_point: ResumePoint | None = None
+    stop_reason: str | None = None
+    wall_s: float | None = None  # from the launch's start to now: pre-flight, restarts and all
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def attempts(self) -> tuple[JobResult, ...]:
+        """Every attempt of the run, this one last."""
+        return (*self.earlier, self)
+
+    @property
+    def total_s(self) -> float:
+        """The whole run's time: from the launch's start (pre-flight, restarts and all), or,
+        where that was not recorded, every attempt's."""
+        return self.wall_s if self.wall_s is not None else sum(a.duration_s
+                                                                for a in self.attempts)
 
     @property
     def clean_teardown(self) -> bool:
@@ -237,7 +206,88 @@ class JobResult:
             "warnings": list(self.warnings),
             "stragglers": [s.to_json() for s in self.stragglers],
             "failed_task": self.failed_task,
+            "decision": self.decision,
+            "excluded": list(self.excluded),
         }
+
+    def run_json(self) -> dict[str, Any]:
+        """result.json: this (last) attempt's fields at the top, for scripts that read them,
+        then the run: every attempt, the checkpoint, why it stopped."""
+        return {
+            "schema": RESULT_SCHEMA,
+            **self.to_json(),
+            "run_id": self.run_id,
+            "attempts": [a.to_json() for a in self.attempts],
+            "total_s": round(self.total_s, 3),
+            "np": self.np_asked,
+            "max_restarts": self.max_restarts,
+            "last_checkpoint": self.resume_point.to_json() if self.resume_point else None,
+            "stop_reason": self.stop_reason,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> JobResult:
+        """A result.json (the run, on its last attempt) or one attempt's entry of it."""
+        one = cls._attempt_from_json(d)
+        attempts = [cls._attempt_from_json(a) for a in d.get("attempts") or ()]
+        return replace(
+            one,
+            earlier=tuple(attempts[:-1]),
+            max_restarts=int(d.get("max_restarts") or 0),
+            np_asked=d.get("np"),
+            resume_point=ResumePoint.from_json(d.get("last_checkpoint")),
+            stop_reason=d.get("stop_reason"),
+            wall_s=d.get("total_s"),
+        )
+
+    @classmethod
+    def _attempt_from_json(cls, d: dict[str, Any]) -> JobResult:
+        failure = d.get("failure")
+        return cls(
+            state=JobState(d["state"]),
+            exit_code=int(d["exit_code"]),
+            run_dir=Path(d["run_dir"]),
+            duration_s=float(d.get("duration_s") or 0.0),
+            failure=Failure.from_json(failure) if failure else None,
+            signal_name=None if failure else d.get("signal"),
+            detected_at=d.get("detected_at"),
+            torn_down_at=d.get("torn_down_at"),
+            teardown=tuple(HostTeardown.from_json(t) for t in d.get("teardown") or ()),
+            teardown_s=d.get("teardown_s"),
+            attempt=int(d.get("attempt") or 1),
+            warnings=tuple(d.get("warnings") or ()),
+            stragglers=tuple(Straggler.from_json(x) for x in d.get("stragglers") or ()),
+            failed_task=d.get("failed_task"),
+            decision=d.get("decision"),
+            excluded=tuple(d.get("excluded") or ()),
+        )
+
+    def what_ringtrain_did(self) -> str:
+        """The second half of the root-cause report: teardown, attempts, the resume point."""
+        clean = [t.host for t in self.teardown if t.clean]
+        unverified = [t.host for t in self.teardown if not t.clean]
+        did = f"ringtrain: tore the job down; {len(clean)} host(s) verified clean"
+        if unverified:
+            did += f", not verified: {', '.join(unverified)}"
+        did += f". Attempt {self.attempt} of {self.max_restarts + 1}"
+        if self.state is JobState.INTERRUPTED:
+            did += " (stopped by the user: no restart)"
+        else:
+            did += " (restarts used up)" if self.max_restarts else " (no restart asked)"
+        for a in self.earlier:
+            if a.decision:
+                did += f"; after attempt {a.attempt}: {a.decision}"
+        ckpt = self.resume_point
+        if ckpt is not None and ckpt.error is not None:
+            did += (f". Could not list the checkpoints at {ckpt.url} ({ckpt.error}); a "
+                    f"relaunch with --checkpoint {ckpt.url} resumes from the newest one that "
+                    "verifies.")
+        elif ckpt is not None:
+            did += (f". Last committed checkpoint: {ckpt.describe()}; a relaunch with "
+                    f"--checkpoint {ckpt.url} resumes there.")
+        else:
+            did += ". No committed checkpoint."
+        return did
 
 
 def _round(value: float | None) -> float | None:

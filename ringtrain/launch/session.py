@@ -31,17 +31,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from ringtrain.errors import AllocationError, RingtrainError
+from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
 from ringtrain.launch import run, tfcluster
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.gate import Preflight, run_gate
-from ringtrain.launch.outcome import Decision, Ending, decide, merge
+from ringtrain.launch.hostrest import HostRest, check_floor, choose
+from ringtrain.launch.outcome import Ending, decide, merge
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
 from ringtrain.launch.reporter import NullReporter, Reporter
-from ringtrain.launch.result import FailureKind, HostTeardown, JobResult
+from ringtrain.launch.result import FailureKind, HostTeardown, JobResult, ResumePoint
 from ringtrain.launch.run import Job
 from ringtrain.launch.straggler import StragglerWatch
 from ringtrain.launch.supervise import (
@@ -97,15 +97,12 @@ class Session:
         self.spec, self.inventory, self.remote = spec, inventory, remote
         self.reporter: Reporter = reporter or NullReporter()
         self.env = env or SessionEnv.here()
-        self.results: list[JobResult] = []
-        self.last_checkpoint: dict[str, Any] | None = None
-        self.stop_reason: str | None = None
-        self._cooldown: dict[str, float] = {}  # host -> until: left out
-        self._suspects: dict[str, float] = {}  # host -> until: avoided when others suffice
-        self._job: Job | None = None
-        self._control: ControlServer | None = None
+        self.results: list[JobResult] = []  # one per finished attempt, with its decision
+        self.rest = HostRest()  # hosts sitting out after failures (a value, replaced)
+        self._live: tuple[Job | None, ControlServer] | None = None  # the running attempt
         self._stopped: int | None = None
         self._first_np: int | None = None
+        self._started = time.monotonic()
 
     @property
     def run_dir(self) -> Path:
@@ -118,68 +115,70 @@ class Session:
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Stop the whole job now (from a signal handler): no restart follows."""
         self._stopped = signum
-        if self._control is not None:
-            self._control.broadcast("stop")
-        if self._job is not None:
-            self._job.request_stop(self.spec.supervision.teardown_grace, signum=signum)
+        live = self._live
+        if live is not None:
+            job, control = live
+            control.broadcast("stop")
+            if job is not None:
+                job.request_stop(self.spec.supervision.teardown_grace, signum=signum)
 
     def run(self) -> JobResult:
+        self._started = time.monotonic()
         run.make_run_dir(self.run_dir)  # before any SSH: a launch that cannot log is refused
         self._write_launcher_record()
         attempt = 1
         while True:
             try:
-                checked = self._preflight(attempt)
-                alloc = self._place(checked.inventory)
+                checked, alloc = self.place(attempt)
             except RingtrainError as err:  # AllocationError, ProbeError, ...
                 if not self.results:
                     raise  # nothing ran: the CLI reports it as a usage error
                 return self._no_restart(err)
             result = self._attempt(attempt, alloc, checked)
-            self.results.append(result)
-            self._write_summary()
             decision = decide(result, attempt, self.spec.restart)
-            if not decision.restart or self._stopped is not None:
-                return result
-            self._rest(decision)
-            self.reporter.note(decision.reason + self._resume_point())
+            restart = decision.restart and self._stopped is None
+            reason = decision.reason if restart or not decision.restart else "stopped: no restart"
+            result = replace(result, decision=reason,
+                             excluded=decision.exclude if restart else ())
+            self.results.append(result)
+            final = self._write_summary()
+            if not restart:
+                return final
+            self.rest = self.rest.after(decision, time.monotonic(), self.spec.restart.cooldown_s)
+            self.reporter.note(decision.reason + self._resume_point(final.resume_point))
             attempt += 1
 
     def dry_plan(self) -> LaunchPlan:
         """The plan attempt 1 would run, through the same pre-flight and placement, without the
         control server's address and token (a dry run starts nothing)."""
-        checked = self._preflight(1)
-        return make_plan(self.spec, self._place(checked.inventory), self._inputs(1, None, checked))
+        checked, alloc = self.place(1)
+        return make_plan(self.spec, alloc, self._inputs(1, None, checked))
+
+    def place(self, attempt: int) -> tuple[Preflight, Allocation]:
+        """The pre-flight and placement of ``attempt``, given the attempts so far (``results``)
+        and the hosts sitting out (``rest``)."""
+        checked = self._preflight(attempt)
+        return checked, self._place(checked.inventory)
 
     # ------------------------------------------------------------------ the steps
 
     def _preflight(self, attempt: int) -> Preflight:
         """Candidate hosts (selection, cooldowns), checked by the gate for this attempt's need:
         -np first, then the restart's floor (--min-np, or the first attempt's size)."""
-        now = time.monotonic()
-        resting = {h for h, until in self._cooldown.items() if until > now}
-        suspected = {h for h, until in self._suspects.items() if until > now} - resting
         selected = select(self.inventory, self.spec.allocation)  # --include/--exclude/--slots
-        hosts = tuple(h for h in selected.hosts if h.name not in resting | suspected)
-        floor = self._floor()
-        if suspected and (not hosts or (floor and sum(h.slots for h in hosts) < floor)):
+        chosen = choose(selected, self.rest, time.monotonic(), self._floor())
+        if chosen.kept_suspects:
             self.reporter.note(
-                f"keeping {', '.join(sorted(suspected))}: a rank there was killed by a signal, "
-                "but without it too few slots remain"
+                f"keeping {', '.join(chosen.kept_suspects)}: a rank there was killed by a "
+                "signal, but without it too few slots remain"
             )
-            hosts = tuple(h for h in selected.hosts if h.name not in resting)
-        else:
-            resting |= suspected
-        if not hosts:
-            raise AllocationError(
-                "every host is excluded after failures", "fix the hosts and relaunch"
-            )
-        candidates = replace(selected, hosts=hosts)
+        candidates = chosen.inventory
         # say what cannot fit before any SSH: -np and --min-hosts, or a restart's floor
         if attempt == 1:
             allocate(candidates, self.spec.np, policy=placement_only(self.spec.allocation))
         else:
-            self._check_floor(candidates.total_slots, resting)
+            check_floor(candidates.total_slots, self._floor(), chosen.left_out,
+                        bool(self.spec.restart.min_np))
         need = self._floor() if self.results else self.spec.np
         return run_gate(self.spec, candidates, need, self.remote, self.reporter)
 
@@ -187,20 +186,11 @@ class Session:
         """The fewest ranks a restart may run: --min-np, else the first attempt's size."""
         return self.spec.restart.min_np or self._first_np
 
-    def _check_floor(self, slots: int, resting: set[str]) -> None:
-        floor = self._floor()
-        if floor is not None and slots < floor:
-            left = f" after excluding {', '.join(sorted(resting))}" if resting else ""
-            raise AllocationError(
-                f"only {slots} slots left{left}; the restart needs {floor} "
-                f"({'--min-np' if self.spec.restart.min_np else 'the first attempt'})",
-                "fix or replace the excluded hosts, or allow a smaller job with --min-np",
-            )
-
     def _place(self, inventory: Inventory) -> Allocation:
         want, floor = self.spec.np, self._floor()
         if self.results and floor is not None and inventory.total_slots < (want or floor):
-            self._check_floor(inventory.total_slots, set(self._cooldown))
+            check_floor(inventory.total_slots, floor, self.rest.ever_excluded,
+                        bool(self.spec.restart.min_np))
             want = inventory.total_slots
         alloc = allocate(inventory, want, policy=placement_only(self.spec.allocation))
         if self._first_np is None:
@@ -213,21 +203,23 @@ class Session:
         return alloc
 
     def _attempt(self, attempt: int, alloc: Allocation, checked: Preflight) -> JobResult:
-        control = self._control = ControlServer(bind=checked.control_host, ranks=alloc.np)
+        control = ControlServer(bind=checked.control_host, ranks=alloc.np)
+        self._live = (None, control)
         try:
             plan = make_plan(self.spec, alloc, self._inputs(attempt, control, checked))
             self.reporter.note(
                 f"attempt {attempt}: {alloc.np} ranks on {len(alloc.hosts)} host(s); "
                 f"logs in {plan.attempt_dir}"
             )
-            job = self._job = run.start(plan, self.reporter.line)
+            job = run.start(plan, self.reporter.line)
+            self._live = (job, control)
             if self._stopped is not None:  # a signal arrived while starting
                 job.request_stop(self.spec.supervision.teardown_grace, signum=self._stopped)
             watch = StragglerWatch(self.spec.supervision.straggler, rank_hosts(alloc))
             fault = self._supervise(job, control, plan, watch)
             detected_at = time.time()
             result = job.wait()
-            self._job = None
+            self._live = (None, control)
             teardown = self._tear_down(plan, control, fault)
             job.finish()
             log.info("hosts reaped %.2f s after detection", time.time() - detected_at)
@@ -262,7 +254,7 @@ class Session:
             )
         finally:
             control.close()
-            self._control = None
+            self._live = None
 
     def _supervise(
         self, job: Job, control: ControlServer, plan: LaunchPlan, watch: StragglerWatch
@@ -322,27 +314,21 @@ class Session:
 
     # ------------------------------------------------------------------ helpers
 
-    def _rest(self, decision: Decision) -> None:
-        until = time.monotonic() + self.spec.restart.cooldown_s
-        for host in decision.exclude:
-            self._cooldown[host] = until
-        for host in decision.suspect:
-            self._suspects[host] = until
-
-    def _resume_point(self) -> str:
-        ckpt = self.last_checkpoint
-        if ckpt and "error" in ckpt:
-            return f" from the newest checkpoint that verifies (cannot list now: {ckpt['error']})"
-        if ckpt:
-            return f" from step {ckpt['step']} (epoch {ckpt['epoch']})"
+    @staticmethod
+    def _resume_point(point: ResumePoint | None) -> str:
+        if point is not None and point.error is not None:
+            return f" from the newest checkpoint that verifies (cannot list now: {point.error})"
+        if point is not None:
+            return f" from step {point.step} (epoch {point.epoch})"
         return " from the start (no committed checkpoint)"
 
     def _no_restart(self, err: RingtrainError) -> JobResult:
         """A restart that cannot be placed: the failed attempt's report still counts."""
-        self.stop_reason = f"no restart: {err.message}; {err.hint}"
-        self.reporter.note(self.stop_reason)
-        self._write_summary()
-        return self.results[-1]
+        reason = f"no restart: {err.message}; {err.hint}"
+        self.reporter.note(reason)
+        last = self.results[-1]
+        self.results[-1] = replace(last, decision=f"{last.decision}; {reason}")
+        return self._write_summary(stop_reason=reason)
 
     def _inputs(
         self, attempt: int, control: ControlServer | None, checked: Preflight
@@ -365,7 +351,7 @@ class Session:
         """The Python the ranks run, as make_plan picks it (the reaper runs with it too)."""
         return self.spec.python or self.env.python
 
-    def _find_last_checkpoint(self) -> dict[str, Any] | None:
+    def _find_last_checkpoint(self) -> ResumePoint | None:
         """The newest committed checkpoint the job's storage holds (what a restart resumes)."""
         where = self.checkpoint
         if where.is_local and not (Path(where.url) / "manifests").is_dir():
@@ -376,12 +362,11 @@ class Session:
             listed = list_checkpoints(open_store(where.url))
         except RingtrainError as err:  # storage down: say so, never a false "none"
             log.warning("cannot list checkpoints at %s: %s", where, err)
-            return {"url": where.url, "error": err.message}
+            return ResumePoint(where.url, error=err.message)
         best = next((c for c in listed if c.ok and c.manifest is not None), None)
         if best is None or best.manifest is None:
             return None
-        epoch = best.manifest.epoch
-        return {"url": where.url, "step": best.step, "epoch": epoch, "name": best.name}
+        return ResumePoint(where.url, best.step, best.manifest.epoch, best.name)
 
     def _write_launcher_record(self) -> None:
         """Who runs this launch (``launcher.json``): ``ringtrain runs`` tells a running launch
@@ -390,18 +375,20 @@ class Session:
         record = {"pid": pid, "start": procfs.start_time(pid), "host": socket.gethostname()}
         (self.run_dir / "launcher.json").write_text(json.dumps(record))
 
-    def _write_summary(self) -> None:
-        self.last_checkpoint = self._find_last_checkpoint()
-        last = self.results[-1]
-        summary: dict[str, Any] = {
-            **last.to_json(),
-            "run_id": self.env.run_id,
-            "attempts": [r.to_json() for r in self.results],
-            "np": self.spec.np,
-            "last_checkpoint": self.last_checkpoint,
-            "stop_reason": self.stop_reason,
-        }
+    def _write_summary(self, stop_reason: str | None = None) -> JobResult:
+        """The run so far on its last attempt's result (what run() returns), written as
+        result.json."""
+        final = replace(
+            self.results[-1],
+            earlier=tuple(self.results[:-1]),
+            max_restarts=self.spec.restart.max_restarts,
+            np_asked=self.spec.np,
+            resume_point=self._find_last_checkpoint(),
+            stop_reason=stop_reason,
+            wall_s=time.monotonic() - self._started,
+        )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.run_dir / "result.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2))
+        tmp.write_text(json.dumps(final.run_json(), indent=2))
         os.replace(tmp, self.run_dir / "result.json")
+        return final

@@ -10,6 +10,7 @@ import pytest
 
 from ringtrain.errors import AllocationError, SetupError
 from ringtrain.hostfile import Allocation, parse_host_spec
+from ringtrain.launch.outcome import Decision
 from ringtrain.launch.preflight import PreflightPolicy
 from ringtrain.launch.probe import probe_argv
 from ringtrain.launch.reporter import NullReporter
@@ -47,12 +48,13 @@ def _session(np: int | None, restart: RestartPolicy, reporter: Verdicts) -> Sess
 
 
 def _place(session: Session, attempt: int) -> Allocation:
-    return session._place(session._preflight(attempt).inventory)
+    return session.place(attempt)[1]
 
 
 def _lose_gpu02(session: Session) -> None:
     session.results.append(JobResult(JobState.FAILED, 1, Path("/r"), 1.0))
-    session._cooldown["gpu02"] = time.monotonic() + 600
+    session.rest = session.rest.after(Decision(True, "x", exclude=("gpu02",)),
+                                      time.monotonic(), 600)
 
 
 def test_restart_shrinks_to_min_np_and_preflight_is_asked_for_the_floor() -> None:
@@ -93,14 +95,28 @@ def test_an_unusable_runs_dir_is_refused_before_any_ssh(tmp_path: Path) -> None:
 
 
 def test_a_host_suspected_after_a_kill_is_avoided_only_when_the_others_suffice() -> None:
-    from ringtrain.launch.outcome import Decision
-
     for min_np, expected in ((2, ["gpu01"]), (None, ["gpu01", "gpu02"])):
         reporter = Verdicts()
         session = _session(None, RestartPolicy(max_restarts=1, min_np=min_np), reporter)
         assert _place(session, 1).np == 4
         session.results.append(JobResult(JobState.FAILED, 137, Path("/r"), 1.0))
-        session._rest(Decision(True, "x", suspect=("gpu02",)))
+        session.rest = session.rest.after(Decision(True, "x", suspect=("gpu02",)),
+                                          time.monotonic(), 600)
         assert [h.name for h in _place(session, 2).hosts] == expected
         kept = any("keeping gpu02: a rank there was killed" in n for n in reporter.notes)
         assert kept is (min_np is None)  # a 4-rank restart needs gpu02's slots back
+
+
+def test_host_rest_is_a_value_that_forgives_after_its_cooldown() -> None:
+    from ringtrain.launch.hostrest import HostRest, choose
+
+    inventory = parse_host_spec("gpu01:2,gpu02:2,gpu03:2")
+    rest = HostRest().after(Decision(True, "x", exclude=("gpu02",), suspect=("gpu03",)), 100, 60)
+    assert rest.resting(120) == {"gpu02"} and rest.suspects(120) == {"gpu03"}
+    chosen = choose(inventory, rest, 120, floor=2)
+    assert [h.name for h in chosen.inventory.hosts] == ["gpu01"] and not chosen.kept_suspects
+    kept = choose(inventory, rest, 120, floor=4)  # without gpu03 too few slots: keep it
+    assert [h.name for h in kept.inventory.hosts] == ["gpu01", "gpu03"]
+    assert kept.kept_suspects == ("gpu03",)
+    assert len(choose(inventory, rest, 161, floor=6).inventory.hosts) == 3  # cooldown over
+    assert HostRest() == HostRest()  # nothing mutable: a Session replaces it
