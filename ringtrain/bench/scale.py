@@ -45,7 +45,7 @@ from typing import Any
 
 import psutil
 
-from ringtrain.bench import control_scale, plan_scale, plots
+from ringtrain.bench import control_scale, figures, plan_scale
 from ringtrain.hostfile import Host, Inventory
 from ringtrain.launch.probe import GpuStatus, probe
 from ringtrain.launch.supervise import reaper_argv
@@ -194,7 +194,7 @@ def _anchor_cell(row: dict[str, Any]) -> str:
 
 def plot(path: Path, rows: list[dict[str, Any]]) -> Path | None:
     try:
-        plt = plots.pyplot()
+        plt = figures.pyplot()
     except ImportError:
         return None
     hosts = [r["hosts"] for r in rows]
@@ -217,8 +217,8 @@ def plot(path: Path, rows: list[dict[str, Any]]) -> Path | None:
             right.plot(hosts, [r[key] * scale for r in rows], marker="o", label=label)
     right.set(xscale="log", yscale="log", xlabel="hosts (8 ranks each)")
     for ax in axes:
-        plots.dress(ax)
-    return plots.save_figure(plt, fig, path)
+        figures.dress(ax)
+    return figures.save_figure(plt, fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

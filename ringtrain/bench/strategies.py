@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import benchrun, costmodel, harness, plots
+from ringtrain.bench import benchrun, costmodel, figures, harness
 from ringtrain.hostfile import Inventory
 from ringtrain.launch.reporter import Reporter
 from ringtrain.launch.result import JobState
@@ -284,7 +284,7 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def plot(path: Path, rows: Sequence[dict[str, Any]]) -> Path | None:
     try:
-        plt = plots.pyplot()
+        plt = figures.pyplot()
     except ImportError:
         return None
     done = [r for r in rows if "error" not in r]
@@ -298,8 +298,8 @@ def plot(path: Path, rows: Sequence[dict[str, Any]]) -> Path | None:
            label="predicted")
     ax.set_xticks(list(xs), names, rotation=20, ha="right")
     ax.set_ylabel("step time of one worker (ms)")
-    plots.dress(ax)
-    return plots.save_figure(plt, fig, path)
+    figures.dress(ax)
+    return figures.save_figure(plt, fig, path)
 
 
 def run_and_write(inventory: Inventory, remote: Remote, cfg: StrategyBench,
