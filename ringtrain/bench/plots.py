@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import costmodel as model
 from ringtrain.bench.figures import dress, pyplot, save_figure
+from ringtrain.bench.model import costmodel as model
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import costmodel as model
+from ringtrain.bench.model import costmodel as model
 from ringtrain.bench.plots import write_plots
 
 log = logging.getLogger(__name__)

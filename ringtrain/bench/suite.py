@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ringtrain.bench import costmodel as model
-from ringtrain.bench.analysis import TARGET_BYTES
 from ringtrain.bench.harness import Job, Round, Target, env_tuple, run_round, sizes_arg
+from ringtrain.bench.model import costmodel as model
+from ringtrain.bench.model.analysis import TARGET_BYTES
 from ringtrain.errors import UsageError
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import costmodel as model
 from ringtrain.bench.harness import Job, Round, Target, env_tuple, run_round, sizes_arg
+from ringtrain.bench.model import costmodel as model
 from ringtrain.bench.suite import COMMON_ENV as THP  # the suite's baseline: huge pages
 
 SIZES = (4096, 64 * 1024 * 1024)

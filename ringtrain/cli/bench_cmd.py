@@ -24,7 +24,7 @@ from ringtrain.errors import UsageError
 
 if TYPE_CHECKING:  # the bench modules need numpy (the [bench] extra): imported when run
     from ringtrain.bench import harness, suite
-    from ringtrain.bench.costmodel import Params
+    from ringtrain.bench.model.costmodel import Params
     from ringtrain.bench.strategies import StrategyBench
     from ringtrain.hostfile import Inventory
 
@@ -229,7 +229,7 @@ def report_cmd(run_dir: Path) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def model_cmd(run_dir: Path, as_json: bool) -> None:
     """Fit the cost model to RUN_DIR's cells; print parameters, fit quality and crossovers."""
-    from ringtrain.bench import analysis  # noqa: PLC0415 - see _config
+    from ringtrain.bench.model import analysis  # noqa: PLC0415 - see _config
 
     res = json.loads((run_dir / "results.json").read_text())
     out = analysis.analyse(res)
@@ -345,9 +345,10 @@ def _strategies(model: str, strategies: str, ps_counts: str, ps_hosts: str,
                 ssh_config: Path | None, known_hosts: Path | None, fit_run: Path | None,
                 steps: int, workers: str, batch_size: int, runs_dir: Path,
                 sim: tuple[str, int | None, str | None] | None) -> None:
-    from ringtrain.bench import benchrun, ceilings, costmodel  # noqa: PLC0415 - see _config
+    from ringtrain.bench import benchrun, ceilings  # noqa: PLC0415 - see _config
     from ringtrain.bench import strategies as bench  # noqa: PLC0415
-    from ringtrain.bench.projection_report import load_fit  # noqa: PLC0415
+    from ringtrain.bench.model import costmodel  # noqa: PLC0415 - see _config
+    from ringtrain.bench.model.projection_report import load_fit  # noqa: PLC0415
     from ringtrain.hostfile import parse_host_spec  # noqa: PLC0415
     from ringtrain.sim import shaping  # noqa: PLC0415
     from ringtrain.spec import SshSpec, Strategy  # noqa: PLC0415
@@ -417,7 +418,7 @@ def _run_strategies(cfg: StrategyBench, hosts: Inventory, params: Params,
 def project_cmd(run_dir: Path, train_dirs: tuple[Path, ...], fit_key: str,
                 images_per_sec: float | None, batch_size: int) -> None:
     """Predict Horovod's published 512-GPU scaling efficiency from the fit and a step time."""
-    from ringtrain.bench import projection_report  # noqa: PLC0415 - see _config
+    from ringtrain.bench.model import projection_report  # noqa: PLC0415 - see _config
 
     text = projection_report.render(run_dir, train_dirs, fit_key, images_per_sec, batch_size)
     click.echo(text)

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringtrain.bench import gloo_rdzv, harness, projection, rdma, units
-from ringtrain.bench.costmodel import Params
+from ringtrain.bench import gloo_rdzv, harness, rdma, units
+from ringtrain.bench.model import projection
+from ringtrain.bench.model.costmodel import Params
 from ringtrain.bench.ps_grpc import Shard, pack
 from ringtrain.bench.ps_runner import split
 from ringtrain.errors import SimError, UsageError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringtrain.bench import costmodel
+from ringtrain.bench.model import costmodel
 from ringtrain.bench.strategies import (
     StrategyBench,
     annotate,
