@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import benchrun, figures, harness
+from ringtrain.bench import figures
+from ringtrain.bench.allreduce import benchrun, harness
 from ringtrain.bench.model import costmodel
 from ringtrain.hostfile import Inventory
 from ringtrain.launch.reporter import Reporter

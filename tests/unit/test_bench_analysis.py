@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ringtrain.bench import report
+from ringtrain.bench.allreduce import report
 from ringtrain.bench.model import analysis
 from ringtrain.bench.model import costmodel as model
 from ringtrain.bench.model.costmodel import Params

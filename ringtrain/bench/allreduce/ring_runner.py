@@ -1,11 +1,12 @@
 """Rank program: time all-reduce of float32 buffers through mpi4py or Horovod (MPI or Gloo).
 
-Runs under mpirun, one process per rank (``python -m mpi4py -m ringtrain.bench.ring_runner``).
-For every size: untimed all-reduces (the first one is checked for the right sum) until the
-times settle, ``--warmup`` at least (``settle.py``; their count and cost are in the result),
-then ``--reps`` timed ones, each preceded by ``MPI_Barrier``; a rank's time is the wall time
-of its own all-reduce and the iteration's time is the max over ranks (``MPI_Allreduce(MAX)``).
-Rank 0 prints one ``RESULT {json}`` line per size with every iteration's time.
+Runs under mpirun, one process per rank
+(``python -m mpi4py -m ringtrain.bench.allreduce.ring_runner``). For every size: untimed
+all-reduces (the first one is checked for the right sum) until the times settle, ``--warmup``
+at least (``settle.py``; their count and cost are in the result), then ``--reps`` timed ones,
+each preceded by ``MPI_Barrier``; a rank's time is the wall time of its own all-reduce and the
+iteration's time is the max over ranks (``MPI_Allreduce(MAX)``). Rank 0 prints one
+``RESULT {json}`` line per size with every iteration's time.
 
 Implementations (``--impl``):
 
@@ -37,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ringtrain.bench import settle
+from ringtrain.bench.allreduce import settle
 from ringtrain.ringcheck.rankprog import ring_op
 
 IMPLS = ("mpi4py", "mpi4py-ring", "horovod", "horovod-eager", "gloo", "p2p", "mpi4py-hvd-idle")
@@ -179,7 +180,7 @@ def init(args: argparse.Namespace, impls: list[str]) -> dict[str, Any]:
         return info
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if os.environ.get("HOROVOD_CONTROLLER") == "gloo":  # Horovod reads these in hvd.init()
-        from ringtrain.bench.gloo_rdzv import rank_env_from_ompi
+        from ringtrain.bench.allreduce.gloo_rdzv import rank_env_from_ompi
 
         os.environ.update(rank_env_from_ompi(os.environ))
     import horovod.tensorflow as hvd
