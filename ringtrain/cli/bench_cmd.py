@@ -25,7 +25,7 @@ from ringtrain.errors import UsageError
 if TYPE_CHECKING:  # the bench modules need numpy (the [bench] extra): imported when run
     from ringtrain.bench.allreduce import harness, suite
     from ringtrain.bench.model.costmodel import Params
-    from ringtrain.bench.strategies import StrategyBench
+    from ringtrain.bench.train.strategies import StrategyBench
     from ringtrain.hostfile import Inventory
 
 _EPILOG = """\b
@@ -328,8 +328,8 @@ def train_cmd(model: str | None, strategies: str | None, ps_counts: str, ps_host
         raise UsageError(f"--model {model} is for --strategy runs",
                          "add --strategy horovod,tf-multiworker,tf-ps, or pick resnet50, "
                          "resnet101, vgg16 or digits")
-    from ringtrain.bench import training  # noqa: PLC0415 - see _config
     from ringtrain.bench.allreduce import harness, suite  # noqa: PLC0415 - see _config
+    from ringtrain.bench.train import training  # noqa: PLC0415 - see _config
 
     cfg = training.TrainConfig(model=model, ns=parse_ints(workers, "-n", 1, 64),
                                batch_size=batch_size, image_size=image_size, batches=batches,
@@ -346,10 +346,10 @@ def _strategies(model: str, strategies: str, ps_counts: str, ps_hosts: str,
                 ssh_config: Path | None, known_hosts: Path | None, fit_run: Path | None,
                 steps: int, workers: str, batch_size: int, runs_dir: Path,
                 sim: tuple[str, int | None, str | None] | None) -> None:
-    from ringtrain.bench import strategies as bench  # noqa: PLC0415
     from ringtrain.bench.allreduce import benchrun, ceilings  # noqa: PLC0415 - see _config
     from ringtrain.bench.model import costmodel  # noqa: PLC0415 - see _config
     from ringtrain.bench.model.projection_report import load_fit  # noqa: PLC0415
+    from ringtrain.bench.train import strategies as bench  # noqa: PLC0415
     from ringtrain.hostfile import parse_host_spec  # noqa: PLC0415
     from ringtrain.sim import shaping  # noqa: PLC0415
     from ringtrain.spec import SshSpec, Strategy  # noqa: PLC0415
@@ -392,7 +392,7 @@ def _strategies(model: str, strategies: str, ps_counts: str, ps_hosts: str,
 
 def _run_strategies(cfg: StrategyBench, hosts: Inventory, params: Params,
                     source: str) -> None:
-    from ringtrain.bench import strategies as bench  # noqa: PLC0415 - see _config
+    from ringtrain.bench.train import strategies as bench  # noqa: PLC0415 - see _config
     from ringtrain.cli.context import SshOptions, ssh_remote  # noqa: PLC0415 - paramiko
     from ringtrain.launch.reporter import NullReporter  # noqa: PLC0415
 

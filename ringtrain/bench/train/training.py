@@ -17,7 +17,7 @@ from typing import Any
 from ringtrain.bench.allreduce.harness import Job, Round, Target, run_round
 
 log = logging.getLogger(__name__)
-PROGRAM = "ringtrain.bench.train_throughput"
+PROGRAM = "ringtrain.bench.train.train_throughput"
 
 
 @dataclass(frozen=True, slots=True)

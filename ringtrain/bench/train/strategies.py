@@ -2,7 +2,7 @@
 per-worker batch and the same hosts under Horovod's ring, TensorFlow's MultiWorkerMirrored and
 TensorFlow's parameter servers (k = each ``--ps``), every cell launched through the ordinary
 launch Session (``--strategy``, TF_CONFIG, supervision, logs) running
-``ringtrain.bench.train_strategy``.
+``ringtrain.bench.train.train_strategy``.
 
 Per cell: samples/s over the workers, one worker's step time, and the cost model's prediction
 (``costmodel``): the measured single-process step ``T1`` plus the modelled exchange of the
@@ -45,7 +45,7 @@ from ringtrain.spec import (
     SupervisionPolicy,
 )
 
-PROGRAM = "ringtrain.bench.train_strategy"
+PROGRAM = "ringtrain.bench.train.train_strategy"
 RING_LIKE = ("horovod", "tf-multiworker")
 
 
