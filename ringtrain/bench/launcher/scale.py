@@ -1,7 +1,7 @@
 """Benchmark: the launcher's own costs from 1 to 1,000 hosts (8 ranks each), by simulation
 (issue 14). One command, a table, ``scale.json`` and ``scale.png``:
 
-    python -m ringtrain.bench.scale [--hosts 1,10,100,1000] [--out DIR]
+    python -m ringtrain.bench.launcher.scale [--hosts 1,10,100,1000] [--out DIR]
 
 Per host count N:
 
@@ -45,7 +45,8 @@ from typing import Any
 
 import psutil
 
-from ringtrain.bench import control_scale, figures, plan_scale
+from ringtrain.bench import figures
+from ringtrain.bench.launcher import control_scale, plan_scale
 from ringtrain.hostfile import Host, Inventory
 from ringtrain.launch.probe import GpuStatus, probe
 from ringtrain.launch.supervise import reaper_argv
