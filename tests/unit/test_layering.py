@@ -241,10 +241,10 @@ def test_no_shell_true_no_print_outside_cli(path: Path) -> None:
             # cli/ prints; models/, bench/ and the sim helpers are programs whose output is read;
             # keras.py runs in the ranks, and its lines go to the rank's log; the ring check's
             # rank program prints its one result line, read from rank 0's log, and so does its
-            # GPU-to-GPU program, read through the Remote seam; scaling.py is a benchmark
+            # GPU-to-GPU program, read through the Remote seam
             assert rel.startswith(("cli/", "keras.py", "models/", "bench/", "sim/fake_",
                                    "sim/_hostinit", "sim/sshfarm.py", "ringcheck/rankprog.py",
-                                   "ringcheck/intraprog.py", "ringcheck/scaling.py")), (
+                                   "ringcheck/intraprog.py")), (
                 f"print() in {rel}"
             )
 

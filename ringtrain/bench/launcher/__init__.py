@@ -4,5 +4,7 @@
 ``control_scale.py``'s simulated ranks against the control server and supervision,
 ``plan_scale.py``'s inventory parse, allocation and plan; docs/SCALE.md), ``probe_scaling.py``
 (pre-flight vs horovodrun's SSH check), ``launch_overhead.py`` (``ringtrain launch`` vs a bare
-mpirun) and ``faults.py`` (fault to every host clean, on a simulated cluster).
+mpirun), ``faults.py`` (fault to every host clean, on a simulated cluster) and
+``ringcheck_scaling.py`` (``check --ring``'s wall time vs host count, and whether it names the
+slow host).
 """
