@@ -5,5 +5,6 @@ Keras model.
 N = 1.. workers: images/s per worker and scaling efficiency. ``strategies.py``
 (``--strategy``) runs ``train_strategy.py`` under Horovod's ring, TensorFlow's
 MultiWorkerMirrored and its parameter servers, each cell a launch Session, and sets the
-measured steps against the cost model's prediction.
+measured steps against the cost model's prediction (each cell also times its strategy's
+exchange alone, and a prediction more than 15% off gets a measured cause).
 """
