@@ -23,7 +23,7 @@ unit: bootstrap
 	$(BIN)/python -m pytest tests/unit -q
 
 bench-launch: bootstrap
-	$(BIN)/python -m ringtrain.bench.launch_overhead
+	$(BIN)/python -m ringtrain.bench.launcher.launch_overhead
 
 clean:
 	rm -rf runs .pytest_cache .mypy_cache .ruff_cache

@@ -23,9 +23,9 @@ from ringtrain.cli.options import stacked
 from ringtrain.errors import UsageError
 
 if TYPE_CHECKING:  # the bench modules need numpy (the [bench] extra): imported when run
-    from ringtrain.bench import harness, suite
-    from ringtrain.bench.costmodel import Params
-    from ringtrain.bench.strategies import StrategyBench
+    from ringtrain.bench.allreduce import harness, suite
+    from ringtrain.bench.model.costmodel import Params
+    from ringtrain.bench.train.strategies import StrategyBench
     from ringtrain.hostfile import Inventory
 
 _EPILOG = """\b
@@ -80,7 +80,7 @@ def _sweep_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _config(opts: dict[str, Any], **extra: Any) -> suite.BenchConfig:
-    from ringtrain.bench import suite  # noqa: PLC0415 - numpy only when a bench runs
+    from ringtrain.bench.allreduce import suite  # noqa: PLC0415 - numpy only when a bench runs
 
     return suite.BenchConfig(
         sizes=parse_sizes(opts["sizes"]), ns=parse_ints(opts["workers"], "-n", 2, 64),
@@ -98,8 +98,8 @@ def _echo_round(rnd: harness.Round) -> None:
 
 @contextlib.contextmanager
 def _target(opts: dict[str, Any], hosts_needed: int) -> Iterator[harness.Target]:
-    from ringtrain.bench import benchrun as session  # noqa: PLC0415 - see _config
-    from ringtrain.bench import harness  # noqa: PLC0415 - see _config
+    from ringtrain.bench.allreduce import benchrun as session  # noqa: PLC0415 - see _config
+    from ringtrain.bench.allreduce import harness  # noqa: PLC0415 - see _config
 
     if opts["sim_name"] is None:
         if opts["link_rate"]:
@@ -130,7 +130,7 @@ def _terminable() -> Iterator[None]:
 
 def _run(parts: tuple[str, ...], cfg: suite.BenchConfig, opts: dict[str, Any],
          hosts_needed: int) -> None:
-    from ringtrain.bench import benchrun as session  # noqa: PLC0415 - see _config
+    from ringtrain.bench.allreduce import benchrun as session  # noqa: PLC0415 - see _config
 
     command = "ringtrain " + shlex.join(sys.argv[1:])
     with _terminable(), _target(opts, hosts_needed) as target:
@@ -218,7 +218,7 @@ def compare_cmd(impl: str, target_pairs: int, **opts: Any) -> None:
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def report_cmd(run_dir: Path) -> None:
     """Re-analyse RUN_DIR/results.json and rewrite report.md, cells.csv and the plots."""
-    from ringtrain.bench import benchrun as session  # noqa: PLC0415 - see _config
+    from ringtrain.bench.allreduce import benchrun as session  # noqa: PLC0415 - see _config
 
     for path in session.rerender(run_dir):
         click.echo(str(path))
@@ -229,7 +229,7 @@ def report_cmd(run_dir: Path) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def model_cmd(run_dir: Path, as_json: bool) -> None:
     """Fit the cost model to RUN_DIR's cells; print parameters, fit quality and crossovers."""
-    from ringtrain.bench import analysis  # noqa: PLC0415 - see _config
+    from ringtrain.bench.model import analysis  # noqa: PLC0415 - see _config
 
     res = json.loads((run_dir / "results.json").read_text())
     out = analysis.analyse(res)
@@ -257,7 +257,7 @@ def model_cmd(run_dir: Path, as_json: bool) -> None:
               type=click.Path(file_okay=False, path_type=Path))
 def tune_cmd(workers: int, rounds: int, reps: int, quiet_wait: float, runs_dir: Path) -> None:
     """Horovod vs raw mpi4py, one setting at a time (4 KiB and 64 MiB, local ranks)."""
-    from ringtrain.bench import harness, tuning  # noqa: PLC0415 - see _config
+    from ringtrain.bench.allreduce import harness, tuning  # noqa: PLC0415 - see _config
 
     with _terminable():
         run_dir, _ = tuning.run_and_write(harness.local_target(), workers, rounds, reps,
@@ -328,7 +328,8 @@ def train_cmd(model: str | None, strategies: str | None, ps_counts: str, ps_host
         raise UsageError(f"--model {model} is for --strategy runs",
                          "add --strategy horovod,tf-multiworker,tf-ps, or pick resnet50, "
                          "resnet101, vgg16 or digits")
-    from ringtrain.bench import harness, suite, training  # noqa: PLC0415 - see _config
+    from ringtrain.bench.allreduce import harness, suite  # noqa: PLC0415 - see _config
+    from ringtrain.bench.train import training  # noqa: PLC0415 - see _config
 
     cfg = training.TrainConfig(model=model, ns=parse_ints(workers, "-n", 1, 64),
                                batch_size=batch_size, image_size=image_size, batches=batches,
@@ -345,9 +346,10 @@ def _strategies(model: str, strategies: str, ps_counts: str, ps_hosts: str,
                 ssh_config: Path | None, known_hosts: Path | None, fit_run: Path | None,
                 steps: int, workers: str, batch_size: int, runs_dir: Path,
                 sim: tuple[str, int | None, str | None] | None) -> None:
-    from ringtrain.bench import benchrun, ceilings, costmodel  # noqa: PLC0415 - see _config
-    from ringtrain.bench import strategies as bench  # noqa: PLC0415
-    from ringtrain.bench.projection_report import load_fit  # noqa: PLC0415
+    from ringtrain.bench.allreduce import benchrun, ceilings  # noqa: PLC0415 - see _config
+    from ringtrain.bench.model import costmodel  # noqa: PLC0415 - see _config
+    from ringtrain.bench.model.projection_report import load_fit  # noqa: PLC0415
+    from ringtrain.bench.train import strategies as bench  # noqa: PLC0415
     from ringtrain.hostfile import parse_host_spec  # noqa: PLC0415
     from ringtrain.sim import shaping  # noqa: PLC0415
     from ringtrain.spec import SshSpec, Strategy  # noqa: PLC0415
@@ -390,7 +392,7 @@ def _strategies(model: str, strategies: str, ps_counts: str, ps_hosts: str,
 
 def _run_strategies(cfg: StrategyBench, hosts: Inventory, params: Params,
                     source: str) -> None:
-    from ringtrain.bench import strategies as bench  # noqa: PLC0415 - see _config
+    from ringtrain.bench.train import strategies as bench  # noqa: PLC0415 - see _config
     from ringtrain.cli.context import SshOptions, ssh_remote  # noqa: PLC0415 - paramiko
     from ringtrain.launch.reporter import NullReporter  # noqa: PLC0415
 
@@ -417,7 +419,7 @@ def _run_strategies(cfg: StrategyBench, hosts: Inventory, params: Params,
 def project_cmd(run_dir: Path, train_dirs: tuple[Path, ...], fit_key: str,
                 images_per_sec: float | None, batch_size: int) -> None:
     """Predict Horovod's published 512-GPU scaling efficiency from the fit and a step time."""
-    from ringtrain.bench import projection_report  # noqa: PLC0415 - see _config
+    from ringtrain.bench.model import projection_report  # noqa: PLC0415 - see _config
 
     text = projection_report.render(run_dir, train_dirs, fit_key, images_per_sec, batch_size)
     click.echo(text)

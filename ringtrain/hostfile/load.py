@@ -94,7 +94,8 @@ def parse_inventory_text(text: str, fmt: str, source: str) -> Inventory:
 def _gc_paused() -> Iterator[None]:
     """A parse allocates a few objects per host and frees none of them until it ends, so the
     cyclic collector's passes over them find nothing: at 10,000 YAML hosts they were 0.6 of
-    the 1.1 s (``python -m ringtrain.bench.plan_scale``). It runs again when the parse ends."""
+    the 1.1 s (``python -m ringtrain.bench.launcher.plan_scale``). It runs again when the parse
+    ends."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -3,8 +3,8 @@
 It accepts one connection per rank, checks the token, keeps each rank's latest state, and sends
 a heartbeat to every rank each second. One thread reads every connection through a selector
 (a thread per connection cost 185% CPU and 229 ms supervision ticks at 8,000 simulated ranks,
-and a false "host silent": bench/control_scale.py). ``snapshot()`` returns an immutable view
-that the pure supervision checks in supervise.py read.
+and a false "host silent": bench/launcher/control_scale.py). ``snapshot()`` returns an
+immutable view that the pure supervision checks in supervise.py read.
 
 Anyone who can reach the port can connect, so nothing is trusted before the token: a peer
 must say ``hello`` with it within ``HELLO_TIMEOUT_S``; at most ``max_pending`` connections may
@@ -12,8 +12,8 @@ be waiting to do so (more are closed at once); every read is bounded by ``MAX_LI
 line drops the connection), so memory stays flat under a flood and there are two threads
 whatever the number of connections. ``max_pending`` is ``MAX_PENDING`` or the job's rank
 count, whichever is larger: all ranks of a large job may check in at once
-(bench/control_scale.py: with a fixed 64, 116 of 8,000 simulated ranks were closed unheard and
-would have been reported as never started).
+(bench/launcher/control_scale.py: with a fixed 64, 116 of 8,000 simulated ranks were closed
+unheard and would have been reported as never started).
 """
 
 from __future__ import annotations
@@ -173,7 +173,8 @@ class ControlServer:
 
     # ------------------------------------------------------------------ the loop
     # One thread reads every connection through a selector: at 8,000 ranks a thread per
-    # connection spent the launcher's CPU on switching between them (bench/control_scale.py).
+    # connection spent the launcher's CPU on switching between them
+    # (bench/launcher/control_scale.py).
 
     def _loop(self) -> None:
         try:

@@ -174,7 +174,7 @@ def _silent_rank(
         return None
     # "Its host answers": another rank there was heard within two beats. A host that is going
     # quiet is a lost host a beat later (its ranks' beats are up to a second apart, so the
-    # first of them passes the timeout before the last does: bench/control_scale.py named a
+    # first of them passes the timeout before the last does: bench/launcher/control_scale.py named a
     # lost host's rank as silent before this).
     fresh: dict[str, float] = {}
     for o in snap.ranks:

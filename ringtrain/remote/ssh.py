@@ -116,7 +116,7 @@ class IndexedSshConfig:
 
     paramiko tries every stanza for every host (and asks the OS for the user name at each
     one), so a config with a ``Host`` stanza per host made resolving 1,000 hosts take ~1 s per
-    100 hosts, quadratic (bench/scale.py; 10 of 15 s of a 400-host probe). Stanzas whose
+    100 hosts, quadratic (bench/launcher/scale.py; 10 of 15 s of a 400-host probe). Stanzas whose
     ``Host`` patterns are all plain names are indexed by name; the others (wildcards,
     negations, ``Match``) are tried for every host as before. A host is looked up in a config
     holding only its candidate stanzas, in file order, so the first-value-wins rules are

@@ -5,19 +5,21 @@ Round by round (``schedule.rounds``: N-1 rounds of disjoint pairs, all pairs of 
 once; a second pass in reverse order, the best of both kept), each pair measures its latency
 (median of small ping-pongs, halved) and its bandwidth (both ends ``Sendrecv`` a buffer at the
 same time: full duplex, as a ring uses each link; the best of up to ``--reps``, fewer when one
-takes over a second on a slow link). Then the textbook
-ring all-reduce (bench.ring_runner's) of ``--ring-size`` bytes over all ranks gives the bus
-bandwidth of the whole set. Rank 0 prints one ``RINGCHECK-PAIR {json}`` line per pair, then
+takes over a second on a slow link). Then the textbook ring all-reduce (``ring_op``; bench's
+``mpi4py-ring`` times it too) of ``--ring-size`` bytes over all ranks gives the bus bandwidth
+of the whole set. Rank 0 prints one ``RINGCHECK-PAIR {json}`` line per pair, then
 ``RINGCHECK {json}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 SLOW_REP_S = 1.0
@@ -58,6 +60,41 @@ def _pair(comm: Any, rank: int, peer: int, size: int, reps: int, lat_reps: int) 
             "latency_s": statistics.median(lat) / 2}
 
 
+def ring_op(nbytes: int) -> tuple[Callable[[], None], Callable[[], Any]]:
+    """The textbook ring all-reduce of ``nbytes`` of float32 ones over COMM_WORLD: N-1
+    reduce-scatter steps and N-1 all-gather steps, each a nonblocking ``Isend`` to the right
+    neighbour and ``Irecv`` from the left, numpy sums. Returns (run, result)."""
+    import numpy as np  # noqa: PLC0415 - rank side only
+    from mpi4py import MPI  # noqa: PLC0415 - rank side only
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    right, left = (rank + 1) % size, (rank - 1) % size
+    send = np.ones(nbytes // 4, dtype=np.float32)
+    out = np.empty_like(send)
+    bounds = [int(b) for b in np.linspace(0, send.size, size + 1)]
+    blocks = [slice(a, b) for a, b in itertools.pairwise(bounds)]
+    tmp = np.empty(max(b.stop - b.start for b in blocks), dtype=np.float32)
+
+    def exchange(send_block: slice, recv_into: Any) -> None:
+        reqs = [comm.Irecv(recv_into, source=left, tag=11),
+                comm.Isend(out[send_block], dest=right, tag=11)]
+        MPI.Request.Waitall(reqs)
+
+    def run() -> None:
+        np.copyto(out, send)
+        for step in range(size - 1):  # reduce-scatter
+            mine, theirs = blocks[(rank - step) % size], blocks[(rank - step - 1) % size]
+            view = tmp[: theirs.stop - theirs.start]
+            exchange(mine, view)
+            np.add(out[theirs], view, out=out[theirs])
+        for step in range(size - 1):  # all-gather
+            mine, theirs = blocks[(rank + 1 - step) % size], blocks[(rank - step) % size]
+            exchange(mine, out[theirs])
+
+    return run, lambda: out
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="ringtrain.ringcheck.rankprog")
     parser.add_argument("--size", type=int, default=4 << 20)
@@ -68,7 +105,6 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from mpi4py import MPI  # noqa: PLC0415 - rank side only
 
-    from ringtrain.bench.ring_runner import ring_op  # noqa: PLC0415
     from ringtrain.ringcheck.schedule import rounds  # noqa: PLC0415
 
     comm = MPI.COMM_WORLD

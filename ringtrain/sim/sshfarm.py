@@ -14,7 +14,7 @@ unchanged against it; only the commands are answered from a table instead of run
 
 writes ``DIR/ssh_config``, ``DIR/known_hosts``, ``DIR/client_key`` and ``DIR/hosts.txt``, prints
 ``READY <n>`` and serves until SIGTERM. It is a separate process so that its CPU is measured
-apart from the launcher's (``ringtrain.bench.scale``).
+apart from the launcher's (``ringtrain.bench.launcher.scale``).
 """
 
 from __future__ import annotations

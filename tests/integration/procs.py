@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from ringtrain.bench.harness import parse_results
+from ringtrain.bench.allreduce.harness import parse_results
 
 
 def descendants(pid: int, needle: str) -> list[psutil.Process]:
@@ -62,7 +62,8 @@ def describe(procs: list[psutil.Process]) -> list[str]:
 
 
 def results_by_rank(output: str) -> dict[int, dict[str, Any]]:
-    """The ``RESULT {json}`` lines ranks print (ringtrain.bench.harness.parse_results), by rank."""
+    """The ``RESULT {json}`` lines ranks print (ringtrain.bench.allreduce.harness.parse_results),
+    by rank."""
     return {int(r["rank"]): r for r in parse_results(output)}
 
 

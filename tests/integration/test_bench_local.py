@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain.bench import analysis
+from ringtrain.bench.model import analysis
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 REPO = Path(__file__).resolve().parents[2]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ringtrain import sim
-from ringtrain.bench import benchrun as session
-from ringtrain.bench import suite
+from ringtrain.bench.allreduce import benchrun as session
+from ringtrain.bench.allreduce import suite
 from ringtrain.sim import shaping
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]

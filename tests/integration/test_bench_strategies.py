@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ringtrain import sim
-from ringtrain.bench import costmodel, strategies
+from ringtrain.bench.model import costmodel
+from ringtrain.bench.train import strategies
 from ringtrain.hostfile import parse_host_spec
 from ringtrain.launch.reporter import NullReporter
 from ringtrain.remote.ssh import SshRemote

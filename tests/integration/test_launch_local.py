@@ -137,7 +137,7 @@ def test_exception_in_one_rank_aborts_job_and_is_reported(tmp_path: Path) -> Non
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stdout + proc.stderr
     # aborted, not left hanging: a bound below the 60 s timeout above, so it can fail
-    # (typical: 2-3 s, up to ~15 s on a loaded machine; see bench/faults.py)
+    # (typical: 2-3 s, up to ~15 s on a loaded machine; see bench/launcher/faults.py)
     assert elapsed < 40
     assert "error: rank 1 on localhost failed (exit code 1)" in proc.stderr
     assert "ValueError: rank one is broken" in proc.stderr

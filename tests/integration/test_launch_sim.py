@@ -195,7 +195,8 @@ def test_link_down_is_detected_and_torn_down(sim_cluster: sim.SimCluster, tmp_pa
     result = run_result(tmp_path)
     assert proc.returncode == 21, err[-2000:]
     assert result["fault_kind"] == "host-lost" and result["fault_hosts"] == ["gpu02"], err[-2000:]
-    # heartbeat timeout 5 s: detected in ~6 s, ended a few s later (bench/faults.py times it)
+    # heartbeat timeout 5 s: detected in ~6 s, ended a few s later
+    # (bench/launcher/faults.py times it)
     assert result["detected_at"] - cut < 25
     assert ended - cut < 45
     assert [t["error"] is not None for t in result["teardown"] if t["host"] == "gpu02"] == [True]

@@ -295,7 +295,7 @@ def test_up_then_down_leaves_nothing(tmp_path: Path) -> None:
     try:
         started = time.monotonic()
         c = sim.up(cfg)
-        assert time.monotonic() - started < 60  # not hung; bench/probe_scaling prints it
+        assert time.monotonic() - started < 60  # not hung; bench/launcher/probe_scaling prints it
         done = ssh(c, "gpu01", "nohup sleep 600 >/dev/null 2>&1 & echo $!")
         assert done.returncode == 0, done.stderr
         pids = [p for h in c.names for p, _ in sim.host_processes(cfg, h)]

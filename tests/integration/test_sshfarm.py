@@ -68,7 +68,7 @@ def test_horovodruns_own_ssh_check_passes_over_the_farm(farm: Path) -> None:
     """The scale benchmark's anchor: Horovod's check, OpenSSH's ssh, the farm's keys; nothing
     written to the user's known_hosts."""
     pytest.importorskip("horovod")
-    from ringtrain.bench.scale import horovod_ssh_check
+    from ringtrain.bench.launcher.scale import horovod_ssh_check
 
     user_known = Path("~/.ssh/known_hosts").expanduser()
     before = user_known.read_bytes() if user_known.exists() else None

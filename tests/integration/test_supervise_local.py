@@ -97,7 +97,7 @@ while True:
     assert [a["state"] for a in result["attempts"]] == ["failed", "failed"]
     assert "keeping localhost: a rank there was killed by a signal" in proc.stderr
     assert result["stop_reason"] is None
-    assert result["teardown_s"] < 20  # typical: under 1 s; timings are in bench/faults.py
+    assert result["teardown_s"] < 20  # typical: under 1 s; timings are in bench/launcher/faults.py
     _assert_nothing_left(result)
 
 

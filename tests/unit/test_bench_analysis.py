@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from ringtrain.bench import analysis, report
-from ringtrain.bench import costmodel as model
-from ringtrain.bench.costmodel import Params
+from ringtrain.bench.allreduce import report
+from ringtrain.bench.model import analysis
+from ringtrain.bench.model import costmodel as model
+from ringtrain.bench.model.costmodel import Params
 
 RING = Params(a=60e-6, B=50e6, g=0.5e-9)
 PS = Params(a=400e-6, B=48e6, g=0.5e-9)

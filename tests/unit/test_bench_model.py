@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from ringtrain.bench import costmodel as model
-from ringtrain.bench.costmodel import Params, Sample
+from ringtrain.bench.model import costmodel as model
+from ringtrain.bench.model.costmodel import Params, Sample
 
 TRUE = Params(a=50e-6, B=50e6, g=0.4e-9)  # 50 us, 400 Mbit/s, 2.5 GB/s reduction
 SIZES = [4 * 1024 * 4**i for i in range(10)]  # 4 KB .. 1 GB

@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringtrain.bench import gloo_rdzv, harness, projection, rdma, units
-from ringtrain.bench.costmodel import Params
-from ringtrain.bench.ps_grpc import Shard, pack
-from ringtrain.bench.ps_runner import split
+from ringtrain.bench import units
+from ringtrain.bench.allreduce import gloo_rdzv, harness, rdma
+from ringtrain.bench.allreduce.ps_grpc import Shard, pack
+from ringtrain.bench.allreduce.ps_runner import split
+from ringtrain.bench.model import projection
+from ringtrain.bench.model.costmodel import Params
 from ringtrain.errors import SimError, UsageError
 from ringtrain.sim import shaping
 

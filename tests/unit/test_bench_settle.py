@@ -1,11 +1,11 @@
-"""Warm-up ends when the times stop falling (bench/settle.py), never before the minimum, and
-always by the iteration and time caps."""
+"""Warm-up ends when the times stop falling (bench/allreduce/settle.py), never before the
+minimum, and always by the iteration and time caps."""
 
 from __future__ import annotations
 
 import pytest
 
-from ringtrain.bench import settle
+from ringtrain.bench.allreduce import settle
 
 
 def _stop_at(times: list[float], minimum: int = 1) -> int:

@@ -1,12 +1,12 @@
-"""bench/strategies.py's pure parts: the cells it runs, the cost model's step prediction per
+"""bench/train/strategies.py's pure parts: the cells it runs, the cost model's step prediction per
 strategy, and the winners measured and predicted."""
 
 from __future__ import annotations
 
 import pytest
 
-from ringtrain.bench import costmodel
-from ringtrain.bench.strategies import (
+from ringtrain.bench.model import costmodel
+from ringtrain.bench.train.strategies import (
     StrategyBench,
     annotate,
     cell_spec,

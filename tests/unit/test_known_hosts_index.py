@@ -1,6 +1,7 @@
 """The indexed known_hosts store answers exactly what a scan of every entry answers, for any
 mix of plain, bracketed, hashed, wildcard, negated, revoked and cert-authority lines, in file
-order, including keys appended while it is in use (its speed is measured by bench/scale.py)."""
+order, including keys appended while it is in use (its speed is measured by
+bench/launcher/scale.py)."""
 
 from __future__ import annotations
 

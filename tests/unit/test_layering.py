@@ -63,9 +63,9 @@ LAYERS: dict[str, set[str]] = {
     "keras": {"errors", "checkpoint", "rank"},
     "models": {"errors", "checkpoint", "rank", "keras"},
     "sim": {"errors", "checkpoint", "rank"},
+    "ringcheck": {"errors", "hostfile", "remote", "spec", "launch", "sim"},
     "bench": {"errors", "hostfile", "remote", "rank", "checkpoint", "launch", "keras", "models",
-              "sim", "spec"},
-    "ringcheck": {"errors", "hostfile", "remote", "spec", "launch", "bench", "sim"},
+              "sim", "spec", "ringcheck"},
     # the assembly of a launch, below both doors: the ring pre-check runs a ringcheck job
     "assembly": {"errors", "hostfile", "remote", "spec", "launch", "ringcheck"},
     "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
@@ -242,10 +242,10 @@ def test_no_shell_true_no_print_outside_cli(path: Path) -> None:
             # cli/ prints; models/, bench/ and the sim helpers are programs whose output is read;
             # keras/ runs in the ranks, and its lines go to the rank's log; the ring check's
             # rank program prints its one result line, read from rank 0's log, and so does its
-            # GPU-to-GPU program, read through the Remote seam; scaling.py is a benchmark
+            # GPU-to-GPU program, read through the Remote seam
             assert rel.startswith(("cli/", "keras/", "models/", "bench/", "sim/fake_",
                                    "sim/_hostinit", "sim/sshfarm.py", "ringcheck/rankprog.py",
-                                   "ringcheck/intraprog.py", "ringcheck/scaling.py")), (
+                                   "ringcheck/intraprog.py")), (
                 f"print() in {rel}"
             )
 

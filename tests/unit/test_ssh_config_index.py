@@ -1,6 +1,6 @@
 """The indexed ssh_config lookup gives exactly paramiko's answer for every host, whatever the
 mix of plain-name stanzas, wildcards, negations, Match blocks and repeated names (its speed is
-measured by bench/scale.py, not tested)."""
+measured by bench/launcher/scale.py, not tested)."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def test_one_silent_rank_is_named_with_host_and_pid_not_taken_for_a_lost_host() 
 def test_a_host_going_quiet_is_a_lost_host_not_its_first_silent_rank() -> None:
     """A cut link silences every rank of a host at once, but their last beats were up to a
     second apart: the first passes the timeout while the last has not. That is not "one rank
-    silent while its host answers" (bench/control_scale.py named it so at 8,000 ranks)."""
+    silent while its host answers" (bench/launcher/control_scale.py named it so at 8,000 ranks)."""
     ranks = (_rank(0, 99), _rank(1, 99), _rank(2, 89.5), _rank(3, 90.4))
     assert check(Snapshot(ranks, None, now=100), ALLOC, POLICY, started=0) is None
     fault = check(Snapshot(ranks, None, now=100.5), ALLOC, POLICY, started=0)

@@ -20,8 +20,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ringtrain.bench import analysis, ceilings, rdma, report, suite
-from ringtrain.bench.harness import Round, Target
+from ringtrain.bench.allreduce import ceilings, rdma, report, suite
+from ringtrain.bench.allreduce.harness import Round, Target
+from ringtrain.bench.model import analysis
 from ringtrain.errors import RingtrainError, UsageError
 
 if TYPE_CHECKING:

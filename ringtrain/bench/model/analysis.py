@@ -3,7 +3,7 @@
 Fits: one per transport, ``(a, B)`` by least squares with ``g`` fixed to the reduction cost
 measured in the same run. Transports: every ring implementation (mpi4py = Open MPI's ring,
 mpi4py-ring = the textbook ring in mpi4py, horovod, gloo) and each PS mode (ps-sync,
-ps-pipe). Ring timings cannot separate ``g`` from ``B`` (model.py); PS timings over several k
+ps-pipe). Ring timings cannot separate ``g`` from ``B`` (costmodel.py); PS timings over several k
 could, but a free ``g`` then soaks up whatever the model leaves out (for the pipelined PS: the
 overlap it assumes and TCP does not deliver), so ``g`` stays measured and the pipelined PS's own
 ``B`` shows how much of the link its overlap really gets. Each cell then carries ``model_s`` and
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ringtrain.bench import costmodel as model
+from ringtrain.bench.model import costmodel as model
 
 MB4 = 4 * 1024 * 1024
 TARGET_BYTES = 64 * 1024 * 1024

@@ -11,7 +11,7 @@ process runs, and how long after ``--heartbeat-timeout`` one rank that goes sile
 (or the false fault a healthy job showed: heartbeats the server did not read in time). The
 workers share this machine's cores with the server; on a real cluster the ranks are elsewhere.
 
-    python -m ringtrain.bench.control_scale [--sizes 8,80,800,8000]
+    python -m ringtrain.bench.launcher.control_scale [--sizes 8,80,800,8000]
 """
 
 from __future__ import annotations

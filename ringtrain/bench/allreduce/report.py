@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import costmodel as model
-from ringtrain.bench.plots import write_plots
+from ringtrain.bench.allreduce.plots import write_plots
+from ringtrain.bench.model import costmodel as model
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def _cells_table(cells: Sequence[dict[str, Any]], title: str) -> list[str]:
 
 
 def _warmups(cells: Sequence[dict[str, Any]]) -> list[str]:
-    """What each cell's warm-up cost before its timed iterations (bench/settle.py)."""
+    """What each cell's warm-up cost before its timed iterations (bench/allreduce/settle.py)."""
     rows = [[c["impl"], str(c["n"]), human_bytes(c["bytes"]), str(w["iterations"]),
              ms(w["first_s"]), ms(w["last_s"]), ms(c["median_s"]), f"{w['seconds']:.3f}"]
             for c in cells if (w := c.get("warmup"))]

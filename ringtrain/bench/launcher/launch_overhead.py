@@ -3,7 +3,7 @@
 Runs are alternated (ringtrain, mpirun, ringtrain, ...) so machine noise hits both alike; the
 report is the median wall time of each and their ratio (target: at most 1.10).
 
-    python -m ringtrain.bench.launch_overhead [--repeats 5] [--epochs 3]
+    python -m ringtrain.bench.launcher.launch_overhead [--repeats 5] [--epochs 3]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ringtrain.rank import envvars
 
-DIGITS = Path(__file__).resolve().parents[1] / "models" / "digits.py"
+DIGITS = Path(__file__).resolve().parents[2] / "models" / "digits.py"
 
 
 def ringtrain_argv(runs_dir: Path, epochs: int) -> list[str]:

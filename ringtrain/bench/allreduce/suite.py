@@ -20,15 +20,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ringtrain.bench import costmodel as model
-from ringtrain.bench.analysis import TARGET_BYTES
-from ringtrain.bench.harness import Job, Round, Target, env_tuple, run_round, sizes_arg
+from ringtrain.bench.allreduce.harness import Job, Round, Target, env_tuple, run_round, sizes_arg
+from ringtrain.bench.model import costmodel as model
+from ringtrain.bench.model.analysis import TARGET_BYTES
 from ringtrain.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-RING = "ringtrain.bench.ring_runner"
-PS = "ringtrain.bench.ps_runner"
+RING = "ringtrain.bench.allreduce.ring_runner"
+PS = "ringtrain.bench.allreduce.ps_runner"
 MIB = 1024 * 1024
 
 # Found by the tuning ladder (tuning.py, `ringtrain bench tune`, docs/BENCH.md): malloc asks for

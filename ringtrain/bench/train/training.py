@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench.harness import Job, Round, Target, run_round
+from ringtrain.bench.allreduce.harness import Job, Round, Target, run_round
 
 log = logging.getLogger(__name__)
-PROGRAM = "ringtrain.bench.train_throughput"
+PROGRAM = "ringtrain.bench.train.train_throughput"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +82,7 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def run_and_write(cfg: TrainConfig, target: Target, runs_dir: Path,
                   on_round: Callable[[Round], None] | None = None) -> Path:
-    from ringtrain.bench import benchrun as session
+    from ringtrain.bench.allreduce import benchrun as session
 
     run_id, run_dir = session.new_run_dir(runs_dir, "bench-train")
     rows = run_scaling(cfg, target, on_round)

@@ -7,7 +7,7 @@ Session, mpirun and SSH), and it must name exactly that host; then once more wit
 equal, where it must name nobody. Prints per size the wall time (median), the pair phase's
 share, the rounds (goal: N-1 rounds per pass, not N(N-1)/2), hosts named right and false alarms.
 
-    python -m ringtrain.ringcheck.scaling [--sizes 4,8,16] [--repeats 3]
+    python -m ringtrain.bench.launcher.ringcheck_scaling [--sizes 4,8,16] [--repeats 3]
 """
 
 from __future__ import annotations

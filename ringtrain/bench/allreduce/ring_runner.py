@@ -1,18 +1,20 @@
 """Rank program: time all-reduce of float32 buffers through mpi4py or Horovod (MPI or Gloo).
 
-Runs under mpirun, one process per rank (``python -m mpi4py -m ringtrain.bench.ring_runner``).
-For every size: untimed all-reduces (the first one is checked for the right sum) until the
-times settle, ``--warmup`` at least (``settle.py``; their count and cost are in the result),
-then ``--reps`` timed ones, each preceded by ``MPI_Barrier``; a rank's time is the wall time
-of its own all-reduce and the iteration's time is the max over ranks (``MPI_Allreduce(MAX)``).
-Rank 0 prints one ``RESULT {json}`` line per size with every iteration's time.
+Runs under mpirun, one process per rank
+(``python -m mpi4py -m ringtrain.bench.allreduce.ring_runner``). For every size: untimed
+all-reduces (the first one is checked for the right sum) until the times settle, ``--warmup``
+at least (``settle.py``; their count and cost are in the result), then ``--reps`` timed ones,
+each preceded by ``MPI_Barrier``; a rank's time is the wall time of its own all-reduce and the
+iteration's time is the max over ranks (``MPI_Allreduce(MAX)``). Rank 0 prints one
+``RESULT {json}`` line per size with every iteration's time.
 
 Implementations (``--impl``):
 
 * ``mpi4py``: ``comm.Allreduce`` on preallocated numpy buffers (the raw MPI baseline);
-* ``mpi4py-ring``: the textbook ring written out in mpi4py: N-1 reduce-scatter steps and N-1
-  all-gather steps, each a nonblocking ``Isend`` to the right neighbour and ``Irecv`` from the
-  left (so both directions of a link move at once, as the cost model assumes), numpy sums;
+* ``mpi4py-ring``: the textbook ring written out in mpi4py (``ringcheck.rankprog.ring_op``, the
+  ring check's own): N-1 reduce-scatter steps and N-1 all-gather steps, each a nonblocking
+  ``Isend`` to the right neighbour and ``Irecv`` from the left (so both directions of a link
+  move at once, as the cost model assumes), numpy sums;
 * ``horovod``: ``hvd.allreduce(x, op=hvd.Sum)`` on a TF tensor inside ``tf.function``;
 * ``horovod-eager``: the same call eagerly (what a naive script does);
 * ``mpi4py-hvd-idle``: mpi4py's all-reduce in a process where Horovod is initialised and idle
@@ -29,7 +31,6 @@ Horovod's default ``op=Average`` (an extra scaling pass) instead of Sum.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import sys
@@ -37,7 +38,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ringtrain.bench import settle
+from ringtrain.bench.allreduce import settle
+from ringtrain.ringcheck.rankprog import ring_op
 
 IMPLS = ("mpi4py", "mpi4py-ring", "horovod", "horovod-eager", "gloo", "p2p", "mpi4py-hvd-idle")
 HOROVOD_OPS = ("horovod", "horovod-eager", "gloo")
@@ -68,38 +70,6 @@ def mpi4py_op(nbytes: int) -> tuple[Callable[[], None], Callable[[], Any]]:
         comm.Allreduce(send, recv, op=MPI.SUM)
 
     return run, lambda: recv
-
-
-def ring_op(nbytes: int) -> tuple[Callable[[], None], Callable[[], Any]]:
-    import numpy as np
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
-    right, left = (rank + 1) % size, (rank - 1) % size
-    send = np.ones(nbytes // 4, dtype=np.float32)
-    out = np.empty_like(send)
-    bounds = [int(b) for b in np.linspace(0, send.size, size + 1)]
-    blocks = [slice(a, b) for a, b in itertools.pairwise(bounds)]
-    tmp = np.empty(max(b.stop - b.start for b in blocks), dtype=np.float32)
-
-    def exchange(send_block: slice, recv_into: Any) -> None:
-        reqs = [comm.Irecv(recv_into, source=left, tag=11),
-                comm.Isend(out[send_block], dest=right, tag=11)]
-        MPI.Request.Waitall(reqs)
-
-    def run() -> None:
-        np.copyto(out, send)
-        for step in range(size - 1):  # reduce-scatter
-            mine, theirs = blocks[(rank - step) % size], blocks[(rank - step - 1) % size]
-            view = tmp[: theirs.stop - theirs.start]
-            exchange(mine, view)
-            np.add(out[theirs], view, out=out[theirs])
-        for step in range(size - 1):  # all-gather
-            mine, theirs = blocks[(rank + 1 - step) % size], blocks[(rank - step) % size]
-            exchange(mine, out[theirs])
-
-    return run, lambda: out
 
 
 def p2p_op(nbytes: int) -> tuple[Callable[[], None], Callable[[], Any]]:
@@ -210,7 +180,7 @@ def init(args: argparse.Namespace, impls: list[str]) -> dict[str, Any]:
         return info
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if os.environ.get("HOROVOD_CONTROLLER") == "gloo":  # Horovod reads these in hvd.init()
-        from ringtrain.bench.gloo_rdzv import rank_env_from_ompi
+        from ringtrain.bench.allreduce.gloo_rdzv import rank_env_from_ompi
 
         os.environ.update(rank_env_from_ompi(os.environ))
     import horovod.tensorflow as hvd

@@ -3,7 +3,7 @@
 and a YAML inventory with labels are generated, parsed by the real readers, allocated with ring
 ordering by a label, and planned (argv, hostfile text) for every slot.
 
-    python -m ringtrain.bench.plan_scale [--sizes 10,100,1000,10000] [--repeats 3]
+    python -m ringtrain.bench.launcher.plan_scale [--sizes 10,100,1000,10000] [--repeats 3]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Benchmark: the launcher's own costs from 1 to 1,000 hosts (8 ranks each), by simulation
 (issue 14). One command, a table, ``scale.json`` and ``scale.png``:
 
-    python -m ringtrain.bench.scale [--hosts 1,10,100,1000] [--out DIR]
+    python -m ringtrain.bench.launcher.scale [--hosts 1,10,100,1000] [--out DIR]
 
 Per host count N:
 
@@ -45,7 +45,8 @@ from typing import Any
 
 import psutil
 
-from ringtrain.bench import control_scale, plan_scale, plots
+from ringtrain.bench import figures
+from ringtrain.bench.launcher import control_scale, plan_scale
 from ringtrain.hostfile import Host, Inventory
 from ringtrain.launch.probe import GpuStatus, probe
 from ringtrain.launch.supervise import reaper_argv
@@ -194,7 +195,7 @@ def _anchor_cell(row: dict[str, Any]) -> str:
 
 def plot(path: Path, rows: list[dict[str, Any]]) -> Path | None:
     try:
-        plt = plots.pyplot()
+        plt = figures.pyplot()
     except ImportError:
         return None
     hosts = [r["hosts"] for r in rows]
@@ -217,8 +218,8 @@ def plot(path: Path, rows: list[dict[str, Any]]) -> Path | None:
             right.plot(hosts, [r[key] * scale for r in rows], marker="o", label=label)
     right.set(xscale="log", yscale="log", xlabel="hosts (8 ranks each)")
     for ax in axes:
-        plots.dress(ax)
-    return plots.save_figure(plt, fig, path)
+        figures.dress(ax)
+    return figures.save_figure(plt, fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

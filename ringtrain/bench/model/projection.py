@@ -24,7 +24,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ringtrain.bench.costmodel import Params
+from ringtrain.bench.model.costmodel import Params
 
 GBIT = 1e9 / 8
 

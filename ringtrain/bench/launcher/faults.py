@@ -14,7 +14,7 @@ reaper had verified every host clean (``torn_down_at``), both from T0. Then the 
 inspected directly: any rank or orted left is reported. Goals: rank death to full teardown within
 5 s; host loss detected and torn down within 20 s.
 
-    python -m ringtrain.bench.faults [--repeats 2] [--heartbeat-timeout 5]
+    python -m ringtrain.bench.launcher.faults [--repeats 2] [--heartbeat-timeout 5]
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import costmodel as model
-from ringtrain.bench.harness import Job, Round, Target, env_tuple, run_round, sizes_arg
-from ringtrain.bench.suite import COMMON_ENV as THP  # the suite's baseline: huge pages
+from ringtrain.bench.allreduce.harness import Job, Round, Target, env_tuple, run_round, sizes_arg
+from ringtrain.bench.allreduce.suite import COMMON_ENV as THP  # the suite's baseline: huge pages
+from ringtrain.bench.model import costmodel as model
 
 SIZES = (4096, 64 * 1024 * 1024)
 
@@ -62,7 +62,7 @@ LADDER: tuple[Variant, ...] = (
 def variant_job(v: Variant, n: int, sizes: Sequence[int], reps: int, mpi_ring: bool) -> Job:
     argv = ("--impl", v.impl, "--sizes", sizes_arg(sizes), "--warmup", "3",
             "--reps", str(reps), *v.args)
-    return Job("ringtrain.bench.ring_runner", argv, n, env=v.env, timeout=600,
+    return Job("ringtrain.bench.allreduce.ring_runner", argv, n, env=v.env, timeout=600,
                mpi_ring=mpi_ring)
 
 
@@ -121,7 +121,7 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
 def run_and_write(target: Target, n: int, rounds: int, reps: int, *, quiet_wait: float,
                   runs_dir: Path, on_round: Callable[[Round], None] | None = None
                   ) -> tuple[Path, list[dict[str, Any]]]:
-    from ringtrain.bench import benchrun as session
+    from ringtrain.bench.allreduce import benchrun as session
 
     run_id, run_dir = session.new_run_dir(runs_dir, "bench-tune")
     rows = run_ladder(target, n, rounds, reps, quiet_wait=quiet_wait, on_round=on_round)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ringtrain.bench.ps_grpc import Shard, ShardClient, pack, serve
+from ringtrain.bench.allreduce.ps_grpc import Shard, ShardClient, pack, serve
 
 MODES = ("sync", "pipe")
 

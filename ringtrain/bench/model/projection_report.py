@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import analysis, projection
-from ringtrain.bench.costmodel import Params
+from ringtrain.bench.model import analysis, projection
+from ringtrain.bench.model.costmodel import Params
 from ringtrain.errors import UsageError
 
 

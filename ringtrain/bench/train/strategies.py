@@ -2,7 +2,7 @@
 per-worker batch and the same hosts under Horovod's ring, TensorFlow's MultiWorkerMirrored and
 TensorFlow's parameter servers (k = each ``--ps``), every cell launched through the ordinary
 launch Session (``--strategy``, TF_CONFIG, supervision, logs) running
-``ringtrain.bench.train_strategy``.
+``ringtrain.bench.train.train_strategy``.
 
 Per cell: samples/s over the workers, one worker's step time, and the cost model's prediction
 (``costmodel``): the measured single-process step ``T1`` plus the modelled exchange of the
@@ -26,7 +26,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import benchrun, costmodel, harness, plots
+from ringtrain.bench import figures
+from ringtrain.bench.allreduce import benchrun, harness
+from ringtrain.bench.model import costmodel
 from ringtrain.hostfile import Inventory
 from ringtrain.launch.reporter import Reporter
 from ringtrain.launch.result import JobState
@@ -43,7 +45,7 @@ from ringtrain.spec import (
     SupervisionPolicy,
 )
 
-PROGRAM = "ringtrain.bench.train_strategy"
+PROGRAM = "ringtrain.bench.train.train_strategy"
 RING_LIKE = ("horovod", "tf-multiworker")
 
 
@@ -284,7 +286,7 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def plot(path: Path, rows: Sequence[dict[str, Any]]) -> Path | None:
     try:
-        plt = plots.pyplot()
+        plt = figures.pyplot()
     except ImportError:
         return None
     done = [r for r in rows if "error" not in r]
@@ -298,8 +300,8 @@ def plot(path: Path, rows: Sequence[dict[str, Any]]) -> Path | None:
            label="predicted")
     ax.set_xticks(list(xs), names, rotation=20, ha="right")
     ax.set_ylabel("step time of one worker (ms)")
-    plots.dress(ax)
-    return plots.save_figure(plt, fig, path)
+    figures.dress(ax)
+    return figures.save_figure(plt, fig, path)
 
 
 def run_and_write(inventory: Inventory, remote: Remote, cfg: StrategyBench,

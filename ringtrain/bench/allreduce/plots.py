@@ -13,30 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import costmodel as model
+from ringtrain.bench.figures import dress, pyplot, save_figure
+from ringtrain.bench.model import costmodel as model
 
 log = logging.getLogger(__name__)
-
-
-def pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def dress(ax: Any) -> None:
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-
-
-def save_figure(plt: Any, fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
 
 
 def _series(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:

@@ -11,7 +11,7 @@ times, alternately and ``--repeats`` times each:
 
 Reports medians and the 32/1 ratio of each (goal for ringtrain: at most 1.5, flat in host count).
 
-    python -m ringtrain.bench.probe_scaling [--sizes 1,4,16,32] [--repeats 5]
+    python -m ringtrain.bench.launcher.probe_scaling [--sizes 1,4,16,32] [--repeats 5]
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ringtrain.bench import ceilings
+from ringtrain.bench.allreduce import ceilings
 from ringtrain.bench.monitor import CpuMonitor
 from ringtrain.errors import JobFailed, LaunchError
 
@@ -136,7 +136,7 @@ def run_job_monitored(target: Target, job: Job) -> tuple[list[dict[str, Any]], f
     """``run_job`` plus the fraction of the machine foreign processes used meanwhile."""
     if not job.gloo:
         return _run_job(target, job)
-    from ringtrain.bench.gloo_rdzv import rendezvous
+    from ringtrain.bench.allreduce.gloo_rdzv import rendezvous
 
     per_host = 1 if target.remote else job.np
     with rendezvous(target.launcher_address, job.np, per_host, target.gloo_iface) as env:
