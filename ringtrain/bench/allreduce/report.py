@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from ringtrain.bench.allreduce.plots import write_plots
-from ringtrain.bench.model import costmodel as model
 
 log = logging.getLogger(__name__)
 
@@ -226,8 +225,3 @@ def write_all(run_dir: Path, res: dict[str, Any]) -> list[Path]:
     files[2].write_text(render_markdown(res))
     log.info("wrote %s", ", ".join(str(f) for f in files))
     return files
-
-
-def model_line(p: model.Params) -> str:
-    inv_g = f"{1 / p.g / 1e9:.2f} GB/s" if p.g > 0 else "inf"
-    return f"a={p.a * 1e6:.1f} us, B={p.B / 1e9:.3f} GB/s, 1/g={inv_g}"
