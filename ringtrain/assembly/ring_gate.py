@@ -11,11 +11,11 @@ from typing import Protocol, runtime_checkable
 
 from ringtrain.hostfile import Allocation, Inventory
 from ringtrain.launch.control import Snapshot
-from ringtrain.launch.gate import run_gate
-from ringtrain.launch.preflight import PreflightPolicy, PreflightVerdict
-from ringtrain.launch.probe_parse import ProbeReport
 from ringtrain.launch.reporter import Reporter
 from ringtrain.launch.run import OutputLine
+from ringtrain.probe.gate import run_gate
+from ringtrain.probe.probe_parse import ProbeReport
+from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict
 from ringtrain.remote import Remote
 from ringtrain.ringcheck.outliers import rate
 from ringtrain.ringcheck.runner import RingCheck, RingCheckOptions, run_ring_check

@@ -15,10 +15,10 @@ from ringtrain.cli.options import ring_check_options
 from ringtrain.cli.verdict_view import print_verdict, verdict_to_dict
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
-from ringtrain.launch.gate import gpu_rule
 from ringtrain.launch.hosts import mark_this_machine
-from ringtrain.launch.preflight import PreflightPolicy, evaluate
-from ringtrain.launch.probe import probe
+from ringtrain.probe.gate import gpu_rule
+from ringtrain.probe.hostprobe import probe
+from ringtrain.probe.verdict import PreflightPolicy, evaluate
 from ringtrain.remote import LocalRemote, Remote
 from ringtrain.spec import GpuRule, SshSpec
 

@@ -23,10 +23,10 @@ from ringtrain.cli.ring_view import show_ring_check
 from ringtrain.cli.verdict_view import print_verdict
 from ringtrain.hostfile import Allocation, Inventory
 from ringtrain.launch.control import Snapshot
-from ringtrain.launch.preflight import PreflightPolicy, PreflightVerdict
-from ringtrain.launch.probe_parse import ProbeReport
 from ringtrain.launch.run import OutputLine
 from ringtrain.launch.supervise import arrivals, rank_hosts
+from ringtrain.probe.probe_parse import ProbeReport
+from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict
 from ringtrain.ringcheck.runner import RingCheck
 
 QUEUE_LINES = 10_000

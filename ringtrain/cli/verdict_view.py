@@ -10,8 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ringtrain.hostfile import Inventory
-from ringtrain.launch.preflight import HostStatus, HostVerdict, PreflightPolicy, PreflightVerdict
-from ringtrain.launch.probe import GpuStatus, ProbeReport, ProbeResult
+from ringtrain.probe.hostprobe import GpuStatus, ProbeReport, ProbeResult
+from ringtrain.probe.verdict import HostStatus, HostVerdict, PreflightPolicy, PreflightVerdict
 
 _NO_GPU = {GpuStatus.NOT_INSTALLED: "no nvidia-smi", GpuStatus.NO_GPUS: "no GPUs",
            GpuStatus.FAILED: "nvidia-smi failed"}

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
-from ringtrain.launch import names, run
+from ringtrain.launch import run
+from ringtrain.probe import names
 from ringtrain.remote import Remote
 from ringtrain.schedulers.calls import inventory_from_scheduler, remote_for
 from ringtrain.schedulers.jobenv import SchedulerJob
@@ -66,7 +67,7 @@ def with_ssh_defaults(inventory: Inventory, ssh: SshSpec) -> Inventory:
 def mark_this_machine(inventory: Inventory) -> Inventory:
     """Hosts named by this machine's host name, or by a name that resolves to one of its own
     addresses, run their ranks here without SSH, as horovodrun (and mpirun) treat them. Names
-    are resolved once, in parallel, under one budget (launch/names.py)."""
+    are resolved once, in parallel, under one budget (probe/names.py)."""
     candidates = [h.name for h in inventory.hosts if not h.is_local]
     if not candidates:
         return inventory

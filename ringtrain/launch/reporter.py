@@ -7,9 +7,9 @@ from typing import Protocol
 
 from ringtrain.hostfile import Allocation, Inventory
 from ringtrain.launch.control import Snapshot
-from ringtrain.launch.preflight import PreflightPolicy, PreflightVerdict
-from ringtrain.launch.probe_parse import ProbeReport
 from ringtrain.launch.run import OutputLine
+from ringtrain.probe.probe_parse import ProbeReport
+from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict
 
 
 class Reporter(Protocol):

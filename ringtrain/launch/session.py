@@ -36,13 +36,13 @@ from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
 from ringtrain.launch import run, tfcluster
 from ringtrain.launch.control import ControlServer, Snapshot
-from ringtrain.launch.gate import Preflight, run_gate
 from ringtrain.launch.hostrest import HostRest, check_floor, choose
 from ringtrain.launch.outcome import Ending, decide, merge
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
 from ringtrain.launch.reporter import NullReporter, Reporter
 from ringtrain.launch.result import FailureKind, HostTeardown, JobResult, ResumePoint
 from ringtrain.launch.run import Job
+from ringtrain.launch.server_finisher import ServerFinisher
 from ringtrain.launch.straggler import StragglerWatch
 from ringtrain.launch.supervise import (
     Fault,
@@ -53,7 +53,8 @@ from ringtrain.launch.supervise import (
     usage_warnings,
     wait_or_fault,
 )
-from ringtrain.launch.tfjob import ServerFinisher, check_ports
+from ringtrain.probe.gate import Preflight, run_gate
+from ringtrain.probe.tfports import check_ports
 from ringtrain.rank import procfs
 from ringtrain.remote import Remote
 from ringtrain.spec import CheckpointLocation, LaunchSpec, StragglerAction, Strategy
@@ -198,7 +199,9 @@ class Session:
         # tf-ps: the chief and the ps tasks too (--ps-hosts own: on hosts without workers)
         alloc = tfcluster.with_tasks(alloc, self.spec, inventory.hosts)
         if tfcluster.is_tf(self.spec) and self.spec.preflight.enabled:
-            for host in check_ports(self.remote, alloc, self.spec, self._python):
+            ports = tfcluster.ports_by_host(alloc, self.spec)
+            for host in check_ports(self.remote, alloc.hosts, ports, self.spec.tf_port,
+                                    self._python):
                 self.reporter.note(f"warning: could not check the TF task ports on {host}")
         return alloc
 

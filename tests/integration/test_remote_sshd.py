@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ringtrain.hostfile.model import Host, Inventory
-from ringtrain.launch.probe import probe
+from ringtrain.probe.hostprobe import probe
 from ringtrain.remote.ssh import SshRemote
 
 SSHD = "/usr/sbin/sshd"

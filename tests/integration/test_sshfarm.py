@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ringtrain.hostfile import Host, Inventory
-from ringtrain.launch.probe import GpuStatus, probe
 from ringtrain.launch.supervise import reaper_argv
+from ringtrain.probe.hostprobe import GpuStatus, probe
 from ringtrain.remote.ssh import SshRemote
 from ringtrain.sim import sshfarm
 

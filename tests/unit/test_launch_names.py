@@ -1,4 +1,4 @@
-"""launch/names.py: every name looked up once, in parallel, under one overall budget (issue 23:
+"""probe/names.py: every name looked up once, in parallel, under one overall budget (issue 23:
 a dry run of 500 names that do not resolve took 121 s, look-up after look-up)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 from collections import Counter
 
 from ringtrain.hostfile import Host, Inventory
-from ringtrain.launch import names
-from ringtrain.launch.names import Resolver
+from ringtrain.probe import names
+from ringtrain.probe.names import Resolver
 
 
 class SlowDns:

@@ -59,17 +59,20 @@ LAYERS: dict[str, set[str]] = {
     "remote": {"errors", "hostfile"},
     "checkpoint": {"errors"},
     "schedulers": {"errors", "hostfile", "remote", "spec"},
-    "launch": {"errors", "hostfile", "remote", "rank", "spec", "checkpoint", "schedulers"},
+    # the pre-flight group: probe, verdict, network, names, the gate of an attempt
+    "probe": {"errors", "hostfile", "remote", "spec"},
+    "launch": {"errors", "hostfile", "remote", "rank", "spec", "checkpoint", "schedulers",
+               "probe"},
     "keras": {"errors", "checkpoint", "rank"},
     "models": {"errors", "checkpoint", "rank", "keras"},
     "sim": {"errors", "checkpoint", "rank"},
-    "ringcheck": {"errors", "hostfile", "remote", "spec", "launch", "sim"},
+    "ringcheck": {"errors", "hostfile", "remote", "spec", "launch", "sim", "probe"},
     "bench": {"errors", "hostfile", "remote", "rank", "checkpoint", "launch", "keras", "models",
-              "sim", "spec", "ringcheck"},
+              "sim", "spec", "ringcheck", "probe"},
     # the assembly of a launch, below both doors: the ring pre-check runs a ringcheck job
-    "assembly": {"errors", "hostfile", "remote", "spec", "launch", "ringcheck"},
+    "assembly": {"errors", "hostfile", "remote", "spec", "launch", "ringcheck", "probe"},
     "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
-            "bench", "sim", "rank", "ringcheck", "trust", "assembly"},
+            "bench", "sim", "rank", "ringcheck", "trust", "assembly", "probe"},
     "api": {"errors", "remote", "spec", "launch", "assembly"},
     "__main__": {"cli"},
 }
@@ -264,8 +267,8 @@ def test_the_guard_sees_the_whole_package() -> None:
 WORLD = {"subprocess", "socket", "paramiko", "select", "selectors", "signal", "threading",
          "concurrent", "multiprocessing", "fsspec", "s3fs", "urllib", "http", "grpc", "psutil"}
 EDGES = (
-    "remote/", "launch/run.py", "launch/control.py", "launch/session.py", "launch/gate.py",
-    "launch/names.py", "hostfile/discover.py", "schedulers/calls.py", "checkpoint/", "sim/",
+    "remote/", "launch/run.py", "launch/control.py", "launch/session.py", "probe/gate.py",
+    "probe/names.py", "hostfile/discover.py", "schedulers/calls.py", "checkpoint/", "sim/",
     "bench/", "rank/", "models/", "keras/", "ringcheck/intraprog.py", "cli/",
 )
 # Who builds a LaunchSpec: the user's launch through build_spec, a recorded one read back from

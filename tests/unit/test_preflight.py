@@ -6,8 +6,8 @@ import pytest
 
 from ringtrain.errors import ProbeError
 from ringtrain.hostfile.model import Host, Inventory
-from ringtrain.launch.preflight import HostStatus, PreflightPolicy, evaluate
-from ringtrain.launch.probe_parse import GpuStatus, ProbeReport, ProbeResult, parse_probe_output
+from ringtrain.probe.probe_parse import GpuStatus, ProbeReport, ProbeResult, parse_probe_output
+from ringtrain.probe.verdict import HostStatus, PreflightPolicy, evaluate
 from tests.fakes import gpu_rows, ip_lines, probe_stdout
 from tests.golden import GOLDEN_DIR
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ringtrain.cli import cli
 from ringtrain.cli.context import CliContext
-from ringtrain.launch.probe import probe_argv
+from ringtrain.probe.hostprobe import probe_argv
 from tests.fakes import FakeRemote, gpu_rows, ip_lines, probe_stdout
 
 ARGV = probe_argv(sys.executable)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ringtrain.errors import UsageError
-from ringtrain.launch.netif import choose_network
-from ringtrain.launch.probe_parse import Interface
+from ringtrain.probe.netif import choose_network
+from ringtrain.probe.probe_parse import Interface
 
 
 def ifs(*pairs: str) -> tuple[Interface, ...]:

@@ -6,8 +6,8 @@ import pytest
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile.model import Host, Inventory
-from ringtrain.launch.probe import PROBE_SCRIPT, VERSIONS_PY, probe, probe_argv
-from ringtrain.launch.probe_parse import GpuStatus
+from ringtrain.probe.hostprobe import PROBE_SCRIPT, VERSIONS_PY, probe, probe_argv
+from ringtrain.probe.probe_parse import GpuStatus
 from tests.fakes import FakeRemote, gpu_rows, probe_stdout
 
 PY = "/opt/venv/bin/python"

@@ -18,9 +18,8 @@ from hypothesis import strategies as st
 
 from ringtrain.cli.verdict_view import print_verdict, verdict_to_dict
 from ringtrain.hostfile.model import Host, Inventory
-from ringtrain.launch.preflight import PreflightPolicy, evaluate
-from ringtrain.launch.probe import result_from_cmd
-from ringtrain.launch.probe_parse import (
+from ringtrain.probe.hostprobe import result_from_cmd
+from ringtrain.probe.probe_parse import (
     SECTIONS,
     GpuQuery,
     GpuStatus,
@@ -34,6 +33,7 @@ from ringtrain.launch.probe_parse import (
     parse_python_versions,
     split_sections,
 )
+from ringtrain.probe.verdict import PreflightPolicy, evaluate
 from ringtrain.remote import CmdResult
 from tests.fakes import probe_stdout
 

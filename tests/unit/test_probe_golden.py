@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ringtrain.launch.probe_parse import GpuStatus, ProbeResult, parse_probe_output
+from ringtrain.probe.probe_parse import GpuStatus, ProbeResult, parse_probe_output
 from tests.golden import GOLDEN_DIR, assert_golden
 
 CASES = sorted(p.stem for p in (GOLDEN_DIR / "probe").glob("*.out"))

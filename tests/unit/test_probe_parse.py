@@ -7,7 +7,7 @@ import ipaddress
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringtrain.launch.probe_parse import (
+from ringtrain.probe.probe_parse import (
     GpuStatus,
     parse_ip_addr,
     parse_mpirun_version,

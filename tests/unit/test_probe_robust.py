@@ -19,9 +19,8 @@ from ringtrain.cli import cli
 from ringtrain.cli.context import CliContext
 from ringtrain.cli.verdict_view import print_verdict
 from ringtrain.hostfile.model import Host, Inventory
-from ringtrain.launch.preflight import HostStatus, PreflightPolicy, evaluate
-from ringtrain.launch.probe import probe_argv
-from ringtrain.launch.probe_parse import (
+from ringtrain.probe.hostprobe import probe_argv
+from ringtrain.probe.probe_parse import (
     GpuStatus,
     ProbeReport,
     parse_ip_addr,
@@ -29,6 +28,7 @@ from ringtrain.launch.probe_parse import (
     parse_probe_output,
     split_sections,
 )
+from ringtrain.probe.verdict import HostStatus, PreflightPolicy, evaluate
 from tests.fakes import FakeRemote, gpu_rows, ip_lines, probe_stdout
 
 ARGV = probe_argv(sys.executable)

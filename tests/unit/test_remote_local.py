@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ringtrain.hostfile.model import Host, Inventory
-from ringtrain.launch.probe import probe
-from ringtrain.launch.probe_parse import GpuStatus
+from ringtrain.probe.hostprobe import probe
+from ringtrain.probe.probe_parse import GpuStatus
 from ringtrain.remote import LocalRemote
 
 LOCAL = Inventory((Host("localhost", 2),))

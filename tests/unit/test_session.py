@@ -11,11 +11,11 @@ import pytest
 from ringtrain.errors import AllocationError, SetupError
 from ringtrain.hostfile import Allocation, parse_host_spec
 from ringtrain.launch.outcome import Decision
-from ringtrain.launch.preflight import PreflightPolicy
-from ringtrain.launch.probe import probe_argv
 from ringtrain.launch.reporter import NullReporter
 from ringtrain.launch.result import JobResult, JobState
 from ringtrain.launch.session import Session, SessionEnv
+from ringtrain.probe.hostprobe import probe_argv
+from ringtrain.probe.verdict import PreflightPolicy
 from ringtrain.spec import LaunchSpec, RestartPolicy
 from tests.fakes import FakeRemote, ip_lines, probe_stdout
 

@@ -167,7 +167,7 @@ def test_ps_goes_with_tf_ps_only(kw: dict[str, object]) -> None:
 
 def test_servers_are_told_to_finish_once_the_chief_is_done_and_gone() -> None:
     from ringtrain.launch.control import RankState, Snapshot
-    from ringtrain.launch.tfjob import ServerFinisher
+    from ringtrain.launch.server_finisher import ServerFinisher
 
     sent: list[str] = []
     notes: list[str] = []

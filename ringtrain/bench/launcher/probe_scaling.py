@@ -3,7 +3,7 @@
 Brings up one simulated cluster of the largest size (root needed), then for 1, 4, 16 and 32 hosts
 times, alternately and ``--repeats`` times each:
 
-* ``ringtrain.launch.probe.probe``: one SSH round trip per host collecting nvidia-smi, versions
+* ``ringtrain.probe.hostprobe.probe``: one SSH round trip per host collecting nvidia-smi, versions
   and interfaces, strict host keys, up to 64 hosts at once;
 * horovodrun's own check, ``horovod.runner.launch._check_all_hosts_ssh_successful``: one
   ``ssh ... true`` per host in threads. It runs plain ``ssh``; a wrapper first on PATH adds
@@ -29,7 +29,7 @@ from pathlib import Path
 from ringtrain import sim
 from ringtrain.bench.monitor import own_seconds
 from ringtrain.hostfile import Host, Inventory
-from ringtrain.launch.probe import probe
+from ringtrain.probe.hostprobe import probe
 from ringtrain.remote.ssh import SshRemote
 
 

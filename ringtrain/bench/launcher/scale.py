@@ -48,8 +48,8 @@ import psutil
 from ringtrain.bench import figures
 from ringtrain.bench.launcher import control_scale, plan_scale
 from ringtrain.hostfile import Host, Inventory
-from ringtrain.launch.probe import GpuStatus, probe
 from ringtrain.launch.supervise import reaper_argv
+from ringtrain.probe.hostprobe import GpuStatus, probe
 from ringtrain.remote.ssh import SshRemote
 from ringtrain.sim import sshfarm
 

@@ -15,8 +15,8 @@ from typing import Literal
 
 from ringtrain.errors import ProbeError
 from ringtrain.hostfile.model import Host, Inventory
-from ringtrain.launch.netif import NetworkChoice, choose_network
-from ringtrain.launch.probe_parse import GpuStatus, ProbeReport, ProbeResult
+from ringtrain.probe.netif import NetworkChoice, choose_network
+from ringtrain.probe.probe_parse import GpuStatus, ProbeReport, ProbeResult
 
 _NEEDED_EVERYWHERE = ("tensorflow", "horovod")
 

@@ -14,20 +14,30 @@ import ipaddress
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import psutil
 
 from ringtrain.hostfile import Inventory
-from ringtrain.launch import names
-from ringtrain.launch.netif import NetworkChoice
-from ringtrain.launch.preflight import PreflightPolicy, evaluate
-from ringtrain.launch.probe import probe
-from ringtrain.launch.probe_parse import GpuStatus, ProbeReport
-from ringtrain.launch.reporter import Reporter
+from ringtrain.probe import names
+from ringtrain.probe.hostprobe import probe
+from ringtrain.probe.netif import NetworkChoice
+from ringtrain.probe.probe_parse import GpuStatus, ProbeReport
+from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict, evaluate
 from ringtrain.remote import Remote
 from ringtrain.spec import GpuRule, LaunchSpec
 
 _NO_DRIVER = (GpuStatus.NOT_INSTALLED, GpuStatus.NO_GPUS)
+
+
+class GateReporter(Protocol):
+    """What the gate says: notes, and the pre-flight table before it is applied (the launch's
+    Reporter is one)."""
+
+    def note(self, text: str) -> None: ...
+
+    def verdict(self, inventory: Inventory, report: ProbeReport, verdict: PreflightVerdict,
+                policy: PreflightPolicy) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +65,8 @@ def policy_for(spec: LaunchSpec, need: int | None) -> PreflightPolicy:
 
 
 def run_gate(
-    spec: LaunchSpec, inventory: Inventory, need: int | None, remote: Remote, reporter: Reporter
+    spec: LaunchSpec, inventory: Inventory, need: int | None, remote: Remote,
+    reporter: GateReporter,
 ) -> Preflight:
     """Probe ``inventory`` and return what the attempt may use, or raise ProbeError."""
     if not spec.preflight.enabled:

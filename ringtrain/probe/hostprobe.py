@@ -27,7 +27,7 @@ import sys
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile.model import Inventory
-from ringtrain.launch.probe_parse import (
+from ringtrain.probe.probe_parse import (
     Gpu,
     GpuQuery,
     GpuStatus,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ringtrain.errors import UsageError
-from ringtrain.launch.probe_parse import Interface
+from ringtrain.probe.probe_parse import Interface
 
 _VIRTUAL_PREFIXES = ("docker", "virbr", "br-", "cni", "flannel", "cali", "kube", "lxcbr",
                      "podman", "vxlan", "tailscale", "zt")
