@@ -21,7 +21,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from typing import Any
 from ringtrain.checkpoint.filesystems import Location, make_filesystem
 from ringtrain.errors import CheckpointError, SetupError
 from ringtrain.rank import procfs
+from ringtrain.sim.ports import free_ports, ports_free
 
 log = logging.getLogger(__name__)
 
@@ -102,30 +102,6 @@ def find_weed() -> str:
     return found
 
 
-def _port_pair_free(port: int, ip: str = "127.0.0.1") -> bool:
-    for p in (port, port + GRPC_OFFSET):
-        with socket.socket() as s:
-            # like weed's Go listeners: TIME_WAIT leftovers of a stopped server do not count
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((ip, p))
-            except OSError:
-                return False
-    return True
-
-
-def _free_ports(count: int, avoid: set[int], ip: str = "127.0.0.1") -> list[int]:
-    out: list[int] = []
-    while len(out) < count:
-        with socket.socket() as s:
-            s.bind((ip, 0))
-            port = int(s.getsockname()[1])
-        taken = avoid | set(out) | {p + GRPC_OFFSET for p in out}
-        if port + GRPC_OFFSET < 65536 and port not in taken and _port_pair_free(port, ip):
-            out.append(port)
-    return out
-
-
 def _load_state(state_dir: Path) -> dict[str, object]:
     try:
         state = json.loads((state_dir / "server.json").read_text())
@@ -138,9 +114,10 @@ def _ports(state: dict[str, object], ip: str = "127.0.0.1") -> dict[str, int]:
     old = state.get("ports")
     if isinstance(old, dict) and all(isinstance(old.get(c), int) for c in COMPONENTS):
         ports = {c: int(old[c]) for c in COMPONENTS}
-        if all(_port_pair_free(p, ip) for p in ports.values()):
+        if all(ports_free((p, p + GRPC_OFFSET), ip) for p in ports.values()):
             return ports
-    return dict(zip(COMPONENTS, _free_ports(len(COMPONENTS), set(), ip), strict=True))
+    found = free_ports(len(COMPONENTS), ip, offsets=(0, GRPC_OFFSET))
+    return dict(zip(COMPONENTS, found, strict=True))
 
 
 def _credentials(

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ringtrain.errors import SimError
 from ringtrain.sim.config import SAFE_PATH_RE, default_state_dir, registry_file
+from ringtrain.sim.ports import free_ports, ports_free
 from ringtrain.sim.proc import locked, read_pid, stop_pids
 from ringtrain.sim.slurm_procs import job_processes, same_process, start_time
 
@@ -220,42 +221,16 @@ def _write_files(cfg: SlurmSimConfig, state: Path, ports: list[int]) -> None:
     (state / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nIgnoreSystemd=yes\n")
 
 
-def _free_ports(count: int) -> list[int]:
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        ports = [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
 def _node_ports(nodes: int) -> list[int]:
     """One port for slurmctld, then ``nodes`` consecutive free ports (Port=first-last)."""
     for _ in range(50):
-        ctld, base = _free_ports(2)
+        ctld, base = free_ports(2)
         if base + nodes > 65000 or ctld in range(base, base + nodes):
             continue
-        try:
-            _free_ports_at(base, nodes)
-        except OSError:
+        if not ports_free(range(base, base + nodes), "0.0.0.0"):  # noqa: S104 - a probe only
             continue
         return [ctld, base]
     raise SimError("no free block of ports for the slurmd daemons", hint="retry in a moment")
-
-
-def _free_ports_at(base: int, count: int) -> None:
-    socks = []
-    try:
-        for port in range(base, base + count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind(("0.0.0.0", port))  # noqa: S104 - only probing that the port is free
-    finally:
-        for s in socks:
-            s.close()
 
 
 # --------------------------------------------------------------------------- processes

@@ -306,3 +306,10 @@ def test_only_the_named_places_build_a_launch_spec(path: Path) -> None:
 def test_architecture_states_the_edges_and_the_spec_builders_the_tests_hold() -> None:
     assert _claim("Only these touch the outside world") == set(EDGES)
     assert _claim("A LaunchSpec is built by") == set(SPEC_BUILDERS)
+
+
+@pytest.mark.parametrize("path", SOURCES, **IDS)
+def test_no_module_outgrows_its_room(path: Path) -> None:
+    """A module over 400 lines is a sign to split it (ARCHITECTURE.md, Conventions)."""
+    lines = len(path.read_text().splitlines())
+    assert lines <= 400, f"{path.relative_to(ROOT)} has {lines} lines; split it by concern"
