@@ -1,10 +1,10 @@
 """LaunchSpec: everything one launch was asked, each field once, frozen. Pure.
 
-Built only by ``ringtrain.cli`` (``cli/launch_spec.build_spec``, the one argv reader) or read back
-from a run directory's plan.json (``ringtrain launch --from runs/<id>``); the Python API builds
-one too. Everything after it (``Session``, ``make_plan``, the pre-flight) reads this value and
-nothing else the user said: the request, the allocation, pre-flight, supervision and restart
-policies, and the checkpoint location already parsed.
+A user's launch builds it with ``assembly/launch_spec.build_spec`` (from either door) or reads
+it back from a run directory's plan.json (``ringtrain launch --from runs/<id>``). Everything
+after it (``Session``, ``make_plan``, the pre-flight) reads this value and nothing else the
+user said: the request, the allocation, pre-flight, supervision and restart policies, and the
+checkpoint location already parsed (``checkpoint.location.Location``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ringtrain.checkpoint.location import Location
 from ringtrain.errors import UsageError
 from ringtrain.hostfile.allocate import AllocationPolicy
 
@@ -80,58 +81,6 @@ class EnvSpec:
         return cls(name=name, value=value if sep else None)
 
 
-_URL_RE = re.compile(r"^(?:(?P<scheme>[a-z][a-z0-9+.-]*)://)?(?P<rest>.*)$")
-_SCHEMES = ("file", "s3", "hdfs", "viewfs")
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointLocation:
-    """Where rank 0 commits checkpoints and a restart resumes from, parsed once.
-
-    ``scheme`` is ``file`` for a plain path; ``url`` is what the ranks get (a plain path stays
-    a path, relative paths made absolute against the working directory)."""
-
-    scheme: str
-    url: str
-
-    @classmethod
-    def parse(cls, text: str, working_dir: Path = Path(".")) -> CheckpointLocation:
-        if not text.strip():
-            raise UsageError(
-                "--checkpoint is empty",
-                "give a path, file://..., s3://bucket/prefix or hdfs://..., or drop the option "
-                "(checkpoints then go to the run directory)",
-            )
-        m = _URL_RE.match(text)
-        scheme = m.group("scheme") if m else None
-        if scheme is not None and scheme not in _SCHEMES:
-            raise UsageError(
-                f"--checkpoint {text!r}: unsupported scheme {scheme!r}",
-                "use a local path, file://, s3://bucket/prefix or hdfs://namenode/path",
-            )
-        authority = (m.group("rest") if m else text).split("/", 1)[0]
-        if scheme and "@" in authority:
-            raise UsageError(
-                "--checkpoint URL contains credentials, which would show in argv, logs and ps",
-                "remove user:secret@ from the URL and pass credentials through AWS_* variables "
-                "or ~/.aws/credentials",
-            )
-        if scheme is None:
-            path = Path(text).expanduser()
-            return cls("file", str(path if path.is_absolute() else working_dir / path))
-        return cls(scheme, text)
-
-    @classmethod
-    def in_run_dir(cls, run_dir: Path) -> CheckpointLocation:
-        """The default: ``runs/<id>/checkpoints``."""
-        return cls("file", str(run_dir / "checkpoints"))
-
-    @property
-    def is_local(self) -> bool:
-        return self.scheme == "file"
-
-    def __str__(self) -> str:
-        return self.url
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +190,7 @@ class LaunchSpec:
     working_dir: Path = Path(".")
     python: str | None = None  # on the hosts; None: this interpreter, same path everywhere
     network_interface: str | None = None
-    checkpoint: CheckpointLocation | None = None  # None: the run dir's checkpoints/
+    checkpoint: Location | None = None  # None: the run dir's checkpoints/ (Location.default)
     checkpoint_grace: float = 60.0  # seconds a storage outage may last before a skip
     ssh: SshSpec = field(default_factory=SshSpec)
     allocation: AllocationPolicy = field(default_factory=AllocationPolicy)
@@ -328,7 +277,7 @@ class LaunchSpec:
 # field types, so the JSON holds no type tags and a golden file stays readable.
 
 _NESTED: dict[str, type] = {
-    "checkpoint": CheckpointLocation,
+    "checkpoint": Location,
     "ssh": SshSpec,
     "allocation": AllocationPolicy,
     "preflight": PreflightSpec,
@@ -363,6 +312,8 @@ def _decode(cls: type, data: dict[str, Any]) -> Any:
 def _decode_field(cls: type, name: str, raw: Any) -> Any:  # noqa: PLR0911 - one per type
     if raw is None:
         return None
+    if name == "checkpoint" and "url" in raw:  # plan.json of ringtrain before Location
+        return Location.parse(raw["url"])
     if name in _NESTED:
         return _decode(_NESTED[name], raw)
     if name == "env":

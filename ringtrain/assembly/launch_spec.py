@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from ringtrain.errors import UsageError
+from ringtrain.checkpoint.location import Location
+from ringtrain.errors import CheckpointError, UsageError
 from ringtrain.hostfile import AllocationPolicy
 from ringtrain.ringcheck.outliers import parse_link_rate
 from ringtrain.spec import (
     Backend,
-    CheckpointLocation,
     Entry,
     EnvSpec,
     GpuRule,
@@ -109,11 +109,7 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         working_dir=working_dir,
         python=python,
         network_interface=opts.network_interface,
-        checkpoint=(
-            CheckpointLocation.parse(opts.checkpoint_url, working_dir)
-            if opts.checkpoint_url is not None
-            else None
-        ),
+        checkpoint=_checkpoint(opts.checkpoint_url, working_dir),
         checkpoint_grace=opts.checkpoint_grace,
         ssh=SshSpec(
             opts.ssh_config,
@@ -149,6 +145,16 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         ),
         restart=RestartPolicy(max_restarts=opts.max_restarts, min_np=opts.min_np),
     )
+
+
+def _checkpoint(text: str | None, working_dir: Path) -> Location | None:
+    """--checkpoint parsed once, by the one parser (checkpoint/location.py)."""
+    if text is None:
+        return None
+    try:
+        return Location.parse(text, working_dir)
+    except CheckpointError as err:
+        raise UsageError(f"--checkpoint: {err.message}", err.hint) from None
 
 
 def _straggler_policy(opts: LaunchOptions) -> StragglerPolicy:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ringtrain.checkpoint.commit import commit
+from ringtrain.checkpoint.commit_protocol import commit
 from ringtrain.checkpoint.resume import find_latest
 from ringtrain.checkpoint.store import open_store
 from ringtrain.sim.s3server import start_s3_server

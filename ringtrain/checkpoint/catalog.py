@@ -10,8 +10,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from ringtrain.checkpoint.location import MANIFEST_DIR
 from ringtrain.checkpoint.manifest import (
-    MANIFEST_DIR,
     Manifest,
     from_json,
     step_of_manifest,

@@ -21,69 +21,21 @@ import errno
 import logging
 import os
 import secrets
-import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import fsspec  # type: ignore[import-untyped]
 from fsspec.implementations.local import LocalFileSystem  # type: ignore[import-untyped]
 
+from ringtrain.checkpoint.location import SUPPORTED, Location, parse_url
 from ringtrain.errors import CheckpointError
+
+__all__ = ["SUPPORTED", "Location", "make_filesystem", "parse_url"]
 
 log = logging.getLogger(__name__)
 
-SUPPORTED = ("file", "s3", "hdfs", "viewfs")
 S3_CONNECT_TIMEOUT_S = 5
 S3_READ_TIMEOUT_S = 60
-
-
-@dataclass(frozen=True, slots=True)
-class Location:
-    protocol: str  # one of SUPPORTED
-    root: str  # path as the filesystem wants it: /abs/dir, bucket/prefix, /hdfs/dir
-    host: str | None = None  # namenode for hdfs/viewfs
-    port: int | None = None
-
-    @property
-    def url(self) -> str:
-        if self.protocol == "file":
-            return f"file://{self.root}"
-        if self.protocol == "s3":
-            return f"s3://{self.root}"
-        netloc = f"{self.host or ''}{f':{self.port}' if self.port else ''}"
-        return f"{self.protocol}://{netloc}{self.root}"
-
-
-def parse_url(url: str) -> Location:
-    """Validate a checkpoint URL. Credentials inside the URL are refused."""
-    parsed = urllib.parse.urlsplit(url)
-    scheme = parsed.scheme or "file"
-    if scheme not in SUPPORTED:
-        raise CheckpointError(
-            f"checkpoint URL {url!r}: unsupported scheme {scheme!r}",
-            "use a local path, file:///dir, s3://bucket/prefix or hdfs://namenode:8020/dir",
-        )
-    if "@" in parsed.netloc:
-        raise CheckpointError(
-            "checkpoint URL contains credentials, which would leak into argv, logs and ps",
-            "remove user:secret@ and use AWS_* variables, ~/.aws/credentials or Kerberos",
-        )
-    if scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise CheckpointError(
-                f"checkpoint URL {url!r}: file:// takes no host",
-                "write file:///absolute/path (three slashes)",
-            )
-        path = parsed.path if parsed.scheme else url
-        return Location("file", os.path.abspath(os.path.expanduser(path)))
-    if scheme == "s3":
-        bucket, key = parsed.netloc, parsed.path.strip("/")
-        if not bucket:
-            raise CheckpointError(f"checkpoint URL {url!r} names no bucket", "use s3://bucket/dir")
-        return Location("s3", f"{bucket}/{key}" if key else bucket)
-    path = "/" + parsed.path.strip("/")
-    return Location(scheme, path, parsed.hostname, parsed.port)
 
 
 def make_filesystem(loc: Location, options: Mapping[str, Any] | None = None) -> Any:

@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from ringtrain.checkpoint.location import DATA_DIR
 from ringtrain.errors import CheckpointError
 
 FORMAT = "ringtrain.checkpoint/1"
-MANIFEST_DIR = "manifests"
-DATA_DIR = "data"
 
 _MANIFEST_RE = re.compile(r"^ckpt-(\d{12})\.json$")
 _ATTEMPT_RE = re.compile(r"^(\d{12})-(\d{8}T\d{6}Z)-([0-9a-f]{8})$")

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ringtrain.checkpoint.catalog import load_manifest, manifest_names, manifest_rel
-from ringtrain.checkpoint.manifest import DATA_DIR, attempt_created
+from ringtrain.checkpoint.location import DATA_DIR
+from ringtrain.checkpoint.manifest import attempt_created
 from ringtrain.checkpoint.store import Store
 from ringtrain.errors import CheckpointError
 

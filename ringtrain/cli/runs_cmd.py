@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ringtrain.checkpoint.location import Location
 from ringtrain.errors import UsageError
 from ringtrain.launch.result import JobResult, JobState, ResumePoint
 from ringtrain.rank import procfs
@@ -98,7 +99,7 @@ def _started(run_dir: Path) -> str:
 
 def _last_checkpoint(run_dir: Path) -> str | None:
     """The newest local checkpoint manifest in the run dir (a run that wrote no result.json)."""
-    manifests = sorted((run_dir / "checkpoints").glob("manifests/*.json"))
+    manifests = sorted(Path(Location.default(run_dir).manifests).glob("*.json"))
     return manifests[-1].stem if manifests else None
 
 

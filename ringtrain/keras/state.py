@@ -13,6 +13,7 @@ from typing import Any
 import tensorflow as tf
 
 from ringtrain.checkpoint import Store, open_store
+from ringtrain.checkpoint.location import Location
 from ringtrain.errors import UsageError
 from ringtrain.rank import agent, cleanup, envvars
 
@@ -39,7 +40,7 @@ def checkpoint_url(url: str | None = None) -> str:
     env = os.environ.get(envvars.CHECKPOINT_URL)
     if env:
         return env
-    return str(Path(os.environ.get(envvars.RUN_DIR, ".")).absolute() / "checkpoints")
+    return Location.default(Path(os.environ.get(envvars.RUN_DIR, "."))).text
 
 
 @dataclass

@@ -268,7 +268,7 @@ def _env_delta(spec: LaunchSpec, inputs: PlanInputs, run_dir: Path) -> dict[str,
     for name, value in inputs.extra_env:
         delta.setdefault(name, value)
     if spec.checkpoint is not None:
-        delta[envvars.CHECKPOINT_URL] = spec.checkpoint.url
+        delta[envvars.CHECKPOINT_URL] = spec.checkpoint.text
     delta[envvars.CHECKPOINT_GRACE] = f"{spec.checkpoint_grace:g}"
     for env in spec.env:
         if env.value is not None:

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ringtrain.checkpoint.location import Location
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
 from ringtrain.launch import run, tfcluster
@@ -57,7 +58,7 @@ from ringtrain.probe.gate import Preflight, run_gate
 from ringtrain.probe.tfports import check_ports
 from ringtrain.rank import procfs
 from ringtrain.remote import Remote
-from ringtrain.spec import CheckpointLocation, LaunchSpec, StragglerAction, Strategy
+from ringtrain.spec import LaunchSpec, StragglerAction, Strategy
 
 log = logging.getLogger(__name__)
 FAULT_GRACE_S = 1.0
@@ -110,8 +111,8 @@ class Session:
         return (self.spec.runs_dir / self.env.run_id).absolute()
 
     @property
-    def checkpoint(self) -> CheckpointLocation:
-        return self.spec.checkpoint or CheckpointLocation.in_run_dir(self.run_dir)
+    def checkpoint(self) -> Location:
+        return self.spec.checkpoint or Location.default(self.run_dir)
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Stop the whole job now (from a signal handler): no restart follows."""
@@ -357,19 +358,19 @@ class Session:
     def _find_last_checkpoint(self) -> ResumePoint | None:
         """The newest committed checkpoint the job's storage holds (what a restart resumes)."""
         where = self.checkpoint
-        if where.is_local and not (Path(where.url) / "manifests").is_dir():
+        if where.is_local and not Path(where.manifests).is_dir():
             return None
         from ringtrain.checkpoint import list_checkpoints, open_store  # noqa: PLC0415
 
         try:
-            listed = list_checkpoints(open_store(where.url))
+            listed = list_checkpoints(open_store(where.text))
         except RingtrainError as err:  # storage down: say so, never a false "none"
             log.warning("cannot list checkpoints at %s: %s", where, err)
-            return ResumePoint(where.url, error=err.message)
+            return ResumePoint(where.text, error=err.message)
         best = next((c for c in listed if c.ok and c.manifest is not None), None)
         if best is None or best.manifest is None:
             return None
-        return ResumePoint(where.url, best.step, best.manifest.epoch, best.name)
+        return ResumePoint(where.text, best.step, best.manifest.epoch, best.name)
 
     def _write_launcher_record(self) -> None:
         """Who runs this launch (``launcher.json``): ``ringtrain runs`` tells a running launch

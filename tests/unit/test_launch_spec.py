@@ -58,7 +58,7 @@ def test_every_option_lands_in_one_field_golden() -> None:
     spec = build_spec(FULL, Path("/work/job"))
     assert_golden("spec/full.json", json.dumps(spec.to_json(), indent=2) + "\n")
     assert spec.backend is Backend.HOROVODRUN and spec.preflight.gpus is GpuRule.IGNORED
-    assert spec.checkpoint is not None and spec.checkpoint.url == "/work/job/ckpts/run1"
+    assert spec.checkpoint is not None and spec.checkpoint.text == "/work/job/ckpts/run1"
 
 
 def test_defaults_golden_and_round_trip() -> None:

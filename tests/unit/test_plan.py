@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from ringtrain.assembly import LaunchOptions, build_spec
+from ringtrain.checkpoint.location import Location
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.hosts import with_ssh_defaults
 from ringtrain.launch.plan import REDACTED, PlanInputs, make_plan, read_recorded_spec
-from ringtrain.spec import Backend, CheckpointLocation, Entry, EnvSpec, LaunchSpec, SshSpec
+from ringtrain.spec import Backend, Entry, EnvSpec, LaunchSpec, SshSpec
 from tests.golden import assert_golden
 
 ENVIRON = {
@@ -30,7 +32,7 @@ def _plan(spec: str = "localhost:2", *, root: bool = True, **kw: object):  # typ
     if "ssh_config" in kw:
         kw["ssh"] = SshSpec(config=kw.pop("ssh_config"))  # type: ignore[arg-type]
     if "checkpoint_url" in kw:
-        kw["checkpoint"] = CheckpointLocation.parse(str(kw.pop("checkpoint_url")))
+        kw["checkpoint"] = Location.parse(str(kw.pop("checkpoint_url")))
     request = LaunchSpec(
         script="train.py",
         script_args=("--epochs", "3"),
@@ -134,16 +136,37 @@ def test_checkpoint_url_travels_by_environment() -> None:
     [("s3://AKIA:secret@bucket/x", "credentials"), ("ftp://host/x", "unsupported scheme")],
 )
 def test_bad_checkpoint_urls(url: str, needle: str) -> None:
-    with pytest.raises(UsageError, match=needle):
-        CheckpointLocation.parse(url)
+    with pytest.raises(UsageError, match=f"--checkpoint: .*{needle}"):
+        build_spec(LaunchOptions("train.py", checkpoint_url=url), Path("/work/job"))
 
 
 def test_empty_checkpoint_refused_and_paths_made_absolute() -> None:
-    with pytest.raises(UsageError, match="--checkpoint is empty"):
-        CheckpointLocation.parse("  ")
-    where = CheckpointLocation.parse("ckpts/run1", Path("/work/job"))
-    assert (where.scheme, where.url) == ("file", "/work/job/ckpts/run1")
-    assert CheckpointLocation.parse("hdfs://nn:9000/x").scheme == "hdfs"
+    with pytest.raises(UsageError, match="--checkpoint: the checkpoint location is empty"):
+        build_spec(LaunchOptions("train.py", checkpoint_url="  "), Path("/work/job"))
+    where = Location.parse("ckpts/run1", Path("/work/job"))
+    assert (where.protocol, where.text, where.url) == (
+        "file", "/work/job/ckpts/run1", "file:///work/job/ckpts/run1")
+    assert Location.parse("hdfs://nn:9000/x").protocol == "hdfs"
+
+
+@pytest.mark.parametrize("url", ["s3:/bucket/x", "hdfs:/x", "s3:bucket"])
+def test_one_parser_refuses_what_ckpt_ls_refuses(url: str) -> None:
+    """`launch --checkpoint s3:/x` was taken for a local path while `ckpt ls s3:/x` refused it:
+    both read it through Location.parse now."""
+    with pytest.raises(UsageError, match="needs two slashes"):
+        build_spec(LaunchOptions("train.py", checkpoint_url=url), Path("/work/job"))
+
+
+def test_the_checkpoint_location_travels_to_the_ranks_and_back() -> None:
+    where = Location.parse("s3://ckpt/run1/")
+    plan = _plan(checkpoint_url="s3://ckpt/run1/")
+    sent = dict(plan.command.env)["RINGTRAIN_CHECKPOINT_URL"]
+    assert Location.parse(sent) == where  # the rank parses what the launcher sent
+    spec = LaunchSpec.from_json(plan.spec.to_json())
+    assert spec.checkpoint == where
+    old = {**plan.spec.to_json(), "checkpoint": {"scheme": "s3", "url": "s3://ckpt/run1"}}
+    assert LaunchSpec.from_json(old).checkpoint == where  # a plan.json of an older ringtrain
+    assert Location.default(Path("/w/runs/r1")).manifests == "/w/runs/r1/checkpoints/manifests"
 
 
 def test_plan_json_records_the_spec_and_reads_it_back_without_secret_values() -> None:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ringtrain.checkpoint.catalog import load_manifest, manifest_rel, verify_files
+from ringtrain.checkpoint.location import DATA_DIR
 from ringtrain.checkpoint.manifest import (
-    DATA_DIR,
     FileEntry,
     Manifest,
     check_relpath,
