@@ -162,9 +162,15 @@ class SupervisionPolicy:
 
 @dataclass(frozen=True, slots=True)
 class RestartPolicy:
+    """``--max-restarts`` and ``--min-np``; a failed host sits out ``cooldown_s``; after
+    ``stall_restarts`` restarts in a row with no new checkpoint committed the job stops
+    instead of restarting again (a crash loop, as NVIDIA's resiliency extension stops after 3
+    restarts without progress)."""
+
     max_restarts: int = 0
     min_np: int | None = None
     cooldown_s: float = 600.0
+    stall_restarts: int = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ sequences them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ringtrain.launch.result import (
@@ -17,6 +17,7 @@ from ringtrain.launch.result import (
     JobResult,
     JobState,
     RankFailure,
+    ResumePoint,
 )
 from ringtrain.launch.supervise import Fault
 from ringtrain.spec import RestartPolicy
@@ -34,8 +35,13 @@ class Decision:
     suspect: tuple[str, ...] = ()
 
 
-def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
-    """Whether to restart after ``result``, and which hosts to leave out. Pure."""
+def decide(result: JobResult, attempt: int, policy: RestartPolicy,
+           commits: Sequence[ResumePoint | None] = ()) -> Decision:
+    """Whether to restart after ``result``, and which hosts to leave out. Pure.
+
+    ``commits``: the newest committed checkpoint after each attempt so far, this one last.
+    When the last ``policy.stall_restarts`` restarts committed nothing new, another restart
+    would only crash again: the job stops and says so."""
     if result.state is JobState.SUCCEEDED:
         return Decision(False, "succeeded")
     if result.state is JobState.INTERRUPTED:
@@ -61,6 +67,9 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
         return Decision(
             False, spent if policy.max_restarts else "no restarts asked (--max-restarts)"
         )
+    stalled = no_progress(commits, policy.stall_restarts)
+    if stalled is not None:
+        return Decision(False, stalled)
     why = f"restarting: attempt {attempt + 1} of {policy.max_restarts + 1}"
     if exclude:
         why += f", without {', '.join(exclude)} for a cooldown"
@@ -68,6 +77,24 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy) -> Decision:
         why += f", avoiding {', '.join(suspect)} if the other hosts suffice"
     return Decision(True, why, exclude, suspect)
 
+
+
+def no_progress(commits: Sequence[ResumePoint | None], restarts: int) -> str | None:
+    """Why the job is in a crash loop (``restarts`` restarts and not one new commit), or None.
+    A storage that could not be listed says nothing either way."""
+    if restarts < 1 or len(commits) <= restarts:
+        return None
+    window = commits[-(restarts + 1):]
+    if any(c is not None and c.error is not None for c in window):
+        return None
+    steps = {None if c is None else c.step for c in window}
+    if len(steps) != 1:
+        return None
+    (step,) = steps
+    where = f"still at step {step}" if step is not None else "none yet"
+    return (f"crash loop: {restarts} restarts in a row and no new checkpoint committed "
+            f"({where}); not restarting again: fix the cause (see the first failing rank's "
+            "log), then relaunch")
 
 
 @dataclass(frozen=True, slots=True)

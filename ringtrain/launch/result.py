@@ -149,12 +149,12 @@ class JobResult:
     # for a cooldown", "restart budget spent (1 of 1)", ...; and the hosts it left out
     decision: str | None = None
     excluded: tuple[str, ...] = ()
+    resume_point: ResumePoint | None = None  # the newest commit when this attempt ended
     # the run, on its last attempt's result: the attempts before it, the restarts asked, the
-    # ranks asked (-np), the newest committed checkpoint, why no restart followed
+    # ranks asked (-np), why no restart followed
     earlier: tuple[JobResult, ...] = ()
     max_restarts: int = 0
     np_asked: int | None = None
-    resume_point: ResumePoint | None = None
     stop_reason: str | None = None
     wall_s: float | None = None  # from the launch's start to now: pre-flight, restarts and all
 
@@ -208,6 +208,7 @@ class JobResult:
             "failed_task": self.failed_task,
             "decision": self.decision,
             "excluded": list(self.excluded),
+            "checkpoint": self.resume_point.to_json() if self.resume_point else None,
         }
 
     def run_json(self) -> dict[str, Any]:
@@ -260,6 +261,7 @@ class JobResult:
             failed_task=d.get("failed_task"),
             decision=d.get("decision"),
             excluded=tuple(d.get("excluded") or ()),
+            resume_point=ResumePoint.from_json(d.get("checkpoint")),
         )
 
     def what_ringtrain_did(self) -> str:
@@ -272,6 +274,8 @@ class JobResult:
         did += f". Attempt {self.attempt} of {self.max_restarts + 1}"
         if self.state is JobState.INTERRUPTED:
             did += " (stopped by the user: no restart)"
+        elif self.decision and self.decision.startswith("crash loop"):
+            did += f" ({self.decision})"
         else:
             did += " (restarts used up)" if self.max_restarts else " (no restart asked)"
         for a in self.earlier:

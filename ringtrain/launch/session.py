@@ -137,7 +137,9 @@ class Session:
                     raise  # nothing ran: the CLI reports it as a usage error
                 return self._no_restart(err)
             result = self._attempt(attempt, alloc, checked)
-            decision = decide(result, attempt, self.spec.restart)
+            result = replace(result, resume_point=self._find_last_checkpoint())
+            commits = [r.resume_point for r in (*self.results, result)]
+            decision = decide(result, attempt, self.spec.restart, commits)
             restart = decision.restart and self._stopped is None
             reason = decision.reason if restart or not decision.restart else "stopped: no restart"
             result = replace(result, decision=reason,
@@ -387,7 +389,6 @@ class Session:
             earlier=tuple(self.results[:-1]),
             max_restarts=self.spec.restart.max_restarts,
             np_asked=self.spec.np,
-            resume_point=self._find_last_checkpoint(),
             stop_reason=stop_reason,
             wall_s=time.monotonic() - self._started,
         )

@@ -249,3 +249,23 @@ def test_restart_resumes_digits_from_the_committed_checkpoint(tmp_path: Path) ->
     assert results[0]["test_accuracy"] > 0.9
     assert result["last_checkpoint"]["epoch"] == 5
     _assert_nothing_left(result)
+
+
+def test_a_crash_loop_stops_after_three_restarts_without_a_commit(tmp_path: Path) -> None:
+    """A script that fails at every start, --max-restarts 6: ringtrain restarts three times,
+    sees no checkpoint committed, and stops with a report that says so (issue 24)."""
+    (tmp_path / "crash.py").write_text("raise SystemExit('config error: no such dataset')\n")
+    argv = [*RINGTRAIN, "launch", "--runs-dir", str(tmp_path / "runs"), "-H", "localhost:1",
+            "--max-restarts", "6", "crash.py"]
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    result = run_result(tmp_path)
+    assert len(result["attempts"]) == 4  # the first and three restarts, not seven
+    assert result["attempts"][-1]["decision"].startswith("crash loop: 3 restarts in a row")
+    assert "crash loop: 3 restarts in a row and no new checkpoint committed (none yet)" in (
+        proc.stderr)
+    shown = subprocess.run([*RINGTRAIN, "runs", "--runs-dir", str(tmp_path / "runs"), "show",
+                            result["run_id"]], capture_output=True, text=True, check=True,
+                           timeout=60).stdout
+    assert "then: restarting: attempt 2 of 7" in shown and "crash loop" in shown

@@ -293,3 +293,24 @@ def test_merge_takes_the_faulty_ranks_tail_and_drops_the_teardown_signal() -> No
     assert data["failed_rank"] == 1 and data["failed_host"] == "gpu02"
     assert data["signal"] is None and data["fault_kind"] == "stall"
     assert data["failure"]["ranks"][0]["log_tail"] == ["epoch 3", "stuck here"]
+
+
+def test_three_restarts_without_a_new_commit_stop_the_crash_loop() -> None:
+    """Issue 24: a job that crashes on every restart without committing anything new is not
+    restarted forever; the decision says why. A new commit in between resets the count, and a
+    storage that could not be listed is no evidence either way."""
+    from ringtrain.launch.result import ResumePoint
+
+    policy = RestartPolicy(max_restarts=10)
+    at = ResumePoint("s3://b/r", 40, 2, "x")
+    later = ResumePoint("s3://b/r", 60, 3, "y")
+    down = ResumePoint("s3://b/r", error="connection refused")
+    assert decide(_result(), 3, policy, [at, at, at]).restart  # two restarts so far
+    stop = decide(_result(), 4, policy, [at, at, at, at])
+    assert not stop.restart and stop.reason.startswith("crash loop: 3 restarts in a row")
+    assert "still at step 40" in stop.reason
+    assert "none yet" in decide(_result(), 4, policy, [None] * 4).reason
+    assert decide(_result(), 5, policy, [at, at, at, later, later]).restart  # progress made
+    assert decide(_result(), 4, policy, [at, at, down, at]).restart
+    assert decide(_result(), 4, RestartPolicy(max_restarts=10, stall_restarts=0),
+                  [None] * 4).restart  # 0 turns the stop off
