@@ -149,6 +149,9 @@ class SupervisionPolicy:
     poll_s: float = 0.2
     exit_grace: float = 120.0
     straggler: StragglerPolicy = StragglerPolicy()
+    # a Horovod script is told when no rank called hvd.init(); ringtrain's own MPI programs
+    # (the ring check) are not Horovod scripts
+    expect_hvd_init: bool = True
 
     @property
     def stall_limit(self) -> float:

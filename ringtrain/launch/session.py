@@ -246,7 +246,8 @@ class Session:
             )
             warnings = usage_warnings(
                 snap, alloc, self.spec.supervision, self.spec.checkpoint is not None,
-                horovod=self.spec.strategy is Strategy.HOROVOD,
+                horovod=(self.spec.strategy is Strategy.HOROVOD
+                         and self.spec.supervision.expect_hvd_init),
             )
             for text in (*merged.warnings, *warnings):
                 self.reporter.note(f"warning: {text}")

@@ -77,7 +77,8 @@ def run_ring_check(
         network_interface=opts.network_interface,
         ssh=opts.ssh,
         preflight=PreflightSpec(enabled=False, gpus=GpuRule.IGNORED),
-        supervision=SupervisionPolicy(start_timeout=min(120.0, opts.timeout_s)),
+        supervision=SupervisionPolicy(start_timeout=min(120.0, opts.timeout_s),
+                                      expect_hvd_init=False),  # an mpi4py program
     )
     session = Session(spec, one_each, remote, reporter)
     result = session.run()

@@ -66,6 +66,7 @@ def test_check_ring_names_the_host_at_a_quarter_with_numbers_and_a_picture(
     for log in (run_dir / "attempt-1").glob("rank.*.log"):
         assert "cannot reach the launcher" not in log.read_text(), log
     assert "slow host gpu03" in proc.stderr
+    assert "hvd.init()" not in proc.stderr  # its own mpi4py program is no Horovod script
     # GPU-to-GPU inside each host: the simulated hosts have 4 GPUs and no nccl-tests: said so
     assert {h: a["status"] for h, a in ring["gpu_to_gpu"].items()} == {
         h: "no-tool" for h in ("gpu01", "gpu02", "gpu03", "gpu04")}
