@@ -19,6 +19,7 @@ from typing import Any, Literal
 from ringtrain.checkpoint.location import Location
 from ringtrain.errors import UsageError
 from ringtrain.hostfile.allocate import AllocationPolicy
+from ringtrain.hvd_tuning import HorovodTuning
 
 SPEC_VERSION = 1
 
@@ -206,6 +207,7 @@ class LaunchSpec:
     preflight: PreflightSpec = field(default_factory=PreflightSpec)
     supervision: SupervisionPolicy = field(default_factory=SupervisionPolicy)
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    horovod: HorovodTuning = field(default_factory=HorovodTuning)  # horovodrun's tuning flags
     dry_run: bool = False
 
     def __post_init__(self) -> None:
@@ -233,6 +235,12 @@ class LaunchSpec:
                 f"--strategy {self.strategy.value} starts TensorFlow tasks, not Horovod ranks: "
                 "horovodrun and Gloo do not apply",
                 "drop --backend horovodrun and --gloo (mpirun or srun start the tasks)",
+            )
+        if self.strategy is not Strategy.HOROVOD and self.horovod.asked:
+            raise UsageError(
+                f"{', '.join(self.horovod.asked)} tune Horovod; --strategy "
+                f"{self.strategy.value} runs TensorFlow's own collectives, which do not read them",
+                "drop these flags, or use --strategy horovod",
             )
         if self.strategy is Strategy.TF_PS and self.ps < 1:
             raise UsageError("--strategy tf-ps needs parameter-server tasks: --ps is missing",
@@ -293,6 +301,7 @@ _NESTED: dict[str, type] = {
     "supervision": SupervisionPolicy,
     "straggler": StragglerPolicy,
     "restart": RestartPolicy,
+    "horovod": HorovodTuning,
 }
 
 

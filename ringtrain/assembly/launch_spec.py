@@ -15,6 +15,7 @@ from typing import Literal
 from ringtrain.checkpoint.location import Location
 from ringtrain.errors import CheckpointError, UsageError
 from ringtrain.hostfile import AllocationPolicy
+from ringtrain.hvd_tuning import HorovodTuning
 from ringtrain.ringcheck.outliers import parse_link_rate
 from ringtrain.spec import (
     Backend,
@@ -83,6 +84,18 @@ class LaunchOptions:
     on_straggler: str | None = None
     straggler_threshold: float = 1.5
     straggler_window: float = 60.0
+    # horovodrun's tuning flags (ringtrain/hvd_tuning.py)
+    fusion_threshold_mb: int | None = None
+    cycle_time_ms: float | None = None
+    cache_capacity: int | None = None
+    hierarchical_allreduce: bool | None = None
+    hierarchical_allgather: bool | None = None
+    autotune: bool = False
+    autotune_log_file: str | None = None
+    timeline_filename: str | None = None
+    timeline_mark_cycles: bool = False
+    hvd_log_level: str | None = None
+    output_filename: str | None = None
 
 
 def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
@@ -144,6 +157,11 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
             straggler=_straggler_policy(opts),
         ),
         restart=RestartPolicy(max_restarts=opts.max_restarts, min_np=opts.min_np),
+        horovod=HorovodTuning(
+            opts.fusion_threshold_mb, opts.cycle_time_ms, opts.cache_capacity,
+            opts.hierarchical_allreduce, opts.hierarchical_allgather, opts.autotune,
+            opts.autotune_log_file, opts.timeline_filename, opts.timeline_mark_cycles,
+            opts.hvd_log_level, opts.output_filename),
     )
 
 

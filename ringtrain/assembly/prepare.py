@@ -40,6 +40,11 @@ def prepare(
     allocation needs (srun steps inside Slurm), which wins over ``remote_factory``'s SSH.
     A dry run starts nothing: no ring check, and ``--backend srun`` may be planned anywhere."""
     spec = resolve_entry(spec)
+    if spec.horovod.output_filename:
+        reporter.note(
+            f"--output-filename {spec.horovod.output_filename}: every rank's output is in "
+            f"{spec.runs_dir}/<run id>/attempt-N/rank.<N>.log (stdout and stderr, as the rank "
+            "wrote them); nothing is written there")
     found = launch_hosts.resolve(spec, environ)
     for note in found.notes:
         reporter.note(note)

@@ -18,7 +18,7 @@ from ringtrain.cli import launch_entry, launch_report, verbosity
 from ringtrain.cli.context import cli_context
 from ringtrain.cli.hosts_cmd import slot_override
 from ringtrain.cli.live import LiveView
-from ringtrain.cli.options import ring_check_options
+from ringtrain.cli.options import horovod_tuning_options, ring_check_options
 from ringtrain.errors import JobFailed
 from ringtrain.launch import run
 from ringtrain.launch.result import JobState
@@ -268,6 +268,7 @@ def _env_specs(
     show_default=True,
     help="Seconds a rank must stay over the threshold before it is named.",
 )
+@horovod_tuning_options()
 @click.option(
     "--console-ranks",
     callback=lambda _c, _p, v: _rank_set(v),

@@ -39,3 +39,38 @@ def ring_check_options(flag: str) -> Callable[[F], F]:
                      show_default=True,
                      help="A slow host found by the ring check is reported, or left out."),
     )
+
+
+def horovod_tuning_options() -> Callable[[F], F]:
+    """horovodrun's tuning flags, with horovodrun's names and meaning (ringtrain/hvd_tuning.py:
+    the HOROVOD_* variables horovodrun sets for them)."""
+    return stacked(
+        click.option("--fusion-threshold-mb", type=click.IntRange(min=0), metavar="MB",
+                     help="Horovod's tensor fusion buffer (HOROVOD_FUSION_THRESHOLD), as "
+                     "horovodrun's flag."),
+        click.option("--cycle-time-ms", type=click.FloatRange(min=0), metavar="MS",
+                     help="Horovod's cycle time (HOROVOD_CYCLE_TIME)."),
+        click.option("--cache-capacity", type=click.IntRange(min=0), metavar="N",
+                     help="Horovod's response cache size (HOROVOD_CACHE_CAPACITY)."),
+        click.option("--hierarchical-allreduce/--no-hierarchical-allreduce", default=None,
+                     help="Horovod's hierarchical all-reduce (HOROVOD_HIERARCHICAL_ALLREDUCE)."),
+        click.option("--hierarchical-allgather/--no-hierarchical-allgather", default=None,
+                     help="Horovod's hierarchical all-gather (HOROVOD_HIERARCHICAL_ALLGATHER)."),
+        click.option("--autotune", is_flag=True,
+                     help="Horovod's autotuning of fusion and cycle time (HOROVOD_AUTOTUNE)."),
+        click.option("--autotune-log-file", metavar="FILE",
+                     help="With --autotune: where Horovod logs its samples."),
+        click.option("--timeline-filename", metavar="FILE",
+                     help="Horovod's timeline, written by rank 0 (HOROVOD_TIMELINE)."),
+        click.option("--timeline-mark-cycles", is_flag=True,
+                     help="With --timeline-filename: mark Horovod's cycles in it."),
+        click.option("--log-level", "hvd_log_level",
+                     type=click.Choice(["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"],
+                                       case_sensitive=False),
+                     help="Horovod's own log level (HOROVOD_LOG_LEVEL), as horovodrun's flag; "
+                     "ringtrain's is -v/-q."),
+        click.option("--output-filename", metavar="DIR",
+                     help="horovodrun writes each rank's output under DIR; ringtrain already "
+                     "keeps every rank's output in runs/<id>/attempt-N/rank.<N>.log and says "
+                     "so (nothing is written to DIR)."),
+    )

@@ -270,6 +270,7 @@ def _env_delta(spec: LaunchSpec, inputs: PlanInputs, run_dir: Path) -> dict[str,
     if spec.checkpoint is not None:
         delta[envvars.CHECKPOINT_URL] = spec.checkpoint.text
     delta[envvars.CHECKPOINT_GRACE] = f"{spec.checkpoint_grace:g}"
+    delta.update(spec.horovod.env())  # horovodrun's tuning flags, as horovodrun sets them
     for env in spec.env:
         if env.value is not None:
             delta[env.name] = env.value

@@ -146,3 +146,59 @@ def test_a_program_rank_keeps_whole_lines_and_its_exit_status() -> None:
     assert proc.returncode == 128 + 15
     proc = _entry("--exec", "/nonexistent/prog")
     assert proc.returncode == 127 and "cannot run '/nonexistent/prog'" in proc.stderr
+
+
+TUNING_LINES = [
+    [],
+    ["--fusion-threshold-mb", "32", "--cycle-time-ms", "3.5", "--cache-capacity", "2048"],
+    ["--hierarchical-allreduce", "--hierarchical-allgather", "--log-level", "DEBUG"],
+    ["--autotune", "--autotune-log-file", "/tmp/at.csv"],
+    ["--autotune-log-file", "/tmp/at.csv"],  # without --autotune horovodrun sets nothing
+    ["--timeline-filename", "/tmp/tl.json", "--timeline-mark-cycles"],
+    ["--timeline-mark-cycles"],
+    ["--fusion-threshold-mb", "0", "--log-level", "WARNING"],
+]
+
+
+def _horovodrun_env(flags: list[str]) -> dict[str, str]:
+    """What horovodrun itself sets for ``flags``: Horovod's own parser and config code."""
+    from horovod.runner import launch
+    from horovod.runner.common.util import config_parser
+
+    saved = sys.argv
+    try:
+        sys.argv = ["horovodrun", "-np", "2", "-H", "localhost:2", *flags, "python", "t.py"]
+        args = launch.parse_args()
+    finally:
+        sys.argv = saved
+    env: dict[str, str] = {}
+    config_parser.set_env_from_args(env, args)
+    return env
+
+
+@pytest.mark.parametrize("flags", TUNING_LINES, ids=lambda f: " ".join(f) or "none")
+def test_horovodrun_tuning_flags_set_what_horovodrun_sets(tmp_path: Path,
+                                                          flags: list[str]) -> None:
+    """Issue 29: the tuning flags users type from Horovod's docs, with horovodrun's meaning."""
+    from ringtrain.hvd_tuning import HorovodTuning
+
+    (tmp_path / "t.py").write_text("print('hi')\n")
+    proc = _launch(tmp_path, "--dry-run", "--no-probe", "-H", "localhost:2", *flags, "t.py")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plan = json.loads((_run_dir(tmp_path) / "attempt-1" / "plan.json").read_text())
+    everything = HorovodTuning(1, 1.0, 1, True, True, True, "x", "y", True, "INFO")
+    tuning_names = {name for name, _ in everything.env()}
+    ours = {k: v for k, v in plan["env"].items() if k in tuning_names}
+    assert ours == _horovodrun_env(flags)
+
+
+def test_tuning_flags_are_refused_where_horovod_does_not_run(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text("print('hi')\n")
+    proc = _launch(tmp_path, "--dry-run", "--no-probe", "-H", "localhost:2", "--strategy",
+                   "tf-multiworker", "--fusion-threshold-mb", "32", "t.py")
+    assert proc.returncode == 2
+    assert "--fusion-threshold-mb tune Horovod; --strategy tf-multiworker" in proc.stderr
+    proc = _launch(tmp_path, "--dry-run", "--no-probe", "-H", "localhost:2",
+                   "--output-filename", "out", "t.py")
+    assert proc.returncode == 0 and "every rank's output is in" in proc.stderr
+    assert not (tmp_path / "out").exists()

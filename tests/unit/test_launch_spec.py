@@ -51,6 +51,17 @@ FULL = LaunchOptions(
     on_straggler="restart-without",
     straggler_threshold=2.0,
     straggler_window=30,
+    fusion_threshold_mb=32,
+    cycle_time_ms=3.5,
+    cache_capacity=2048,
+    hierarchical_allreduce=True,
+    hierarchical_allgather=False,
+    autotune=True,
+    autotune_log_file="/tmp/at.csv",
+    timeline_filename="/tmp/tl.json",
+    timeline_mark_cycles=True,
+    hvd_log_level="DEBUG",
+    output_filename="/tmp/out",
 )
 
 

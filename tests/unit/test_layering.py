@@ -55,7 +55,8 @@ LAYERS: dict[str, set[str]] = {
     "rank": set(),
     "trust": set(),
     "hostfile": {"errors", "trust"},
-    "spec": {"errors", "hostfile", "checkpoint"},
+    "hvd_tuning": set(),
+    "spec": {"errors", "hostfile", "checkpoint", "hvd_tuning"},
     "remote": {"errors", "hostfile"},
     "checkpoint": {"errors"},
     "schedulers": {"errors", "hostfile", "remote", "spec"},
@@ -71,7 +72,7 @@ LAYERS: dict[str, set[str]] = {
               "sim", "spec", "ringcheck", "probe"},
     # the assembly of a launch, below both doors: the ring pre-check runs a ringcheck job
     "assembly": {"errors", "hostfile", "remote", "spec", "launch", "ringcheck", "probe",
-                 "checkpoint"},
+                 "checkpoint", "hvd_tuning"},
     "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
             "bench", "sim", "rank", "ringcheck", "trust", "assembly", "probe"},
     "api": {"errors", "remote", "spec", "launch", "assembly"},
