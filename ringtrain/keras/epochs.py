@@ -25,6 +25,7 @@ from ringtrain.keras.state import (
     _tell_launcher,
     _tf_checkpoint,
     checkpoint_url,
+    variable_shapes,
 )
 from ringtrain.keras.steps import StepTimer
 from ringtrain.rank import envvars
@@ -204,7 +205,8 @@ def _commit(
         ckpt.write(str(local / CKPT_PREFIX))
         if not commit:
             return
-        meta = {**meta, "format": FORMAT, "saved_at": time.time()}
+        meta = {**meta, "format": FORMAT, "saved_at": time.time(),
+                "variables": variable_shapes(model)}
         result = _commit_within_grace(url, local, step=step, epoch=epoch, meta=meta, keep=keep)
     finally:
         shutil.rmtree(local, ignore_errors=True)

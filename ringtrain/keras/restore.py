@@ -61,7 +61,7 @@ def _state_variables(model: Any, optimizer: Any) -> list[Any]:
     return variables
 
 
-def _fetch_on_rank0(url: str, staging: Path) -> dict[str, Any]:
+def _fetch_on_rank0(url: str, staging: Path, model: Any) -> dict[str, Any]:
     """What rank 0 broadcasts: the resume point, nothing, or an error to raise everywhere."""
     try:
         store = state._STATE.store(url)
@@ -71,6 +71,13 @@ def _fetch_on_rank0(url: str, staging: Path) -> dict[str, Any]:
         return {"error": err.message, "hint": err.hint}
     if restored is None:
         return {}
+    differs = state.mismatch(restored.manifest.meta.get("variables"),
+                             state.variable_shapes(model))
+    if differs:
+        return {"error": f"checkpoint {restored.manifest.name} at {url} belongs to another "
+                         f"model: {'; '.join(differs)}",
+                "hint": "pass a new --checkpoint URL for this model (this one keeps the other "
+                        "model's checkpoints), or fix the model to match"}
     point = {"step": restored.step, "epoch": restored.epoch,
              "manifest": restored.manifest.name, "skipped": list(restored.skipped)}
     return {"point": point, "dir": str(restored.directory)}
@@ -118,7 +125,7 @@ def _restore(model: Any, optimizer: Any, url: str, world: Any) -> ResumePoint | 
         )
     optimizer.build(model.trainable_variables)  # create the slots so they restore at once
     fetch = state._STATE.staging_dir() / "resume"
-    answer = _fetch_on_rank0(url, fetch) if world.rank() == 0 else None
+    answer = _fetch_on_rank0(url, fetch, model) if world.rank() == 0 else None
     answer = world.broadcast_object(answer, root_rank=0, name="ringtrain.resume")
     if "error" in answer:
         raise CheckpointError(answer["error"], answer["hint"])

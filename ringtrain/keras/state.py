@@ -85,6 +85,32 @@ def _tell_launcher(**parts: Any) -> None:
         current.api(**parts)
 
 
+def variable_shapes(model: Any) -> list[list[Any]]:
+    """The model's variables as [name, shape] pairs, in order: what a checkpoint records so a
+    different model is told apart before TensorFlow is asked to restore into it."""
+    return [[str(v.name), [int(d) for d in v.shape]] for v in model.weights]
+
+
+def mismatch(recorded: Any, model: list[list[Any]], limit: int = 3) -> list[str]:
+    """The first differences between a checkpoint's recorded variables and the model's, as
+    ``name: checkpoint (784, 128) vs model (784, 64)`` lines; empty when they match (or the
+    checkpoint recorded none: written before ringtrain recorded them)."""
+    if not isinstance(recorded, list):
+        return []
+    out: list[str] = []
+    theirs = {str(name): tuple(shape) for name, shape in recorded}
+    ours = {str(name): tuple(shape) for name, shape in model}
+    for name in dict.fromkeys([*ours, *theirs]):
+        if theirs.get(name) != ours.get(name):
+            out.append(f"{name}: checkpoint {_shape(theirs.get(name))} vs model "
+                       f"{_shape(ours.get(name))}")
+    return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
+
+
+def _shape(shape: tuple[int, ...] | None) -> str:
+    return "absent" if shape is None else str(shape)
+
+
 def _tf_checkpoint(model: Any, optimizer: Any) -> Any:
     """The object graph saved and restored: weights, optimizer state, epoch."""
     return tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=tf.Variable(0, tf.int64))

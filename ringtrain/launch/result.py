@@ -21,6 +21,7 @@ __all__ = [
     "RankFailure", "ResumePoint", "Straggler",
 ]
 
+OTHER_MODEL = "belongs to another model"  # ringtrain.keras.resume's words for a mismatch
 RESULT_SCHEMA = 2  # result.json: 2 adds schema, decision/excluded per attempt, total_s
 
 
@@ -282,7 +283,13 @@ class JobResult:
             if a.decision:
                 did += f"; after attempt {a.attempt}: {a.decision}"
         ckpt = self.resume_point
-        if ckpt is not None and ckpt.error is not None:
+        root = self.failure.root if self.failure is not None else None
+        if root is not None and any(OTHER_MODEL in line for line in root.log_tail):
+            where = ckpt.url if ckpt is not None else "its --checkpoint"
+            did += (f". The checkpoint at {where} belongs to another model: relaunch with a "
+                    "new --checkpoint URL for this one (a relaunch with the same one fails "
+                    "the same way).")
+        elif ckpt is not None and ckpt.error is not None:
             did += (f". Could not list the checkpoints at {ckpt.url} ({ckpt.error}); a "
                     f"relaunch with --checkpoint {ckpt.url} resumes from the newest one that "
                     "verifies.")

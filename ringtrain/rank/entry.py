@@ -86,10 +86,20 @@ def run_script(args: list[str], *, module: bool = False) -> None:
             sys.stderr.write(f"{code}\n")
             code = 1
         _exit_now(code)
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as exc:
+        if _is_ringtrain_error(exc):  # a mistake ringtrain names (ringtrain.keras): no traceback
+            hint = getattr(exc, "hint", "")
+            sys.stderr.write(f"error: {exc}\n" + (f"  fix: {hint}\n" if hint else ""))
+        else:
+            traceback.print_exc()
         _exit_now(1)
     _done()
+
+
+def _is_ringtrain_error(exc: BaseException) -> bool:
+    """One of ringtrain.errors' (this module imports only ringtrain.rank: told by its class)."""
+    return any(c.__name__ == "RingtrainError" and c.__module__ == "ringtrain.errors"
+               for c in type(exc).__mro__)
 
 
 def run_program(args: list[str]) -> None:

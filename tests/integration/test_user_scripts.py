@@ -245,3 +245,40 @@ def test_a_failing_rank_leaves_no_checkpoint_staging_behind(tmp_path: Path) -> N
     assert done.returncode == 1, done.stderr[-2000:]
     assert "checkpoint: committed epoch 1" in done.stdout
     assert [p.name for p in tmp.iterdir() if p.name.startswith("ringtrain-ckpt-")] == []
+
+
+WIDTH_SCRIPT = """\
+import sys
+import horovod.tensorflow.keras as hvd
+import numpy as np
+import tensorflow as tf
+import ringtrain.keras as rt
+hvd.init()
+width = int(sys.argv[1])
+model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)),
+                             tf.keras.layers.Dense(width, activation="relu"),
+                             tf.keras.layers.Dense(1)])
+model.compile(loss="mse", optimizer=hvd.DistributedOptimizer(tf.optimizers.Adam(0.01)))
+start = rt.resume(model)
+x = np.ones((64, 8), np.float32)
+model.fit(x, x[:, :1], batch_size=16, epochs=start + 1, initial_epoch=start, verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), *rt.callbacks()])
+"""
+
+
+def test_a_checkpoint_of_another_model_is_named_before_training(tmp_path: Path) -> None:
+    """Issue 29: Dense 128 committed, Dense 64 resumed from the same URL: the named error
+    (first differing variables, expected vs found), no TensorFlow traceback, and a closing
+    hint that asks for a new --checkpoint URL instead of a relaunch that would fail again."""
+    (tmp_path / "width.py").write_text(WIDTH_SCRIPT)
+    ckpt = str(tmp_path / "ckpt")
+    first = _launch(tmp_path, "-H", "localhost:1", "--checkpoint", ckpt, "width.py", "128")
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = _launch(tmp_path, "-H", "localhost:1", "--checkpoint", ckpt, "width.py", "64")
+    assert second.returncode == 1, second.stderr[-3000:]
+    err = second.stderr
+    assert "belongs to another model: dense/kernel:0: checkpoint (8, 128) vs model (8, 64)" in (
+        err), err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert "relaunch with a new --checkpoint URL for this one" in err
+    assert "resumes there" not in err
