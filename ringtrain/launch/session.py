@@ -8,7 +8,8 @@
   a cooldown) through the ``Remote`` seam and trims or refuses them;
 * place: ``allocate`` (pure), -np on the first attempt, down to the restart's floor after;
 * plan: ``make_plan`` (pure) with this attempt's control server address and token;
-* start: ``run.start``, the one process starter;
+* start: ``run.start``, the one process starter (under horovodrun --gloo, after the secrets
+  file is written on every host: ``deliver``);
 * supervise: ``wait_or_fault`` polls the control server's snapshot (pure ``check``);
 * tear down: the reaper on every host through the ``Remote`` seam, and on this machine;
 * decide: ``decide()`` (pure) whether to go again and without which hosts.
@@ -37,6 +38,7 @@ from ringtrain.errors import AllocationError, RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
 from ringtrain.launch import run, tfcluster
 from ringtrain.launch.control import ControlServer, Snapshot
+from ringtrain.launch.deliver import Delivery, deliver, withdraw
 from ringtrain.launch.gate import Preflight, run_gate
 from ringtrain.launch.outcome import Decision, Ending, decide, merge
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
@@ -214,13 +216,15 @@ class Session:
 
     def _attempt(self, attempt: int, alloc: Allocation, checked: Preflight) -> JobResult:
         control = self._control = ControlServer(bind=checked.control_host, ranks=alloc.np)
+        delivery: Delivery | None = None
         try:
             plan = make_plan(self.spec, alloc, self._inputs(attempt, control, checked))
             self.reporter.note(
                 f"attempt {attempt}: {alloc.np} ranks on {len(alloc.hosts)} host(s); "
                 f"logs in {plan.attempt_dir}"
             )
-            job = self._job = run.start(plan, self.reporter.line)
+            delivery = deliver(self.remote, plan, self._python)
+            job = self._job = self._start(plan, delivery)
             if self._stopped is not None:  # a signal arrived while starting
                 job.request_stop(self.spec.supervision.teardown_grace, signum=self._stopped)
             watch = StragglerWatch(self.spec.supervision.straggler, rank_hosts(alloc))
@@ -263,6 +267,17 @@ class Session:
         finally:
             control.close()
             self._control = None
+            if delivery is not None:  # the reapers removed it everywhere; this is ours
+                delivery.remove_local()
+
+    def _start(self, plan: LaunchPlan, delivery: Delivery | None) -> Job:
+        """run.start with the environment the plan was made from (the secrets it unsets
+        are those it saw); a start that fails takes the secrets file back from every host."""
+        try:
+            return run.start(plan, self.reporter.line, self.env.environ)
+        except BaseException:
+            withdraw(self.remote, delivery, self._python)
+            raise
 
     def _supervise(
         self, job: Job, control: ControlServer, plan: LaunchPlan, watch: StragglerWatch
