@@ -21,6 +21,7 @@ class FakeRemote:
 
     answers: dict[tuple[str, tuple[str, ...]], CmdResult] = field(default_factory=dict)
     calls: list[tuple[tuple[str, ...], tuple[str, ...], float]] = field(default_factory=list)
+    inputs: list[bytes] = field(default_factory=list)  # stdin of each run_with_input call
 
     def on(
         self,
@@ -49,6 +50,12 @@ class FakeRemote:
                 raise AssertionError(f"FakeRemote: no answer for {h.name} running {argv[:2]}...")
             out[h.name] = self.answers[key]
         return out
+
+    def run_with_input(
+        self, hosts: Sequence[Host], argv: Sequence[str], data: bytes, timeout: float
+    ) -> Mapping[str, CmdResult]:
+        self.inputs.append(data)
+        return self.run(hosts, argv, timeout)
 
     def run_each(
         self, commands: Sequence[tuple[Host, Sequence[str]]], timeout: float

@@ -2,7 +2,10 @@
 
 Pure: no process is started here. A Command is an argv tuple plus the environment *delta* to set
 on top of the launcher's own environment. Variables reach the ranks by name (``-x NAME``), never
-as ``NAME=VALUE`` in argv, so secrets stay out of ``ps`` output and logs.
+as ``NAME=VALUE`` in argv, so secrets stay out of ``ps`` output and logs. horovodrun --gloo is
+the exception: it writes its whole environment into each rank's ``sh -c`` / ``ssh`` command
+line, so there the secrets leave its environment (``Command.unset``) and travel by a file only
+the user can read (``Command.secrets``, ``ringtrain.rank.secretfile``).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -54,8 +57,22 @@ _SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@:-]+$")
 
 @dataclass(frozen=True, slots=True)
 class Command:
+    """``argv``, run with the launcher's environment plus ``env``, less the names in ``unset``.
+    ``secrets``: values that reach the ranks by the file ``RINGTRAIN_ENV_FILE`` names,
+    written on every host before the start (launch/deliver.py), never in the environment of
+    the command itself (horovodrun --gloo only)."""
+
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
+    unset: tuple[str, ...] = ()
+    secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        """The command's whole environment, on top of the launcher's own ``base``."""
+        env = {**base, **dict(self.env)}
+        for name in self.unset:
+            env.pop(name, None)
+        return env
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +94,10 @@ class LaunchContext:
     entry: Entry = Entry.SCRIPT
     mpi_args: tuple[str, ...] = ()
     ssh_port_key: tuple[int | None, str | None] | None = None  # horovodrun's -p and -i
+    # horovodrun --gloo: the secret variables of the launcher's environment and the delta, and
+    # the file (the same string on every host) they go to instead
+    secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    secrets_file: str = ""
 
 
 class LauncherBackend(Protocol):
@@ -163,7 +184,15 @@ class HorovodrunBackend:
         if ctx.mpi_args:
             argv += ["--mpi-args", shlex.join(ctx.mpi_args)]
         argv += rank_argv(ctx, mpi=not ctx.gloo)
-        return Command(argv=tuple(argv), env=ctx.env_delta)
+        if not ctx.gloo or not ctx.secrets:
+            return Command(argv=tuple(argv), env=ctx.env_delta)
+        # Gloo: horovodrun puts `env K=V ...` for its whole environment into every rank's
+        # command line; the secrets go by file instead, their names out of its environment
+        hidden = tuple(name for name, _ in ctx.secrets)
+        env = [(k, v) for k, v in ctx.env_delta if k not in hidden]
+        env.append((envvars.ENV_FILE, ctx.secrets_file))
+        return Command(argv=tuple(argv), env=tuple(sorted(env)), unset=hidden,
+                       secrets=ctx.secrets)
 
 
 class SrunBackend:

@@ -19,7 +19,7 @@ from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_openmpi_hostfile
 from ringtrain.launch import tfcluster
 from ringtrain.launch.launchers import Command, LaunchContext, backend_for, forwarded_names
-from ringtrain.rank import envvars
+from ringtrain.rank import envvars, secretfile
 from ringtrain.remote.sshconf import needs_ssh_config, render_ssh_config
 from ringtrain.spec import Backend, Entry, LaunchSpec, Strategy
 
@@ -35,6 +35,23 @@ def is_secret_name(name: str) -> bool:
 
 def redact_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     return tuple((k, REDACTED if is_secret_name(k) else v) for k, v in env)
+
+
+# what horovodrun never exports to the ranks (horovod.runner.common.util.env.IGNORE_REGEXES)
+_HOROVOD_KEEPS = re.compile(r"^(BASH_FUNC_.*|OLDPWD|.*CUDA_VISIBLE_DEVICES|HOROVOD_SECRET_KEY)$")
+
+
+def gloo_secrets(
+    environ: Mapping[str, str], delta: Mapping[str, str]
+) -> tuple[tuple[str, str], ...]:
+    """The secrets horovodrun --gloo would write into every rank's command line: each variable
+    with a secret name (and the control token) in the launcher's environment, all of which it
+    forwards, and in the delta, whose value wins as it does in the child's environment."""
+    merged = {**environ, **delta}
+    return tuple(sorted(
+        (k, v) for k, v in merged.items()
+        if (k == envvars.CONTROL_TOKEN or is_secret_name(k)) and not _HOROVOD_KEEPS.match(k)
+    ))
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +82,17 @@ class LaunchPlan:
     def by_hand_argv(self) -> str:
         """The command with ringtrain's environment in front (``env K=V ... mpirun ...``), so
         that run by hand from the working dir it does the same job. Secret values are left out:
-        the describe() text names them, to be exported first."""
-        env = [f"{k}={v}" for k, v in self.command.env if not is_secret_name(k)]
+        the describe() text names them, to be exported first. (Under Gloo, without the secrets
+        file, which exists only while ringtrain runs the job.)"""
+        env = [f"{k}={v}" for k, v in self.command.env
+               if not is_secret_name(k) and k != envvars.ENV_FILE]
         return shlex.join(["env", *env, *self.command.argv]) if env else self.display_argv
+
+    @property
+    def secret_names(self) -> tuple[str, ...]:
+        """The secrets a by-hand run needs exported: in the delta, or sent by file (Gloo)."""
+        names = [k for k, _ in self.command.env if is_secret_name(k)]
+        return tuple(dict.fromkeys([*names, *(k for k, _ in self.command.secrets)]))
 
     def describe(self) -> str:
         """Human-readable plan: hostfile, rank placement, env delta (secrets redacted), argv."""
@@ -92,13 +117,25 @@ class LaunchPlan:
             for k, v in redact_env(self.command.env)
         ]
         out.append("environment forwarded to ranks by name: " + " ".join(self.forwarded))
-        secret = [k for k, _ in self.command.env if is_secret_name(k)]
+        if self.command.secrets:
+            where = dict(self.command.env)[envvars.ENV_FILE]
+            out.append(f"secrets to the ranks by file ({where}, 0600 on every host while the "
+                       "job runs; not through horovodrun, which would show their values in "
+                       "ps): " + " ".join(k for k, _ in self.command.secrets))
+        secret = self.secret_names
+        risk = "; run so, horovodrun shows their values in ps" if self.command.secrets else ""
         out.append("command (runs by hand from the working dir"
-                   + (f", with {' '.join(secret)} exported" if secret else "") + "):")
+                   + (f", with {' '.join(secret)} exported{risk}" if secret else "") + "):")
         out.append(f"    {self.by_hand_argv}")
         return "\n".join(out)
 
     def to_json(self) -> dict[str, Any]:
+        data = self._json()
+        if self.command.unset:  # Gloo: names only, as everywhere in plan.json
+            data["secrets_by_file"] = list(self.command.unset)
+        return data
+
+    def _json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "attempt": self.attempt,
@@ -176,6 +213,7 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
             "to forward",
             f"set it first (export {missing[0]}=...) or pass --env {missing[0]}=VALUE",
         )
+    gloo = spec.gloo and spec.launcher is Backend.HOROVODRUN
     ctx = LaunchContext(
         python=spec.python or inputs.python,
         script=script,
@@ -192,6 +230,8 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         user_btl="OMPI_MCA_btl" in inputs.environ,
         entry=spec.entry,
         mpi_args=spec.mpi_args,
+        secrets=gloo_secrets(inputs.environ, delta) if gloo else (),
+        secrets_file=secretfile.path_for(inputs.run_id, inputs.attempt),
     )
     command = backend_for(spec.launcher).build(alloc, ctx)
     ssh_text = ""

@@ -330,10 +330,10 @@ def prepare(plan: LaunchPlan) -> None:
 
 
 def start(plan: LaunchPlan, sink: LineSink, environ: Mapping[str, str] | None = None) -> Job:
-    """Write the run directory (see prepare) and start the plan's command."""
+    """Write the run directory (see prepare) and start the plan's command: ``environ`` (this
+    process's by default) plus the plan's delta, less the names it unsets (Gloo's secrets)."""
     prepare(plan)
-    env = dict(os.environ if environ is None else environ)
-    env.update(plan.command.env)
+    env = plan.command.environment(os.environ if environ is None else environ)
     try:
         proc = subprocess.Popen(
             plan.command.argv,

@@ -8,7 +8,8 @@
   a cooldown) through the ``Remote`` seam and trims or refuses them;
 * place: ``allocate`` (pure), -np on the first attempt, down to the restart's floor after;
 * plan: ``make_plan`` (pure) with this attempt's control server address and token;
-* start: ``run.start``, the one process starter;
+* start: ``run.start``, the one process starter (under horovodrun --gloo, after the secrets
+  file is written on every host: ``deliver``);
 * supervise: ``wait_or_fault`` polls the control server's snapshot (pure ``check``);
 * tear down: the reaper on every host through the ``Remote`` seam, and on this machine;
 * decide: ``decide()`` (pure) whether to go again and without which hosts.
@@ -36,7 +37,9 @@ from ringtrain.checkpoint.location import Location
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
 from ringtrain.launch import run, tfcluster
+from ringtrain.launch.commits import newest_commit
 from ringtrain.launch.control import ControlServer, Snapshot
+from ringtrain.launch.deliver import Delivery, start_with_secrets
 from ringtrain.launch.hostrest import HostRest, check_floor, choose
 from ringtrain.launch.outcome import Ending, decide, merge
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
@@ -137,7 +140,7 @@ class Session:
                     raise  # nothing ran: the CLI reports it as a usage error
                 return self._no_restart(err)
             result = self._attempt(attempt, alloc, checked)
-            result = replace(result, resume_point=self._find_last_checkpoint())
+            result = replace(result, resume_point=newest_commit(self.checkpoint))
             commits = [r.resume_point for r in (*self.results, result)]
             decision = decide(result, attempt, self.spec.restart, commits)
             restart = decision.restart and self._stopped is None
@@ -211,13 +214,15 @@ class Session:
     def _attempt(self, attempt: int, alloc: Allocation, checked: Preflight) -> JobResult:
         control = ControlServer(bind=checked.control_host, ranks=alloc.np)
         self._live = (None, control)
+        delivery: Delivery | None = None
         try:
             plan = make_plan(self.spec, alloc, self._inputs(attempt, control, checked))
             self.reporter.note(
                 f"attempt {attempt}: {alloc.np} ranks on {len(alloc.hosts)} host(s); "
                 f"logs in {plan.attempt_dir}"
             )
-            job = run.start(plan, self.reporter.line)
+            job, delivery = start_with_secrets(self.remote, plan, self._python,
+                                               self.reporter.line, self.env.environ)
             self._live = (job, control)
             if self._stopped is not None:  # a signal arrived while starting
                 job.request_stop(self.spec.supervision.teardown_grace, signum=self._stopped)
@@ -262,6 +267,8 @@ class Session:
         finally:
             control.close()
             self._live = None
+            if delivery is not None:  # the reapers removed it everywhere; this is ours
+                delivery.remove_local()
 
     def _supervise(
         self, job: Job, control: ControlServer, plan: LaunchPlan, watch: StragglerWatch
@@ -357,23 +364,6 @@ class Session:
     def _python(self) -> str:
         """The Python the ranks run, as make_plan picks it (the reaper runs with it too)."""
         return self.spec.python or self.env.python
-
-    def _find_last_checkpoint(self) -> ResumePoint | None:
-        """The newest committed checkpoint the job's storage holds (what a restart resumes)."""
-        where = self.checkpoint
-        if where.is_local and not Path(where.manifests).is_dir():
-            return None
-        from ringtrain.checkpoint import list_checkpoints, open_store  # noqa: PLC0415
-
-        try:
-            listed = list_checkpoints(open_store(where.text))
-        except RingtrainError as err:  # storage down: say so, never a false "none"
-            log.warning("cannot list checkpoints at %s: %s", where, err)
-            return ResumePoint(where.text, error=err.message)
-        best = next((c for c in listed if c.ok and c.manifest is not None), None)
-        if best is None or best.manifest is None:
-            return None
-        return ResumePoint(where.text, best.step, best.manifest.epoch, best.name)
 
     def _write_launcher_record(self) -> None:
         """Who runs this launch (``launcher.json``): ``ringtrain runs`` tells a running launch

@@ -8,6 +8,9 @@ What each rank does before and after the training script:
   each chunk a rank writes, so unbuffered output (``print`` writes the text and the newline
   separately) and progress bars (backspaces, carriage returns) tore lines apart; now each line
   is one write, and a progress bar's final state is one line.
+* under horovodrun --gloo, it first reads the secrets file ``RINGTRAIN_ENV_FILE`` names into
+  its environment (``secretfile``): the control token, ``--env`` secrets, AWS keys. A file that
+  is missing, a link, not the user's or not 0600 ends the rank with the reason.
 * it checks in with a supervising launcher (``ringtrain.rank.agent``), when there is one.
 * when the script returns (or exits with status 0) it tells the launcher "done" before the
   interpreter finalises, so a slow exit is never mistaken for a dead host.
@@ -27,6 +30,7 @@ import contextlib
 import os
 import runpy
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +38,7 @@ import traceback
 from types import FrameType
 from typing import IO, TextIO
 
-from ringtrain.rank import cleanup, envvars, relay
+from ringtrain.rank import cleanup, envvars, relay, secretfile
 from ringtrain.rank.lines import LineStream
 
 
@@ -106,10 +110,11 @@ def run_program(args: list[str]) -> None:
     """Run any program as this rank's child and end as it ends (its exit status, or 128+N
     when signal N killed it). This process stays the rank for the launcher: it checks in,
     heartbeats and forwards what the child reports (``relay``); SIGTERM, SIGINT and SIGHUP
-    reach the child. The launcher's address and token are not in the child's environment."""
+    reach the child. The launcher's address and token are not in the child's environment (nor
+    the path of the secrets file the token came from, under Gloo)."""
     read_fd, write_fd = os.pipe()
     env = {k: v for k, v in os.environ.items()
-           if k not in (envvars.CONTROL_ADDR, envvars.CONTROL_TOKEN)}
+           if k not in (envvars.CONTROL_ADDR, envvars.CONTROL_TOKEN, envvars.ENV_FILE)}
     env[envvars.RELAY_FD] = str(write_fd)
     _flush()
     try:
@@ -166,6 +171,12 @@ def main(argv: list[str]) -> None:
     sys.stdout = LineStream(sys.stdout)
     sys.stderr = LineStream(sys.stderr)
     atexit.register(_flush)  # a last partial line, at a normal exit
+    try:
+        secretfile.apply()  # horovodrun --gloo: the secrets (the agent's token too) by file
+    except secretfile.SecretFileError as err:
+        sys.stderr.write(f"ringtrain: cannot take the secrets from their file on "
+                         f"{socket.gethostname()}: {err}\n")
+        _exit_now(2)
     from ringtrain.rank import agent as rankagent  # noqa: PLC0415 - standard library only
 
     rankagent.start_from_env()  # check in with a supervising launcher, if there is one

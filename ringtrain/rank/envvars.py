@@ -20,6 +20,7 @@ CHECKPOINT_GRACE = "RINGTRAIN_CHECKPOINT_GRACE"  # seconds a storage outage may 
 GLOO_PER_HOST = "RINGTRAIN_GLOO_PER_HOST"  # bench: ranks per host for Gloo rendezvous
 RELAY_FD = "RINGTRAIN_RELAY_FD"  # set by the rank entry for a program it runs as its child
 TF_CLUSTER = "RINGTRAIN_TF_CLUSTER"  # TF strategies: the cluster and each rank's task (JSON)
+ENV_FILE = "RINGTRAIN_ENV_FILE"  # horovodrun --gloo: the file of the secret values (a path)
 
 ALL = (RUN_DIR, RUN_ID, ATTEMPT, CONTROL_ADDR, CONTROL_TOKEN, LAUNCHER_TIMEOUT, CHECKPOINT_URL,
-       CHECKPOINT_GRACE, GLOO_PER_HOST, RELAY_FD, TF_CLUSTER)
+       CHECKPOINT_GRACE, GLOO_PER_HOST, RELAY_FD, TF_CLUSTER, ENV_FILE)

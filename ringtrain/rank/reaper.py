@@ -8,8 +8,9 @@ A process belongs to the job when either
 Only processes in this host's UTS namespace count (on the simulated cluster all hosts share one
 kernel; on real hosts this is every process). Never matches by name; never ``pkill -f``.
 
-With ``--kill`` it sends SIGKILL to what it found, waits, and looks again. It prints one JSON
-object: ``{"host", "found": [[pid, cmd], ...], "left": [[pid, cmd], ...]}``.
+With ``--kill`` it sends SIGKILL to what it found, waits, and looks again, and removes the run's
+secrets files (horovodrun --gloo, ``secretfile``). It prints one JSON object: ``{"host",
+"found": [[pid, cmd], ...], "left": [[pid, cmd], ...], "secrets_removed": N}``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from ringtrain.rank import envvars, procfs
+from ringtrain.rank import envvars, procfs, secretfile
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -48,6 +49,7 @@ def find(run_id: str, pids: dict[int, int]) -> list[tuple[int, str]]:
 def reap(run_id: str, pids: dict[int, int], kill: bool, wait_s: float = 3.0) -> dict[str, Any]:
     found = find(run_id, pids)
     left = found
+    removed = secretfile.remove_run(run_id) if kill else 0
     if kill and found:
         for pid, _ in found:
             with contextlib.suppress(OSError):
@@ -58,7 +60,8 @@ def reap(run_id: str, pids: dict[int, int], kill: bool, wait_s: float = 3.0) -> 
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-    return {"host": socket.gethostname(), "found": found, "left": left}
+    return {"host": socket.gethostname(), "found": found, "left": left,
+            "secrets_removed": removed}
 
 
 def parse_pid_specs(specs: list[str]) -> dict[int, int]:

@@ -1,7 +1,9 @@
 """The remote seam: run commands on many hosts at once, one result per host.
 
 ``Remote`` is the protocol every fan-out goes through (probe, teardown, scheduler calls):
-``run`` gives every host the same argv, ``run_each`` gives each host its own. ``LocalRemote``
+``run`` gives every host the same argv, ``run_each`` gives each host its own. ``InputRemote``,
+optional, adds ``run_with_input``: the same argv and the same bytes on every host's stdin (data
+that must stay out of argv: the secrets file under Gloo). ``LocalRemote``
 runs argv directly on this machine; ``ringtrain.remote.ssh.SshRemote`` runs it over SSH. The fake
 for unit tests (``tests/fakes.FakeRemote``) implements the same protocol.
 """
@@ -14,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ringtrain.hostfile.model import Host
 
@@ -55,6 +57,16 @@ class Remote(Protocol):
     ) -> Mapping[str, CmdResult]: ...
 
 
+@runtime_checkable
+class InputRemote(Protocol):
+    """A Remote that can also give every host the same bytes on the command's stdin, never in
+    its argv. Optional: what needs it refuses a Remote without it (``isinstance``)."""
+
+    def run_with_input(
+        self, hosts: Sequence[Host], argv: Sequence[str], data: bytes, timeout: float
+    ) -> Mapping[str, CmdResult]: ...
+
+
 class LocalRemote:
     """Runs argv directly (no shell, no SSH) for ``localhost`` hosts. ``env`` replaces the
     environment when given (tests put fake tools first on PATH this way)."""
@@ -72,11 +84,19 @@ class LocalRemote:
         return fan_out([h for h, _ in commands],
                        lambda h: self.run_one(h.name, argv_of[h.name], timeout), concurrency=8)
 
-    def run_one(self, name: str, argv: Sequence[str], timeout: float) -> CmdResult:
+    def run_with_input(self, hosts: Sequence[Host], argv: Sequence[str], data: bytes,
+                       timeout: float) -> Mapping[str, CmdResult]:
+        return fan_out(hosts, lambda h: self.run_one(h.name, argv, timeout, data),
+                       concurrency=8)
+
+    def run_one(self, name: str, argv: Sequence[str], timeout: float,
+                data: bytes | None = None) -> CmdResult:
+        """``data``: written to the command's stdin (else stdin is /dev/null)."""
         start = time.monotonic()
         try:
             proc = subprocess.run(list(argv), capture_output=True, timeout=timeout,
-                                  env=self.env, check=False, stdin=subprocess.DEVNULL)
+                                  env=self.env, check=False, input=data,
+                                  stdin=subprocess.DEVNULL if data is None else None)
         except subprocess.TimeoutExpired:
             return _failed(name, f"timed out after {timeout:g} s", start)
         except FileNotFoundError:

@@ -254,6 +254,16 @@ class SshRemote:
 
     def run_each(self, commands: Sequence[HostCommand],
                  timeout: float) -> Mapping[str, CmdResult]:
+        return self._fan(commands, timeout, None)
+
+    def run_with_input(self, hosts: Sequence[Host], argv: Sequence[str], data: bytes,
+                       timeout: float) -> Mapping[str, CmdResult]:
+        """``argv`` on every host with ``data`` on its stdin (sent over the channel, never in
+        the command line the remote sshd and shell see)."""
+        return self._fan([(h, argv) for h in hosts], timeout, data)
+
+    def _fan(self, commands: Sequence[HostCommand], timeout: float,
+             data: bytes | None) -> Mapping[str, CmdResult]:
         argv_of = {h.name: argv for h, argv in commands}
         targets: dict[str, SshTarget | str] = {}
         stores: dict[tuple[Path, ...], KnownHosts] = {}
@@ -273,17 +283,17 @@ class SshRemote:
         def one(host: Host) -> CmdResult:
             argv = argv_of[host.name]
             if host.name not in targets:
-                return self.local.run_one(host.name, argv, timeout)
+                return self.local.run_one(host.name, argv, timeout, data)
             target = targets[host.name]
             if isinstance(target, str):
                 return _failed(host.name, target, time.monotonic())
             return self._run_one(target, shlex.join(argv), timeout,
-                                 stores[target.known_hosts_files])
+                                 stores[target.known_hosts_files], data)
 
         return fan_out([h for h, _ in commands], one, self.concurrency)
 
     def _run_one(self, target: SshTarget, command: str, timeout: float,
-                 store: KnownHosts) -> CmdResult:
+                 store: KnownHosts, data: bytes | None = None) -> CmdResult:
         start = time.monotonic()
         if target.proxy_jump and not target.proxy_command:
             return _failed(target.alias, "ProxyJump is not supported: use ProxyCommand "
@@ -296,7 +306,7 @@ class SshRemote:
             if transport is None:  # pragma: no cover - connect() sets it or raises
                 return _failed(target.alias, "SSH transport missing after connect", start)
             transport.set_keepalive(self.keepalive)
-            code, out, err = _exec(transport, command, start + timeout)
+            code, out, err = _exec(transport, command, start + timeout, data)
         except Exception as exc:  # every failure becomes this host's error
             return _failed(target.alias, describe_error(exc, target, timeout), start)
         finally:
@@ -321,11 +331,16 @@ class SshRemote:
         )
 
 
-def _exec(transport: paramiko.Transport, command: str,
-          deadline: float) -> tuple[int | None, str, str]:
+def _exec(transport: paramiko.Transport, command: str, deadline: float,
+          data: bytes | None = None) -> tuple[int | None, str, str]:
     chan = transport.open_session(timeout=max(deadline - time.monotonic(), 0.1))
     try:
         chan.exec_command(command)
+        if data is not None:  # small (a secrets file): well inside the channel's window
+            chan.settimeout(max(deadline - time.monotonic(), 0.1))
+            chan.sendall(data)
+            chan.shutdown_write()
+            chan.settimeout(None)
         out, err = bytearray(), bytearray()
         while True:
             remaining = deadline - time.monotonic()

@@ -140,7 +140,16 @@ class SrunRemote:
             self.concurrency,
         )
 
-    def run_one(self, node: str, argv: Sequence[str], timeout: float) -> CmdResult:
+    def run_with_input(
+        self, hosts: Sequence[Host], argv: Sequence[str], data: bytes, timeout: float
+    ) -> Mapping[str, CmdResult]:
+        """``argv`` on every node with ``data`` on its stdin (srun hands its stdin to the
+        step's one task), never in the step's command line."""
+        return fan_out(hosts, lambda h: self.run_one(h.name, argv, timeout, data),
+                       self.concurrency)
+
+    def run_one(self, node: str, argv: Sequence[str], timeout: float,
+                data: bytes | None = None) -> CmdResult:
         start = time.monotonic()
         try:
             done = subprocess.run(
@@ -149,7 +158,8 @@ class SrunRemote:
                 timeout=timeout,
                 env=self.env,
                 check=False,
-                stdin=subprocess.DEVNULL,
+                input=data,
+                stdin=subprocess.DEVNULL if data is None else None,
             )
         except subprocess.TimeoutExpired:
             return CmdResult(

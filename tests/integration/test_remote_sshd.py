@@ -117,6 +117,20 @@ def test_exit_code_stderr_and_timeout(sshd: Sshd) -> None:
     assert r.error == "timed out after 2 s" and r.duration_s < 10
 
 
+def test_data_goes_on_stdin_never_on_the_command_line(sshd: Sshd) -> None:
+    """run_with_input (the secrets file under Gloo): the bytes reach the command's stdin, which
+    ends where they do; the command line the sshd and shell see is the argv alone."""
+    sshd.trust()
+    data = b"secret-value-" + os.urandom(8).hex().encode() + b"\n\0end"
+    echo = ["python3", "-c", "import os, sys; d = sys.stdin.buffer.read(); print(d.hex()); "
+            "print(*(open(f'/proc/{p}/cmdline', 'rb').read() for p in ('self', os.getppid())))"]
+    r = sshd.remote().run_with_input([Host("h-ok", 1)], echo, data, 20)["h-ok"]
+    assert r.error is None and r.exit_code == 0, (r.error, r.stderr)
+    shown, lines = r.stdout.splitlines()
+    assert bytes.fromhex(shown) == data
+    assert "secret-value" not in lines and "import os" in lines
+
+
 def test_unknown_key_refused(sshd: Sshd) -> None:
     sshd.known_hosts.write_text("")
     r = sshd.remote().run([Host("h-ok", 1)], ["true"], 20)["h-ok"]

@@ -13,6 +13,7 @@ from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.hosts import with_ssh_defaults
 from ringtrain.launch.plan import REDACTED, PlanInputs, make_plan, read_recorded_spec
+from ringtrain.rank import envvars
 from ringtrain.spec import Backend, Entry, EnvSpec, LaunchSpec, SshSpec
 from tests.golden import assert_golden
 
@@ -208,3 +209,53 @@ def test_module_program_and_mpi_args_in_the_rank_command() -> None:
     hvd = _plan(backend=Backend.HOROVODRUN, mpi_args=("-mca", "btl_tcp_if_exclude", "lo"))
     assert hvd.command.argv[hvd.command.argv.index("--mpi-args") + 1] == (
         "-mca btl_tcp_if_exclude lo")
+
+
+def _supervised(backend: Backend | None, *, gloo: bool = False, attempt: int = 1):  # type: ignore[no-untyped-def]
+    """A real launch's plan (control address and token set), with secrets in the launcher's
+    environment (MY_TOKEN, AWS_SECRET_ACCESS_KEY) and in --env (API_SECRET)."""
+    request = LaunchSpec(script="train.py", host_spec="gpu01:2,gpu02:2", backend=backend,
+                         gloo=gloo, working_dir=Path("/w"),
+                         env=(EnvSpec("API_SECRET", "hunter2"), EnvSpec("MODE", "fast")))
+    environ = {**ENVIRON, "AWS_SECRET_ACCESS_KEY": "aws-value", "HOROVOD_SECRET_KEY": "hvd"}
+    inputs = PlanInputs(run_id="R1", environ=environ, is_root=False, python="/venv/bin/python",
+                        attempt=attempt, control_addr="10.0.0.1:5000", control_token="tok-value")
+    return make_plan(request, allocate(parse_host_spec("gpu01:2,gpu02:2"), None), inputs), environ
+
+
+SECRETS = {"API_SECRET": "hunter2", "AWS_SECRET_ACCESS_KEY": "aws-value", "MY_TOKEN": "s3cr3t",
+           envvars.CONTROL_TOKEN: "tok-value"}
+
+
+def test_gloo_gives_horovodrun_the_secrets_names_only_and_their_values_by_file() -> None:
+    """horovodrun --gloo writes its whole environment into each rank's ssh / sh -c command
+    line: no secret value may be in it, from the launcher's environment or the delta."""
+    plan, environ = _supervised(Backend.HOROVODRUN, gloo=True, attempt=2)
+    command = plan.command
+    child = command.environment(environ)  # what horovodrun is started with
+    assert not set(SECRETS.values()) & set(child.values())
+    assert not set(SECRETS) & set(child)
+    assert set(command.unset) == set(SECRETS) and dict(command.secrets) == SECRETS
+    assert child[envvars.ENV_FILE] == "~/.ringtrain/secrets/R1-2.json"  # same on every host
+    assert child["MODE"] == "fast" and child["PATH"] == "/usr/bin:/bin"
+    assert child["HOROVOD_SECRET_KEY"] == "hvd"  # horovodrun never exports it: left alone
+    shown = (plan.describe() + plan.to_json_text() + repr(command)
+             + " ".join(command.argv))
+    assert not [v for v in SECRETS.values() if v in shown]
+    assert plan.to_json()["secrets_by_file"] == sorted(SECRETS)
+    assert "~/.ringtrain/secrets/R1-2.json" not in plan.by_hand_argv  # no such file by hand
+
+
+@pytest.mark.parametrize(("backend", "gloo"), [(None, False), (Backend.HOROVODRUN, False)],
+                         ids=["mpirun", "horovodrun-mpi"])
+def test_only_gloo_sends_secrets_by_file(backend: Backend | None, gloo: bool) -> None:
+    """mpirun (and horovodrun over MPI) pass variables by name through their own daemons:
+    their plans are as before, the values in the environment delta, nothing unset."""
+    plan, environ = _supervised(backend, gloo=gloo)
+    command = plan.command
+    assert (command.unset, command.secrets) == ((), ())
+    assert envvars.ENV_FILE not in dict(command.env)
+    assert dict(command.env)["API_SECRET"] == "hunter2"
+    assert dict(command.env)[envvars.CONTROL_TOKEN] == "tok-value"
+    assert command.environment(environ) == {**environ, **dict(command.env)}
+    assert "secrets_by_file" not in plan.to_json()

@@ -16,7 +16,7 @@ import pytest
 
 from ringtrain.errors import RemoteError
 from ringtrain.hostfile.model import Host
-from ringtrain.remote import CmdResult, fan_out
+from ringtrain.remote import CmdResult, InputRemote, LocalRemote, fan_out
 from ringtrain.remote.keys import KnownHosts, fingerprint, parse_known_hosts
 from ringtrain.remote.ssh import (
     SshRemote,
@@ -27,6 +27,7 @@ from ringtrain.remote.ssh import (
     describe_error,
     resolve_target,
 )
+from ringtrain.schedulers.calls import SrunRemote
 
 KEY_A = paramiko.ECDSAKey.generate()
 KEY_B = paramiko.ECDSAKey.generate()
@@ -218,3 +219,14 @@ def test_fan_out_bounds_concurrency_keeps_order_and_isolates_failures() -> None:
     assert list(results) == [h.name for h in hosts]
     assert results["h3"].error == "unexpected error: RuntimeError: boom"
     assert all(results[f"h{i}"].ok for i in range(10) if i != 3)
+
+
+def test_local_remote_passes_data_on_stdin_and_every_remote_can() -> None:
+    """run_with_input: the same bytes on every host's stdin (else stdin is /dev/null). Every
+    Remote ringtrain has is an InputRemote; the SSH one is tested against a real sshd."""
+    remote = LocalRemote()
+    hosts = [Host("a", 1), Host("b", 1)]
+    out = remote.run_with_input(hosts, ["cat"], b"v\0\n", 10)
+    assert [(r.exit_code, r.stdout) for r in out.values()] == [(0, "v\0\n")] * 2
+    assert remote.run(hosts[:1], ["cat"], 10)["a"].stdout == ""
+    assert all(isinstance(r, InputRemote) for r in (remote, SshRemote(), SrunRemote()))

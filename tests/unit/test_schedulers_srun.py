@@ -92,6 +92,18 @@ def test_srun_remote_reports_a_missing_srun_per_host(tmp_path: Path) -> None:
     assert all(r.error and "cannot run srun" in r.error for r in out.values())
 
 
+def test_srun_remote_passes_data_on_the_steps_stdin(tmp_path: Path) -> None:
+    """run_with_input (the secrets file under horovodrun --gloo): srun hands its stdin to the
+    step's one task. A stand-in srun runs what follows ``--`` with the same stdin."""
+    srun = tmp_path / "srun"
+    srun.write_text('#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done\nshift\nexec "$@"\n')
+    srun.chmod(srun.stat().st_mode | stat.S_IXUSR)
+    remote = SrunRemote(environ={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    out = remote.run_with_input([Host("gpu01", 1), Host("gpu02", 1)], ["cat"], b"v\0\n", 10)
+    assert [(r.exit_code, r.stdout) for r in out.values()] == [(0, "v\0\n")] * 2
+    assert remote.run([Host("gpu01", 1)], ["cat"], 10)["gpu01"].stdout == ""  # /dev/null
+
+
 def test_remote_for_slurm_only() -> None:
     job = slurm_job({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "a1", "SLURM_TASKS_PER_NODE": "1"})
     assert isinstance(remote_for(job), SrunRemote)

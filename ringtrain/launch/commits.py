@@ -1,0 +1,31 @@
+"""The newest committed checkpoint of a run, as the launcher sees it between attempts (what a
+restart resumes, and the crash-loop check's evidence of progress)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ringtrain.checkpoint.location import Location
+from ringtrain.errors import RingtrainError
+from ringtrain.launch.result import ResumePoint
+
+log = logging.getLogger(__name__)
+
+
+def newest_commit(where: Location) -> ResumePoint | None:
+    """The newest checkpoint at ``where`` whose files verify; None when there is none; a
+    ResumePoint with ``error`` when the storage cannot be listed (never a false "none")."""
+    if where.is_local and not Path(where.manifests).is_dir():
+        return None
+    from ringtrain.checkpoint import list_checkpoints, open_store  # noqa: PLC0415 - fsspec
+
+    try:
+        listed = list_checkpoints(open_store(where.text))
+    except RingtrainError as err:
+        log.warning("cannot list checkpoints at %s: %s", where, err)
+        return ResumePoint(where.text, error=err.message)
+    best = next((c for c in listed if c.ok and c.manifest is not None), None)
+    if best is None or best.manifest is None:
+        return None
+    return ResumePoint(where.text, best.step, best.manifest.epoch, best.name)
