@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ringtrain.hostfile.model import Host
-from ringtrain.remote import CmdResult
+from ringtrain.remote import CmdResult, HostResults
 
 SECTIONS = ("host", "gpu", "python", "mpi", "net")
 
@@ -41,9 +41,9 @@ class FakeRemote:
 
     def run(
         self, hosts: Sequence[Host], argv: Sequence[str], timeout: float
-    ) -> Mapping[str, CmdResult]:
+    ) -> HostResults:
         self.calls.append((tuple(h.name for h in hosts), tuple(argv), timeout))
-        out: dict[str, CmdResult] = {}
+        out = HostResults()
         for h in hosts:
             key = (h.name, tuple(argv))
             if key not in self.answers:
@@ -53,14 +53,14 @@ class FakeRemote:
 
     def run_with_input(
         self, hosts: Sequence[Host], argv: Sequence[str], data: bytes, timeout: float
-    ) -> Mapping[str, CmdResult]:
+    ) -> HostResults:
         self.inputs.append(data)
         return self.run(hosts, argv, timeout)
 
     def run_each(
         self, commands: Sequence[tuple[Host, Sequence[str]]], timeout: float
-    ) -> Mapping[str, CmdResult]:
-        out: dict[str, CmdResult] = {}
+    ) -> HostResults:
+        out = HostResults()
         for host, argv in commands:
             out.update(self.run([host], argv, timeout))
         return out

@@ -64,8 +64,8 @@ def deliver(remote: Remote, plan: LaunchPlan, python: str,
     if others and isinstance(remote, InputRemote):
         answers = remote.run_with_input(others, secretfile_argv(python, "store", path), data,
                                         timeout)
-        failed.update({h.name: _why(answers.get(h.name)) for h in others
-                       if not _stored(answers.get(h.name))})
+        failed.update({host: _why(res) for host, res in answers.failed.items()})
+        failed.update({h.name: _why(None) for h in others if h.name not in answers})
     elif others:
         failed.update({h.name: "this Remote cannot pass data on stdin" for h in others})
     done = Delivery(path, bool(local) and local[0].name not in failed,
@@ -91,13 +91,8 @@ def withdraw(remote: Remote, delivery: Delivery | None, python: str,
     if delivery.hosts:
         answers = remote.run(delivery.hosts, secretfile_argv(python, "remove", delivery.path),
                              timeout)
-        for host, res in answers.items():
-            if not res.ok:
-                log.warning("could not remove %s on %s: %s", delivery.path, host, _why(res))
-
-
-def _stored(res: CmdResult | None) -> bool:
-    return res is not None and res.ok
+        for host, res in answers.failed.items():
+            log.warning("could not remove %s on %s: %s", delivery.path, host, _why(res))
 
 
 def _why(res: CmdResult | None) -> str:

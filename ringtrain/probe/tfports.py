@@ -24,14 +24,14 @@ def check_ports(remote: Remote, hosts: Sequence[Host], ports: Mapping[str, Itera
     commands = [(h, [python, "-m", "ringtrain.rank.tfconfig", "--taken",
                      *map(str, sorted(ports[h.name]))]) for h in hosts if h.name in ports]
     answers = remote.run_each(commands, PORT_CHECK_TIMEOUT_S)
-    taken, unchecked = [], []
-    for host, answer in answers.items():
+    unchecked = [f"{host} ({r.error or r.stderr.strip()[-200:] or 'no answer'})"
+                 for host, r in answers.failed.items()]
+    taken = []
+    for host, answer in answers.succeeded.items():
         try:
-            if answer.exit_code != 0:
-                raise ValueError(answer.error or answer.stderr.strip()[-200:])
             taken += [f"{host}:{p}" for p in json.loads(answer.stdout)]
         except ValueError as err:
-            unchecked.append(f"{host} ({err or 'no answer'})")
+            unchecked.append(f"{host} ({err})")
     if taken:
         raise AllocationError(
             f"TensorFlow task ports in use: {', '.join(taken)}",

@@ -1,7 +1,7 @@
 """The remote seam (``Remote``: run commands on many hosts at once) and its SSH implementation.
 
-``base``: CmdResult, the Remote protocol (and InputRemote, stdin too), LocalRemote, fan_out
-(standard library only).
+``base``: CmdResult, HostResults (one per host, with ``.failed``), the Remote protocol (and
+InputRemote, stdin too), LocalRemote, fan_out (standard library only).
 ``ssh``: SshRemote (paramiko, strict host keys, ssh_config). ``keys``: known_hosts.
 ``sshconf``: the per-run ssh_config mpirun's own ssh uses (pure).
 """
@@ -9,10 +9,12 @@
 from ringtrain.remote.base import (
     CmdResult,
     HostCommand,
+    HostResults,
     InputRemote,
     LocalRemote,
     Remote,
     fan_out,
 )
 
-__all__ = ["CmdResult", "HostCommand", "InputRemote", "LocalRemote", "Remote", "fan_out"]
+__all__ = ["CmdResult", "HostCommand", "HostResults", "InputRemote", "LocalRemote", "Remote",
+           "fan_out"]

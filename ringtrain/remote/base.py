@@ -42,6 +42,21 @@ class CmdResult:
         return self.error is None and self.exit_code == 0
 
 
+class HostResults(dict[str, CmdResult]):
+    """One CmdResult per host, in the order asked (a fan-out's answer), with the views a
+    caller wants instead of filtering by hand, as Fabric's GroupResult gives them."""
+
+    @property
+    def failed(self) -> dict[str, CmdResult]:
+        """Hosts whose command did not run to a zero exit: unreachable, refused, timed out, or
+        a non-zero status."""
+        return {host: r for host, r in self.items() if not r.ok}
+
+    @property
+    def succeeded(self) -> dict[str, CmdResult]:
+        return {host: r for host, r in self.items() if r.ok}
+
+
 class Remote(Protocol):
     """Runs commands on many hosts concurrently; one CmdResult per host, in the order given.
 
@@ -50,11 +65,11 @@ class Remote(Protocol):
 
     def run(
         self, hosts: Sequence[Host], argv: Sequence[str], timeout: float
-    ) -> Mapping[str, CmdResult]: ...
+    ) -> HostResults: ...
 
     def run_each(
         self, commands: Sequence[HostCommand], timeout: float
-    ) -> Mapping[str, CmdResult]: ...
+    ) -> HostResults: ...
 
 
 @runtime_checkable
@@ -64,7 +79,7 @@ class InputRemote(Protocol):
 
     def run_with_input(
         self, hosts: Sequence[Host], argv: Sequence[str], data: bytes, timeout: float
-    ) -> Mapping[str, CmdResult]: ...
+    ) -> HostResults: ...
 
 
 class LocalRemote:
@@ -75,17 +90,17 @@ class LocalRemote:
         self.env = dict(env) if env is not None else None
 
     def run(self, hosts: Sequence[Host], argv: Sequence[str],
-            timeout: float) -> Mapping[str, CmdResult]:
+            timeout: float) -> HostResults:
         return self.run_each([(h, argv) for h in hosts], timeout)
 
     def run_each(self, commands: Sequence[HostCommand],
-                 timeout: float) -> Mapping[str, CmdResult]:
+                 timeout: float) -> HostResults:
         argv_of = {h.name: argv for h, argv in commands}
         return fan_out([h for h, _ in commands],
                        lambda h: self.run_one(h.name, argv_of[h.name], timeout), concurrency=8)
 
     def run_with_input(self, hosts: Sequence[Host], argv: Sequence[str], data: bytes,
-                       timeout: float) -> Mapping[str, CmdResult]:
+                       timeout: float) -> HostResults:
         return fan_out(hosts, lambda h: self.run_one(h.name, argv, timeout, data),
                        concurrency=8)
 
@@ -107,10 +122,10 @@ class LocalRemote:
 
 
 def fan_out(hosts: Sequence[Host], fn: Callable[[Host], CmdResult],
-            concurrency: int) -> dict[str, CmdResult]:
+            concurrency: int) -> HostResults:
     """Apply ``fn`` to every host with at most ``concurrency`` at once; results in host order."""
     if not hosts:
-        return {}
+        return HostResults()
     workers = max(1, min(concurrency, len(hosts)))
 
     def guarded(host: Host) -> CmdResult:
@@ -123,7 +138,7 @@ def fan_out(hosts: Sequence[Host], fn: Callable[[Host], CmdResult],
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ringtrain-ssh") as pool:
         results = list(pool.map(guarded, hosts))
-    return {h.name: r for h, r in zip(hosts, results, strict=True)}
+    return HostResults((h.name, r) for h, r in zip(hosts, results, strict=True))
 
 
 def _failed(host: str, error: str, start: float) -> CmdResult:

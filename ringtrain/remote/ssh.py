@@ -18,7 +18,7 @@ import select
 import shlex
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from ringtrain.hostfile.model import Host, host_name_problem
 from ringtrain.remote.base import (
     CmdResult,
     HostCommand,
+    HostResults,
     LocalRemote,
     _decode,
     _failed,
@@ -249,21 +250,21 @@ class SshRemote:
                               accept_new=self.accept_new, connect_timeout=self.connect_timeout)
 
     def run(self, hosts: Sequence[Host], argv: Sequence[str],
-            timeout: float) -> Mapping[str, CmdResult]:
+            timeout: float) -> HostResults:
         return self.run_each([(h, argv) for h in hosts], timeout)
 
     def run_each(self, commands: Sequence[HostCommand],
-                 timeout: float) -> Mapping[str, CmdResult]:
+                 timeout: float) -> HostResults:
         return self._fan(commands, timeout, None)
 
     def run_with_input(self, hosts: Sequence[Host], argv: Sequence[str], data: bytes,
-                       timeout: float) -> Mapping[str, CmdResult]:
+                       timeout: float) -> HostResults:
         """``argv`` on every host with ``data`` on its stdin (sent over the channel, never in
         the command line the remote sshd and shell see)."""
         return self._fan([(h, argv) for h in hosts], timeout, data)
 
     def _fan(self, commands: Sequence[HostCommand], timeout: float,
-             data: bytes | None) -> Mapping[str, CmdResult]:
+             data: bytes | None) -> HostResults:
         argv_of = {h.name: argv for h, argv in commands}
         targets: dict[str, SshTarget | str] = {}
         stores: dict[tuple[Path, ...], KnownHosts] = {}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ringtrain.errors import SchedulerError
 from ringtrain.hostfile.model import Host, host_name_problem
-from ringtrain.remote import CmdResult, HostCommand, fan_out
+from ringtrain.remote import CmdResult, HostCommand, HostResults, fan_out
 from ringtrain.schedulers.jobenv import (
     Scheduler,
     SchedulerJob,
@@ -127,12 +127,12 @@ class SrunRemote:
 
     def run(
         self, hosts: Sequence[Host], argv: Sequence[str], timeout: float
-    ) -> Mapping[str, CmdResult]:
+    ) -> HostResults:
         return self.run_each([(h, argv) for h in hosts], timeout)
 
     def run_each(
         self, commands: Sequence[HostCommand], timeout: float
-    ) -> Mapping[str, CmdResult]:
+    ) -> HostResults:
         argv_of = {h.name: argv for h, argv in commands}
         return fan_out(
             [h for h, _ in commands],
@@ -142,7 +142,7 @@ class SrunRemote:
 
     def run_with_input(
         self, hosts: Sequence[Host], argv: Sequence[str], data: bytes, timeout: float
-    ) -> Mapping[str, CmdResult]:
+    ) -> HostResults:
         """``argv`` on every node with ``data`` on its stdin (srun hands its stdin to the
         step's one task), never in the step's command line."""
         return fan_out(hosts, lambda h: self.run_one(h.name, argv, timeout, data),

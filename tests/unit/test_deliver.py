@@ -5,7 +5,7 @@ this machine here: this machine's file is written directly, tests/unit/test_secr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ from ringtrain.hostfile import Host, allocate, parse_host_spec
 from ringtrain.launch.deliver import deliver, secretfile_argv
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
 from ringtrain.rank import envvars, secretfile
-from ringtrain.remote import CmdResult
+from ringtrain.remote import HostResults
 from ringtrain.spec import Backend, EnvSpec, LaunchSpec
 from tests.fakes import FakeRemote
 
@@ -71,11 +71,11 @@ class _NoStdin:
     """A Remote without run_with_input (the optional part of the seam)."""
 
     def run(self, hosts: Sequence[Host], argv: Sequence[str],
-            timeout: float) -> Mapping[str, CmdResult]:
+            timeout: float) -> HostResults:
         raise AssertionError("nothing to run")
 
     def run_each(self, commands: Sequence[tuple[Host, Sequence[str]]],
-                 timeout: float) -> Mapping[str, CmdResult]:
+                 timeout: float) -> HostResults:
         raise AssertionError("nothing to run")
 
 

@@ -230,3 +230,19 @@ def test_local_remote_passes_data_on_stdin_and_every_remote_can() -> None:
     assert [(r.exit_code, r.stdout) for r in out.values()] == [(0, "v\0\n")] * 2
     assert remote.run(hosts[:1], ["cat"], 10)["a"].stdout == ""
     assert all(isinstance(r, InputRemote) for r in (remote, SshRemote(), SrunRemote()))
+
+
+def test_fan_out_results_have_a_failed_view() -> None:
+    """Fabric's GroupResult habit: the callers ask for .failed instead of filtering by hand."""
+    from ringtrain.hostfile.model import Host
+    from ringtrain.remote import CmdResult, HostResults, fan_out
+
+    def answer(host: Host) -> CmdResult:
+        if host.name == "b":
+            raise OSError("boom")  # a host's bug becomes that host's result
+        return CmdResult(host.name, 0 if host.name == "a" else 3, "", "", None, 0.0)
+
+    results = fan_out([Host("a", 1), Host("b", 1), Host("c", 1)], answer, concurrency=2)
+    assert isinstance(results, HostResults) and list(results) == ["a", "b", "c"]
+    assert list(results.failed) == ["b", "c"] and list(results.succeeded) == ["a"]
+    assert "OSError: boom" in (results.failed["b"].error or "")
