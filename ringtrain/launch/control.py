@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import secrets
 import selectors
 import socket
@@ -245,7 +246,13 @@ class ControlServer:
             if len(line) > MAX_LINE + 1:
                 self._drop(conn)
                 return
-            if not self._line(conn, line):
+            try:
+                keep = self._line(conn, line)
+            except Exception:  # a message nobody foresaw: that peer goes, supervision stays
+                log.exception("control: dropped rank %s after a message it could not "
+                              "handle", conn.rank)
+                keep = False
+            if not keep:
                 self._drop(conn)
                 return
 
@@ -278,16 +285,24 @@ class ControlServer:
         if msg.get("t") != "hello" or not secrets.compare_digest(str(msg.get("token")), self.token):
             log.warning("control: dropped a connection without the job's token")
             return False
-        rank = msg.get("rank")
-        conn.rank = rank if isinstance(rank, int) else -1
+        bad = [k for k in ("rank", "pid") if _count(msg.get(k)) is None]
+        bad += [k for k in ("start", "ppid", "parent_start")
+                if msg.get(k) is not None and _count(msg.get(k)) is None]
+        bad += [k for k in ("host", "parent") if not isinstance(msg.get(k, ""), str)
+                or len(msg.get(k, "")) > MAX_NAME]
+        if bad:
+            log.warning("control: dropped a hello with bad fields: %s",
+                        ", ".join(f"{k}={str(msg.get(k))[:40]!r}" for k in bad))
+            return False
+        conn.rank = int(msg["rank"])
         state = RankState(
             rank=conn.rank,
             host=str(msg.get("host", "?")),
-            pid=int(msg.get("pid", 0)),
-            start=msg.get("start"),
-            ppid=msg.get("ppid"),
+            pid=int(msg["pid"]),
+            start=_count(msg.get("start")),
+            ppid=_count(msg.get("ppid")),
             parent=str(msg.get("parent", "")),
-            parent_start=msg.get("parent_start"),
+            parent_start=_count(msg.get("parent_start")),
             last_heard=self._clock(),
         )
         with self._lock:
@@ -314,14 +329,14 @@ class ControlServer:
                     if kind == "steps" else state.steps,
                 )
                 self._ranks[conn.rank] = state
-            if kind == "progress":
+            if kind == "progress":  # a field of the wrong type is left out, never trusted
                 self._progress = Progress(
-                    epoch=msg.get("epoch"),
-                    epochs=msg.get("epochs"),
-                    step=msg.get("step"),
-                    steps=msg.get("steps"),
-                    loss=msg.get("loss"),
-                    samples_per_s=msg.get("samples_per_s"),
+                    epoch=_count(msg.get("epoch")),
+                    epochs=_count(msg.get("epochs")),
+                    step=_count(msg.get("step")),
+                    steps=_count(msg.get("steps")),
+                    loss=_number(msg.get("loss")),
+                    samples_per_s=_number(msg.get("samples_per_s")),
                     at=now,
                 )
         if self._on_event is not None and kind not in ("hb", "steps"):
@@ -342,6 +357,21 @@ class ControlServer:
 
 
 _NO_STEPS = StepTimes(None, None, 0.0)
+MAX_NAME = 255
+
+
+def _count(value: Any) -> int | None:
+    """A whole number >= 0 as the protocol carries it (a bool or a string is not one)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+        return value
+    return None
+
+
+def _number(value: Any) -> float | None:
+    """A finite number (loss, samples/s), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def _api_parts(known: tuple[str, ...], msg: dict[str, Any]) -> tuple[str, ...]:

@@ -123,3 +123,31 @@ def test_a_rank_waiting_for_its_tensorflow_cluster_is_marked_until_it_joins() ->
         assert _wait(lambda: [r.forming_since for r in server.snapshot().ranks] == [None])
     finally:
         server.close()
+
+
+def test_a_bad_field_is_dropped_and_logged_never_a_dead_thread() -> None:
+    """Issue 23: '"pid":"12ab"' killed the server's thread; '"loss":"x"' crashed the
+    launcher's loop. A hello with a bad field is refused, a progress field of the wrong type
+    is left out, and the server goes on hearing the real ranks."""
+    server = ControlServer()
+    try:
+        forged = _connect(server)
+        forged.sendall(encode("hello", token=server.token, rank=1, host="h", pid="12ab"))
+        assert _closed_by_peer(forged, 5)
+        nested = _connect(server)
+        nested.sendall(encode("hello", token=server.token, rank=True, host=["x"], pid=7))
+        assert _closed_by_peer(nested, 5)
+        good = _connect(server)
+        good.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
+        good.sendall(encode("progress", epoch="2", step=7, loss="x", samples_per_s=float("nan")))
+        assert _wait(lambda: server.snapshot().progress is not None)
+        progress = server.snapshot().progress
+        assert progress is not None
+        assert (progress.epoch, progress.step, progress.loss, progress.samples_per_s) == (
+            None, 7, None, None)
+        good.sendall(encode("progress", epoch=3, loss=0.25))
+        assert _wait(lambda: (server.snapshot().progress or progress).epoch == 3)
+        assert [r.rank for r in server.snapshot().ranks] == [0]
+        assert server._thread.is_alive()  # noqa: SLF001 - the point of the test
+    finally:
+        server.close()
