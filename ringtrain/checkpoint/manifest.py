@@ -24,9 +24,9 @@ from ringtrain.errors import CheckpointError
 
 FORMAT = "ringtrain.checkpoint/1"
 
-_MANIFEST_RE = re.compile(r"^ckpt-(\d{12})\.json$")
-_ATTEMPT_RE = re.compile(r"^(\d{12})-(\d{8}T\d{6}Z)-([0-9a-f]{8})$")
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_MANIFEST_RE = re.compile(r"^ckpt-(\d{12})\.json\Z")
+_ATTEMPT_RE = re.compile(r"^(\d{12})-(\d{8}T\d{6}Z)-([0-9a-f]{8})\Z")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}\Z")
 _STAMP = "%Y%m%dT%H%M%SZ"
 MAX_STEP = 10**12 - 1
 

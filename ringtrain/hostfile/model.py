@@ -8,12 +8,12 @@ from dataclasses import dataclass, field, replace
 
 # RFC 1123 labels; underscores are tolerated because real clusters use them in short names.
 _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-_HOSTNAME_RE = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\.?$")
-_LABEL_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:/+@-]{0,128}$")
-_USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}\$?$", re.IGNORECASE)
-_ZONE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
-_GROUP_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_HOSTNAME_RE = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\.?\Z")
+_LABEL_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
+_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:/+@-]{0,128}\Z")
+_USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}\$?\Z", re.IGNORECASE)
+_ZONE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,32}\Z")
+_GROUP_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 
 
 def host_name_problem(name: str) -> str | None:

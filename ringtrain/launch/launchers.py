@@ -52,7 +52,7 @@ FORWARD_PREFIXES = (
     "TF_XLA_",
 )
 
-_SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@:-]+$")
+_SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@:-]+\Z")
 
 
 @dataclass(frozen=True, slots=True)

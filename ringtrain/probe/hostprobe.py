@@ -112,7 +112,7 @@ section net ip -o addr show
 echo '@@ringtrain:done@@'
 """
 
-_PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+@-]+$")
+_PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+@-]+\Z")
 
 
 def probe_argv(python: str) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from ringtrain.probe.probe_parse import Interface
 
 _VIRTUAL_PREFIXES = ("docker", "virbr", "br-", "cni", "flannel", "cali", "kube", "lxcbr",
                      "podman", "vxlan", "tailscale", "zt")
-_IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+_IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}\Z")
 _LOOPBACK = "127.0.0.0/8"
 
 

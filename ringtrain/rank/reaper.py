@@ -28,7 +28,7 @@ from typing import Any
 
 from ringtrain.rank import envvars, procfs, secretfile
 
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
 def find(run_id: str, pids: dict[int, int]) -> list[tuple[int, str]]:

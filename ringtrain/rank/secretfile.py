@@ -39,8 +39,8 @@ from ringtrain.rank import envvars
 
 DIR = "~/.ringtrain/secrets"
 MAX_BYTES = 1 << 20
-_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}-\d+\.json$")
-_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}-\d+\.json\Z")
+_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -137,7 +137,7 @@ def remove(path: str, root: Path | None = None) -> bool:
 def remove_run(run_id: str, root: Path | None = None) -> int:
     """Remove every secrets file of run ``run_id`` on this host (every attempt's, and any a
     writer left half-made); how many went."""
-    pattern = re.compile(rf"^\.?{re.escape(run_id)}-\d+\.json(\.[0-9a-f]+\.tmp)?$")
+    pattern = re.compile(rf"^\.?{re.escape(run_id)}-\d+\.json(\.[0-9a-f]+\.tmp)?\Z")
     try:
         fd = os.open(resolve(DIR, root), _DIR_FLAGS)
     except OSError:  # none here, or not a directory of ours to clean

@@ -19,14 +19,14 @@ from pathlib import PurePosixPath
 
 from ringtrain.errors import UsageError
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
-_LIST_RE = re.compile(r"^[A-Za-z0-9_.@-]+(?:,[A-Za-z0-9_.@-]+)*$")
-_DIRECTIVE_PATH_RE = re.compile(r"^[A-Za-z0-9_./%+@:-]+$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")
+_LIST_RE = re.compile(r"^[A-Za-z0-9_.@-]+(?:,[A-Za-z0-9_.@-]+)*\Z")
+_DIRECTIVE_PATH_RE = re.compile(r"^[A-Za-z0-9_./%+@:-]+\Z")
 _SLURM_TIME_RE = re.compile(
     r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
     r"|UNLIMITED|INFINITE)$"
 )
-_PBS_TIME_RE = re.compile(r"^\d+(?::\d{1,2}){0,2}$")
+_PBS_TIME_RE = re.compile(r"^\d+(?::\d{1,2}){0,2}\Z")
 MAX_COUNT = 100_000
 
 

@@ -187,3 +187,20 @@ def test_hostile_host_names_are_rejected(name):
         parse_openmpi_hostfile(f"ok slots=1\n{name} slots=1\n", "hf")
     assert info.value.line == 2
     assert info.value.hint
+
+
+def test_validators_refuse_a_trailing_newline() -> None:
+    """Issue 23: `^...$` let "gpu01\\n" through (Python's $ matches before a final newline),
+    and a host name with a newline splits a hostfile line in two."""
+    import pytest as _pytest
+
+    from ringtrain.errors import UsageError
+    from ringtrain.hostfile.model import host_name_problem
+    from ringtrain.rank.reaper import RUN_ID_RE
+    from ringtrain.spec import EnvSpec
+
+    assert host_name_problem("gpu01") is None
+    assert host_name_problem("gpu01\n") is not None
+    assert RUN_ID_RE.match("20261125-010203-ab12") and not RUN_ID_RE.match("r1\n")
+    with _pytest.raises(UsageError):
+        EnvSpec.parse("NAME\n=1")
