@@ -20,8 +20,8 @@ from ringtrain.cli.hosts_cmd import slot_override
 from ringtrain.cli.live import LiveView
 from ringtrain.cli.options import horovod_tuning_options, ring_check_options
 from ringtrain.errors import JobFailed
-from ringtrain.launch import run
 from ringtrain.launch.result import JobState
+from ringtrain.launch.rundir import make_run_dir
 from ringtrain.launch.session import Session
 from ringtrain.spec import Backend, EnvSpec, StragglerAction, Strategy
 
@@ -348,7 +348,7 @@ def _rank_set(text: str | None) -> frozenset[int] | None:
 
 
 def _run(session: Session, view: LiveView, *, json_out: bool = False) -> None:
-    run.make_run_dir(session.run_dir)  # a clear error, not a traceback, when it cannot be
+    make_run_dir(session.run_dir)  # a clear error, not a traceback, when it cannot be
     view.events = session.run_dir / "events.log"
     view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
 

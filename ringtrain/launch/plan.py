@@ -33,8 +33,28 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_RE.search(name))
 
 
+# a password in a URL (postgres://user:pw@host, https://user:token@host) or a private key,
+# whatever the variable is called: DATABASE_URL=postgres://u:pw@db was stored as it was
+_URL_PASSWORD_RE = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(?=@)")
+_PRIVATE_KEY = "-----BEGIN "
+
+
+def is_secret(name: str, value: str | None) -> bool:
+    """A secret by its name (API_TOKEN, AWS_SECRET_ACCESS_KEY...) or by its value."""
+    return is_secret_name(name) or (value is not None and (
+        _URL_PASSWORD_RE.search(value) is not None or _PRIVATE_KEY in value))
+
+
+def redact_value(name: str, value: str) -> str:
+    """``value`` as it may be shown or stored: a secret name's value whole, a URL's password
+    only (the rest of the URL still tells where it points)."""
+    if is_secret_name(name) or _PRIVATE_KEY in value:
+        return REDACTED
+    return _URL_PASSWORD_RE.sub(lambda m: m.group("head") + REDACTED, value)
+
+
 def redact_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    return tuple((k, REDACTED if is_secret_name(k) else v) for k, v in env)
+    return tuple((k, redact_value(k, v)) for k, v in env)
 
 
 # what horovodrun never exports to the ranks (horovod.runner.common.util.env.IGNORE_REGEXES)
@@ -50,7 +70,7 @@ def gloo_secrets(
     merged = {**environ, **delta}
     return tuple(sorted(
         (k, v) for k, v in merged.items()
-        if (k == envvars.CONTROL_TOKEN or is_secret_name(k)) and not _HOROVOD_KEEPS.match(k)
+        if (k == envvars.CONTROL_TOKEN or is_secret(k, v)) and not _HOROVOD_KEEPS.match(k)
     ))
 
 
@@ -85,13 +105,13 @@ class LaunchPlan:
         the describe() text names them, to be exported first. (Under Gloo, without the secrets
         file, which exists only while ringtrain runs the job.)"""
         env = [f"{k}={v}" for k, v in self.command.env
-               if not is_secret_name(k) and k != envvars.ENV_FILE]
+               if not is_secret(k, v) and k != envvars.ENV_FILE]
         return shlex.join(["env", *env, *self.command.argv]) if env else self.display_argv
 
     @property
     def secret_names(self) -> tuple[str, ...]:
         """The secrets a by-hand run needs exported: in the delta, or sent by file (Gloo)."""
-        names = [k for k, _ in self.command.env if is_secret_name(k)]
+        names = [k for k, v in self.command.env if is_secret(k, v)]
         return tuple(dict.fromkeys([*names, *(k for k, _ in self.command.secrets)]))
 
     def describe(self) -> str:
@@ -160,7 +180,8 @@ def recorded_spec(spec: LaunchSpec) -> dict[str, Any]:
     name, so ``launch --from`` forwards that variable from the launcher's environment."""
     data = spec.to_json()
     data["env"] = [
-        {"name": e.name, "value": None if is_secret_name(e.name) else e.value} for e in spec.env
+        {"name": e.name, "value": None if is_secret(e.name, e.value) else e.value}
+        for e in spec.env
     ]
     return data
 

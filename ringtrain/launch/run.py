@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ringtrain.errors import LaunchError, SetupError
+from ringtrain.errors import LaunchError
 from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
+from ringtrain.launch.rundir import make_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -302,21 +303,6 @@ def find_failed_ranks(
         if rank not in named and any(line.startswith("Traceback") for line in tails[rank]):
             found.append((rank, None))
     return found
-
-
-def make_run_dir(run_dir: Path) -> None:
-    """Create the run directory, or say plainly why it cannot be (before anything starts)."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".writable"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise SetupError(
-            f"cannot use the run directory {run_dir}: {err.strerror or err}",
-            "pass --runs-dir DIR with a directory you can write (logs, plan.json, result.json "
-            "and default checkpoints go there)",
-        ) from None
 
 
 def prepare(plan: LaunchPlan) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 from ringtrain.checkpoint.location import Location
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
-from ringtrain.launch import run, tfcluster
+from ringtrain.launch import tfcluster
 from ringtrain.launch.commits import newest_commit
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.deliver import Delivery, start_with_secrets
@@ -46,6 +46,7 @@ from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
 from ringtrain.launch.reporter import NullReporter, Reporter
 from ringtrain.launch.result import FailureKind, HostTeardown, JobResult, ResumePoint
 from ringtrain.launch.run import Job
+from ringtrain.launch.rundir import make_run_dir
 from ringtrain.launch.server_finisher import ServerFinisher
 from ringtrain.launch.straggler import StragglerWatch
 from ringtrain.launch.supervise import (
@@ -129,7 +130,7 @@ class Session:
 
     def run(self) -> JobResult:
         self._started = time.monotonic()
-        run.make_run_dir(self.run_dir)  # before any SSH: a launch that cannot log is refused
+        make_run_dir(self.run_dir)  # before any SSH: a launch that cannot log is refused
         self._write_launcher_record()
         attempt = 1
         while True:

@@ -130,3 +130,38 @@ def test_a_discovery_script_another_user_can_change_is_refused(shared: Path) -> 
         load_inventory(str(script))
     script.chmod(0o755)
     assert load_inventory(str(script)).total_slots == 2 and marker.exists()
+
+
+def test_run_directories_are_private_and_never_reached_through_a_link(tmp_path: Path) -> None:
+    """Issue 23: run directories were world-readable and followed links."""
+    from ringtrain.errors import SetupError
+    from ringtrain.launch.rundir import make_run_dir
+
+    runs = tmp_path / "runs"
+    make_run_dir(runs / "r1")
+    assert (os.stat(runs / "r1").st_mode & 0o777) == 0o700
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (runs / "r2").symlink_to(elsewhere)  # planted where the next run's directory goes
+    with pytest.raises(SetupError, match="is a link"):
+        make_run_dir(runs / "r2")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # writable by all, no sticky bit
+    with pytest.raises(SetupError, match="writable by everyone without the sticky bit"):
+        make_run_dir(shared / "r3")
+    shared.chmod(0o1777)
+    make_run_dir(shared / "r3")
+
+
+@needs_root
+def test_a_runs_directory_of_another_user_is_refused(tmp_path: Path) -> None:
+    from ringtrain.errors import SetupError
+    from ringtrain.launch.rundir import make_run_dir
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    (tmp_path / "runs").symlink_to(theirs)
+    with pytest.raises(SetupError, match="belongs to another user"):
+        make_run_dir(tmp_path / "runs" / "r1")

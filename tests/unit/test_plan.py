@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -259,3 +260,19 @@ def test_only_gloo_sends_secrets_by_file(backend: Backend | None, gloo: bool) ->
     assert dict(command.env)[envvars.CONTROL_TOKEN] == "tok-value"
     assert command.environment(environ) == {**environ, **dict(command.env)}
     assert "secrets_by_file" not in plan.to_json()
+
+
+def test_secrets_are_redacted_by_value_as_well_as_by_name() -> None:
+    """Issue 23: DATABASE_URL=postgres://u:pw@... was stored whole: a URL's password (and a
+    private key) is a secret whatever the variable is called."""
+    plan = _plan(env=(EnvSpec("DATABASE_URL", "postgres://app:hunter2@db:5432/x"),
+                      EnvSpec("TLS_PEM", "-----BEGIN PRIVATE KEY-----\nabc"),
+                      EnvSpec("SITE", "https://example.org/a:b@c")))
+    text = plan.to_json_text() + plan.describe()
+    assert "hunter2" not in text and "BEGIN PRIVATE" not in text
+    stored = json.loads(plan.to_json_text())
+    assert stored["env"]["DATABASE_URL"] == "postgres://app:<redacted>@db:5432/x"
+    assert stored["env"]["SITE"] == "https://example.org/a:b@c"  # no password in it
+    recorded = {e["name"]: e["value"] for e in stored["spec"]["env"]}
+    assert recorded["DATABASE_URL"] is None and recorded["SITE"] == "https://example.org/a:b@c"
+    assert set(plan.secret_names) >= {"DATABASE_URL", "TLS_PEM"}
