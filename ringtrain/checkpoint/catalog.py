@@ -7,6 +7,7 @@ missing, of the wrong size or of the wrong sha256 is reported as broken.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,9 +57,11 @@ def load_manifest(store: Store, name: str) -> Manifest:
 
 
 def check_sizes(store: Store, manifest: Manifest) -> tuple[str, ...]:
-    """Cheap check with one listing: every file present with its size."""
+    """Cheap check with one listing: every file present with its size, and, on local storage,
+    none reached through a symbolic link (a link planted in a shared checkpoint directory
+    would make resume read, or verify hash, a file of someone else's choosing)."""
     present = store.find_files(manifest.data)
-    problems = []
+    problems = list(_linked(store, manifest))
     for f in manifest.files:
         size = present.get(f.path)
         if size is None:
@@ -66,6 +69,19 @@ def check_sizes(store: Store, manifest: Manifest) -> tuple[str, ...]:
         elif size != f.size:
             problems.append(f"{f.path}: {size} bytes, manifest says {f.size}")
     return tuple(problems)
+
+
+def _linked(store: Store, manifest: Manifest) -> tuple[str, ...]:
+    if store.location.protocol != "file":
+        return ()
+    root = os.path.realpath(store.abspath(""))
+    out = []
+    for f in manifest.files:
+        rel = f"{manifest.data}/{f.path}"
+        path = store.abspath(rel)
+        if os.path.lexists(path) and os.path.realpath(path) != os.path.join(root, rel):
+            out.append(f"{f.path}: reached through a symbolic link; refused")
+    return tuple(out)
 
 
 def verify_files(

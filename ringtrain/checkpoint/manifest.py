@@ -23,6 +23,7 @@ from ringtrain.checkpoint.location import DATA_DIR
 from ringtrain.errors import CheckpointError
 
 FORMAT = "ringtrain.checkpoint/1"
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files; 16 MiB is far beyond any real one
 
 _MANIFEST_RE = re.compile(r"^ckpt-(\d{12})\.json\Z")
 _ATTEMPT_RE = re.compile(r"^(\d{12})-(\d{8}T\d{6}Z)-([0-9a-f]{8})\Z")
@@ -145,10 +146,14 @@ def _files(raw: Any, name: str) -> tuple[FileEntry, ...]:
 
 def from_json(data: bytes, name: str) -> Manifest:
     """Parse and validate a manifest; ``name`` is its file name (checked against the step)."""
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise _bad(name, f"{len(data)} bytes, more than a manifest ever holds")
     try:
         body = json.loads(data.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise _bad(name, f"not JSON ({err})") from None
+    except RecursionError:  # '[[[[...' nested deeper than the parser's stack
+        raise _bad(name, "nested too deeply to be a manifest") from None
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         raise _bad(name, f"format is not {FORMAT!r}")
     step, epoch = _int(body, "step", name), _int(body, "epoch", name)

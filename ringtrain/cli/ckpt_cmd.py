@@ -12,6 +12,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ringtrain.checkpoint import Listed, list_checkpoints, open_store
 from ringtrain.errors import CheckpointError
@@ -53,15 +54,21 @@ def _table(items: tuple[Listed, ...], title: str) -> Table:
     for item in items:
         m = item.manifest
         state = "ok" if item.ok else "BROKEN: " + "; ".join(item.problems[:2])
+        # a manifest's text comes from the storage: shown as text, never as rich markup, and
+        # without terminal escape sequences
         table.add_row(
             str(item.step),
             str(m.epoch) if m else "?",
             str(len(m.files)) if m else "?",
             f"{m.total_bytes / 1e6:.2f} MB" if m else "?",
-            m.created if m else "?",
-            state,
+            Text(_printable(m.created)) if m else "?",
+            Text(_printable(state)),
         )
     return table
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _resume_line(items: tuple[Listed, ...]) -> str:

@@ -411,3 +411,31 @@ def test_runs_shows_the_checkpoint_result_json_recorded_on_any_storage(tmp_path:
     by_id = {r["run_id"]: r["last_checkpoint"] for r in json.loads(out.output)}
     assert by_id == {"20260101-000000-aaaa": "step 138 (epoch 6) at s3://ckpt/run1",
                      "20260102-000000-bbbb": "ckpt-000000000023"}
+
+
+def test_hostile_manifests_and_linked_data_fall_back_to_the_previous_checkpoint(
+    tmp_path: Path, local: Store
+) -> None:
+    """Issue 23: a deeply nested manifest raised RecursionError on resume, symlinked data was
+    followed, and manifest text was rendered as markup by ckpt ls. Each is now a named
+    problem of that checkpoint, and resume takes the previous one."""
+    commit(local, make_src(tmp_path, "a"), step=10, epoch=1)
+    newer = commit(local, make_src(tmp_path, "b"), step=20, epoch=2)
+    root = Path(local.abspath(""))
+    manifest = root / "manifests" / "ckpt-000000000030.json"
+    manifest.write_text("[" * 200_000 + "]" * 200_000)  # nested past the parser's stack
+    secret = tmp_path / "someone-elses-file"
+    secret.write_bytes(b"x" * 100_000)
+    data = root / newer.manifest.data / "ckpt.data-00000-of-00001"
+    data.unlink()
+    data.symlink_to(secret)
+    listed = {item.step: item for item in list_checkpoints(local)}
+    assert "nested too deeply" in listed[30].problems[0]
+    assert any("symbolic link" in p for p in listed[20].problems)
+    restored = find_latest(local, tmp_path / "restore")
+    assert restored is not None and restored.step == 10
+    body = json.loads((root / "manifests" / "ckpt-000000000010.json").read_text())
+    body["created"] = "[bold red]\x1b[2Jhacked[/]"
+    (root / "manifests" / "ckpt-000000000010.json").write_text(json.dumps(body))
+    shown = CliRunner().invoke(cli, ["ckpt", "ls", str(root)])
+    assert "[bold red]" in shown.output and "\x1b" not in shown.output
