@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import selectors
 import signal
 import subprocess
 import time
@@ -43,7 +44,7 @@ def run_discovery_script(path: str, *, timeout: float = 30.0) -> str:
             source=path,
         ) from None
     try:
-        out, err_bytes = proc.communicate(timeout=timeout)
+        out, err_bytes = _read_bounded(proc, started + timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         raise InventoryError(
@@ -51,9 +52,44 @@ def run_discovery_script(path: str, *, timeout: float = 30.0) -> str:
             "make the script faster or pass a larger --discovery-timeout",
             source=path,
         ) from None
+    except OverflowError:
+        _kill_group(proc)
+        raise InventoryError(
+            f"discovery script printed more than {MAX_OUTPUT} bytes; it was stopped there",
+            "print one host:slots line per host",
+            source=path,
+        ) from None
     log.debug("discovery script %s: rc=%s in %.2f s", path, proc.returncode,
               time.monotonic() - started)
     return _check_result(path, proc.returncode, out, err_bytes)
+
+
+def _read_bounded(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bytes]:
+    """stdout and stderr until both close, keeping at most MAX_OUTPUT (+ the last stderr)
+    in memory: a script that prints without end is stopped at the limit, not buffered whole.
+    OverflowError past the limit, TimeoutExpired past the deadline."""
+    assert proc.stdout is not None and proc.stderr is not None
+    streams = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    with selectors.DefaultSelector() as sel:
+        for fd in streams:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, 0)
+            for key, _ in sel.select(timeout=left):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                buf = streams[key.fd]
+                buf += chunk
+                if key.fd == proc.stdout.fileno() and len(buf) > MAX_OUTPUT:
+                    raise OverflowError
+                if key.fd == proc.stderr.fileno() and len(buf) > 4 * _TAIL:
+                    del buf[: len(buf) - 2 * _TAIL]  # only its tail is ever shown
+    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    return bytes(streams[proc.stdout.fileno()]), bytes(streams[proc.stderr.fileno()])
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

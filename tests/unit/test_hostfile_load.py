@@ -164,3 +164,14 @@ def test_no_traceback_for_unreadable_file(tmp_path):
         path.chmod(0)
     with pytest.raises(InventoryError, match="cannot read host file"):
         load_inventory(str(path))
+
+
+def test_a_discovery_script_that_prints_without_end_is_stopped_at_the_limit(tmp_path):
+    """Issue 23: the output was buffered whole before the 1 MiB limit was checked; a script
+    printing forever filled the launcher's memory until the timeout."""
+    script = _write(tmp_path / "flood", "#!/bin/sh\nexec yes gpu01:1\n", executable=True)
+    started = time.monotonic()
+    with pytest.raises(InventoryError, match="printed more than 1048576 bytes") as info:
+        load_inventory(script, discovery_timeout=20)
+    assert time.monotonic() - started < 10  # stopped at the limit, not at the timeout
+    assert "one host:slots line" in info.value.hint
