@@ -62,6 +62,7 @@ class GpuRule(enum.Enum):
 
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+PYTHON_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@-]+\Z")  # --python: a plain path, no shell
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,16 @@ class EnvSpec:
 
     name: str
     value: str | None = None
+
+    def __post_init__(self) -> None:  # however it was made: --env, ringtrain.run, plan.json
+        if not isinstance(self.name, str) or not _ENV_NAME_RE.match(self.name):
+            raise UsageError(
+                f"--env: {self.name!r} is not a valid environment variable name",
+                "use --env NAME to forward a variable or --env NAME=VALUE to set one",
+            )
+        if self.value is not None and (not isinstance(self.value, str) or "\0" in self.value):
+            raise UsageError(f"--env {self.name}: its value is not text",
+                             "pass --env NAME=VALUE with a text value")
 
     @classmethod
     def parse(cls, text: str) -> EnvSpec:
@@ -214,6 +225,12 @@ class LaunchSpec:
         if self.hosts_file and self.host_spec:
             raise UsageError(
                 "--hosts and -H both given", "pass either an inventory with --hosts or -H h1:N,..."
+            )
+        if self.python is not None and (not PYTHON_PATH_RE.match(self.python)
+                                        or self.python.startswith("-")):
+            raise UsageError(
+                f"python path {self.python!r} has characters that are not allowed",
+                "pass --python as a plain path such as /opt/venv/bin/python",
             )
         if self.np is not None and self.np < 1:
             raise UsageError(f"-np {self.np}: need at least one rank", "pass -np 1 or more")

@@ -10,7 +10,10 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from ringtrain import trust
+from ringtrain.assembly.launch_spec import LaunchOptions, build_spec
 from ringtrain.errors import UsageError
 from ringtrain.launch.plan import read_recorded_spec
 from ringtrain.spec import Entry, LaunchSpec
@@ -62,8 +65,33 @@ def read_run_spec(run_dir: Path) -> LaunchSpec:
             f"--from {run_dir}: no plan.json there (looked for attempt-1/plan.json)",
             "pass a run directory, e.g. runs/20261124-010203-ab12 (see `ringtrain runs`)",
         )
+    uid = os.geteuid()
+    owner = trust.stat_of(path)
+    reason = trust.untrusted_file(owner, uid) if owner is not None else "it cannot be read"
+    if reason is not None:  # plan.json says what runs, and where: only the user's own
+        raise UsageError(f"--from {run_dir}: not launching what {path} says: {reason}",
+                         trust.fix_for(path, uid))
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise UsageError(f"cannot read {path}: {err}", "pass another run directory") from err
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} is not a launch plan", "pass another run directory")
     return read_recorded_spec(data)
+
+
+def differences(spec: LaunchSpec) -> tuple[str, ...]:
+    """What a recorded launch asks beyond a plain ``ringtrain launch SCRIPT``, one
+    ``field: value`` each (``launch --from`` shows them before it runs anything)."""
+    plain = build_spec(LaunchOptions(script=spec.script), spec.working_dir).to_json()
+    out: list[str] = []
+
+    def walk(ours: Any, base: Any, where: str) -> None:
+        if isinstance(ours, dict) and isinstance(base, dict):
+            for key in ours:
+                walk(ours[key], base.get(key), f"{where}.{key}" if where else key)
+        elif ours != base and where not in ("script", "working_dir", "version"):
+            out.append(f"{where}: {json.dumps(ours)}")
+
+    walk(spec.to_json(), plain, "")
+    return tuple(out)

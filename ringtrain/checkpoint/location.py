@@ -35,6 +35,18 @@ class Location:
     host: str | None = None  # namenode for hdfs/viewfs
     port: int | None = None
 
+    def __post_init__(self) -> None:  # a Location read back from plan.json is checked too
+        if self.protocol not in SUPPORTED or not isinstance(self.root, str) or (
+                self.host is not None and (not isinstance(self.host, str) or "@" in self.host
+                                           or "/" in self.host)) or (
+                self.port is not None and (not isinstance(self.port, int) or
+                                           not 0 < self.port < 65536)):
+            raise CheckpointError(
+                f"checkpoint location {self.protocol}://{self.host or ''}{self.root} is not "
+                "one ringtrain writes (unknown scheme, credentials or a bad host or port)",
+                "give a path, file:///dir, s3://bucket/prefix or hdfs://namenode:8020/dir",
+            )
+
     @classmethod
     def parse(cls, text: str, working_dir: Path | None = None) -> Location:
         """Validate a checkpoint URL or path; a relative path is taken against

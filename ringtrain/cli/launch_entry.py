@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ringtrain.assembly.entry_kind import read_run_spec
+from ringtrain.assembly.entry_kind import differences, read_run_spec
 from ringtrain.errors import UsageError
 from ringtrain.spec import LaunchSpec
 
@@ -44,4 +44,6 @@ def spec_from_run(ctx: click.Context, run_dir: Path) -> LaunchSpec:
         )
     spec = read_run_spec(run_dir)
     click.echo(f"ringtrain: launching again what {run_dir} ran ({spec.script})", err=True)
+    for line in differences(spec):
+        click.echo(f"ringtrain:   {line}", err=True)
     return spec

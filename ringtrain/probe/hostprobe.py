@@ -22,7 +22,6 @@ Parsing is in ``probe_parse`` (pure, golden-file tested).
 from __future__ import annotations
 
 import logging
-import re
 import sys
 
 from ringtrain.errors import UsageError
@@ -39,6 +38,7 @@ from ringtrain.probe.probe_parse import (
     parse_probe_output,
 )
 from ringtrain.remote import CmdResult, Remote
+from ringtrain.spec import PYTHON_PATH_RE
 
 __all__ = [
     "NVIDIA_SMI_QUERY",
@@ -112,12 +112,11 @@ section net ip -o addr show
 echo '@@ringtrain:done@@'
 """
 
-_PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+@-]+\Z")
 
 
 def probe_argv(python: str) -> tuple[str, ...]:
     """The argv run on every host (over SSH it is shlex-joined for the remote shell)."""
-    if not _PYTHON_RE.match(python) or python.startswith("-"):
+    if not PYTHON_PATH_RE.match(python) or python.startswith("-"):
         raise UsageError(
             f"python path {python!r} has characters that are not allowed",
             "pass --python as a plain path such as /opt/venv/bin/python",

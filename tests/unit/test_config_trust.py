@@ -6,6 +6,7 @@ named a discovery script (``hosts``), and ``ringtrain launch --dry-run`` ran it 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -165,3 +166,38 @@ def test_a_runs_directory_of_another_user_is_refused(tmp_path: Path) -> None:
     (tmp_path / "runs").symlink_to(theirs)
     with pytest.raises(SetupError, match="belongs to another user"):
         make_run_dir(tmp_path / "runs" / "r1")
+
+
+def _dry(tmp: Path, *args: str) -> object:
+    return CliRunner().invoke(cli, ["launch", "--dry-run", "--no-probe", "--runs-dir",
+                                    str(tmp / "runs"), *args])
+
+
+def test_launch_from_validates_plan_json_and_shows_what_it_asks(shared: Path) -> None:
+    """Issue 23: `launch --from` took plan.json as it was (env names, credentials in URLs,
+    python), though a plan.json is a file someone else may have written. It now goes through
+    the same checks as the command line, must be the user's own, and what it asks beyond a
+    plain launch is shown before anything runs."""
+    tmp = shared / "project"
+    first = _dry(tmp, "-H", "localhost:2", "--mpi-arg=--display-map", "--env", "MODE=fast",
+                 "train.py")
+    assert first.exit_code == 0, first.output
+    (run,) = (tmp / "runs").iterdir()
+    plan = run / "attempt-1" / "plan.json"
+    again = CliRunner().invoke(cli, ["launch", "--from", str(run), "--dry-run"])
+    assert again.exit_code == 0, again.output
+    assert 'mpi_args: ["--display-map"]' in again.output and "host_spec" in again.output
+    data = json.loads(plan.read_text())
+    for field, value, needle in (
+            ("env", [{"name": "BAD NAME", "value": "x"}], "not a valid environment variable"),
+            ("python", "python; rm -rf ~", "has characters that are not allowed"),
+            ("checkpoint", {"protocol": "s3", "root": "b", "host": "u:pw@x", "port": None},
+             "credentials")):
+        bad = {**data, "spec": {**data["spec"], field: value}}
+        plan.write_text(json.dumps(bad))
+        refused = CliRunner().invoke(cli, ["launch", "--from", str(run), "--dry-run"])
+        assert refused.exit_code != 0 and needle in refused.output, (field, refused.output)
+    plan.write_text(json.dumps(data))
+    plan.chmod(0o666)
+    refused = CliRunner().invoke(cli, ["launch", "--from", str(run), "--dry-run"])
+    assert refused.exit_code == 2 and "writable by its group or by others" in refused.output

@@ -72,7 +72,7 @@ LAYERS: dict[str, set[str]] = {
               "sim", "spec", "ringcheck", "probe"},
     # the assembly of a launch, below both doors: the ring pre-check runs a ringcheck job
     "assembly": {"errors", "hostfile", "remote", "spec", "launch", "ringcheck", "probe",
-                 "checkpoint", "hvd_tuning"},
+                 "checkpoint", "hvd_tuning", "trust"},
     "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
             "bench", "sim", "rank", "ringcheck", "trust", "assembly", "probe"},
     "api": {"errors", "remote", "spec", "launch", "assembly"},
