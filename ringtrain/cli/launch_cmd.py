@@ -20,6 +20,7 @@ from ringtrain.cli.hosts_cmd import slot_override
 from ringtrain.cli.live import LiveView
 from ringtrain.cli.options import horovod_tuning_options, ring_check_options
 from ringtrain.errors import JobFailed
+from ringtrain.launch.milestones import incidents
 from ringtrain.launch.result import JobState
 from ringtrain.launch.rundir import make_run_dir
 from ringtrain.launch.session import Session
@@ -375,6 +376,8 @@ def _run(session: Session, view: LiveView, *, json_out: bool = False) -> None:
         for sig, handler in old.items():
             signal.signal(sig, handler)
     launch_report.report_teardown(view, result)
+    for incident in incidents(result.attempts):  # the recovery ledger, one line a restart
+        view.note(f"recovery: {incident.describe()}")
     if json_out:  # the run's result.json (every attempt, the checkpoint), else this attempt's
         view.flush()
         path = session.run_dir / "result.json"

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ringtrain.checkpoint.location import Location
 from ringtrain.errors import UsageError
+from ringtrain.launch.milestones import incidents
 from ringtrain.launch.result import JobResult, JobState, ResumePoint
 from ringtrain.rank import procfs
 
@@ -181,6 +182,11 @@ def show(runs_dir: Path, run_id: str, as_json: bool) -> None:
         return
     for a in result.attempts:
         _show_attempt(a)
+    ledger = incidents(result.attempts)
+    if ledger:
+        click.echo("\nrecovery ledger (seconds after the fault was detected):")
+        for incident in ledger:
+            click.echo(f"  {incident.describe()}")
     if result.state is not JobState.SUCCEEDED:
         click.echo(f"\n{result.what_ringtrain_did()}")
     elif r["last_checkpoint"]:

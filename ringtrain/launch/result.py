@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ringtrain.launch.failure import FAULT_EXIT_CODES, Failure, FailureKind, RankFailure
+from ringtrain.launch.milestones import Milestones, incidents
 
 __all__ = [
     "FAULT_EXIT_CODES", "Failure", "FailureKind", "HostTeardown", "JobResult", "JobState",
@@ -151,6 +152,7 @@ class JobResult:
     decision: str | None = None
     excluded: tuple[str, ...] = ()
     resume_point: ResumePoint | None = None  # the newest commit when this attempt ended
+    milestones: Milestones | None = None  # when it started, arrived, initialised, trained
     # the run, on its last attempt's result: the attempts before it, the restarts asked, the
     # ranks asked (-np), why no restart followed
     earlier: tuple[JobResult, ...] = ()
@@ -210,6 +212,7 @@ class JobResult:
             "decision": self.decision,
             "excluded": list(self.excluded),
             "checkpoint": self.resume_point.to_json() if self.resume_point else None,
+            "milestones": self.milestones.to_json() if self.milestones else None,
         }
 
     def run_json(self) -> dict[str, Any]:
@@ -225,6 +228,7 @@ class JobResult:
             "max_restarts": self.max_restarts,
             "last_checkpoint": self.resume_point.to_json() if self.resume_point else None,
             "stop_reason": self.stop_reason,
+            "incidents": [i.to_json() for i in incidents(self.attempts)],
         }
 
     @classmethod
@@ -263,6 +267,7 @@ class JobResult:
             decision=d.get("decision"),
             excluded=tuple(d.get("excluded") or ()),
             resume_point=ResumePoint.from_json(d.get("checkpoint")),
+            milestones=Milestones.from_json(d.get("milestones")),
         )
 
     def what_ringtrain_did(self) -> str:

@@ -41,6 +41,7 @@ from ringtrain.launch.commits import newest_commit
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.deliver import Delivery, start_with_secrets
 from ringtrain.launch.hostrest import HostRest, check_floor, choose
+from ringtrain.launch.milestones import Milestones, observe
 from ringtrain.launch.outcome import Ending, decide, merge
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
 from ringtrain.launch.reporter import NullReporter, Reporter
@@ -109,6 +110,7 @@ class Session:
         self._stopped: int | None = None
         self._first_np: int | None = None
         self._started = time.monotonic()
+        self._marks = Milestones()
 
     @property
     def run_dir(self) -> Path:
@@ -153,7 +155,9 @@ class Session:
             if not restart:
                 return final
             self.rest = self.rest.after(decision, time.monotonic(), self.spec.restart.cooldown_s)
-            self.reporter.note(decision.reason + self._resume_point(final.resume_point))
+            what = result.failure.message if result.failure is not None else result.state.value
+            self.reporter.note(f"incident: {what}; {decision.reason}"
+                               + self._resume_point(final.resume_point))
             attempt += 1
 
     def dry_plan(self) -> LaunchPlan:
@@ -225,6 +229,7 @@ class Session:
             job, delivery = start_with_secrets(self.remote, plan, self._python,
                                                self.reporter.line, self.env.environ)
             self._live = (job, control)
+            self._marks = Milestones(started=time.time())
             if self._stopped is not None:  # a signal arrived while starting
                 job.request_stop(self.spec.supervision.teardown_grace, signum=self._stopped)
             watch = StragglerWatch(self.spec.supervision.straggler, rank_hosts(alloc))
@@ -263,7 +268,7 @@ class Session:
                 self.reporter.note(f"rank {root.rank} is TensorFlow task {task}")
             return replace(
                 merged, warnings=merged.warnings + warnings, stragglers=watch.found,
-                failed_task=task,
+                failed_task=task, milestones=self._marks,
             )
         finally:
             control.close()
@@ -290,7 +295,7 @@ class Session:
             alloc,
             self.spec.supervision,
             job.started,
-            lambda snap: self.reporter.tick(snap, alloc),
+            lambda snap: self._tick(snap, alloc),
             watching if stragglers or finisher is not None else None,
         )
         if fault is not None:
@@ -300,6 +305,10 @@ class Session:
             # be waiting on a daemon it lost, gets a short grace before SIGKILL.
             job.request_stop(FAULT_GRACE_S, by_user=False)
         return fault
+
+    def _tick(self, snap: Snapshot, alloc: Allocation) -> None:
+        self._marks = observe(self._marks, snap, alloc.np, time.time())  # the ledger's times
+        self.reporter.tick(snap, alloc)
 
     def _tear_down(
         self, plan: LaunchPlan, control: ControlServer, fault: Fault | None

@@ -248,6 +248,15 @@ def test_restart_resumes_digits_from_the_committed_checkpoint(tmp_path: Path) ->
     assert results[0]["test_loss"] == pytest.approx(results[1]["test_loss"], rel=1e-6)
     assert results[0]["test_accuracy"] > 0.9
     assert result["last_checkpoint"]["epoch"] == 5
+    # the recovery ledger (issue 24): the incident named as it happens, then timed stage by
+    # stage from its detection, in order, with the time to training again
+    assert "incident: rank 1 on localhost failed (exit code 1); restarting" in proc.stderr
+    (incident,) = result["incidents"]
+    stages = [incident["stages_s"][k] for k in ("torn down", "restarted", "ranks arrived",
+                                                 "hvd.init done", "training again")]
+    assert all(s is not None for s in stages) and stages == sorted(stages), incident
+    assert incident["ttta_s"] == stages[-1] and incident["resumed_step"] is not None
+    assert "recovery: after attempt 1: rank 1 on localhost failed (exit code 1)" in proc.stderr
     _assert_nothing_left(result)
 
 

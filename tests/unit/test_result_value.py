@@ -75,3 +75,39 @@ def test_runs_show_prints_the_report_the_launch_printed(tmp_path: Path) -> None:
     assert "fault: host gpu03 silent for 10 s" in shown.output
     assert "first failing rank: 1 on gpu01 (exit code 1)" in shown.output
     assert "then: restarting: attempt 2 of 2, without gpu03" in shown.output
+
+
+def test_the_recovery_ledger_times_each_restart_from_its_detection(tmp_path: Path) -> None:
+    """Issue 24, item 1: every incident in result.json and runs show: detected, torn down,
+    restarted, ranks arrived, hvd.init done, training again (TTTA), resumed from where."""
+    from types import SimpleNamespace
+
+    from ringtrain.launch.control import Progress, RankState, Snapshot
+    from ringtrain.launch.milestones import Milestones, incidents, observe
+
+    marks = Milestones(started=102.0)
+    ranks = (RankState(0, "h", 1), RankState(1, "h", 2))
+    marks = observe(marks, Snapshot(ranks[:1], None, 0), 2, 103.0)
+    assert marks.arrived is None
+    marks = observe(marks, Snapshot(ranks, None, 0), 2, 104.0)
+    ready = tuple(SimpleNamespace(initialized=True) for _ in ranks)
+    marks = observe(marks, Snapshot(ready, None, 0), 2, 110.0)  # type: ignore[arg-type]
+    marks = observe(marks, Snapshot(ready, Progress(epoch=3), 0), 2, 131.0)  # type: ignore[arg-type]
+    marks = observe(marks, Snapshot(ready, Progress(epoch=4), 0), 2, 140.0)  # type: ignore[arg-type]
+    assert (marks.arrived, marks.initialized, marks.training) == (104.0, 110.0, 131.0)
+    run = _run(tmp_path / "runs" / "r1")
+    first = run.earlier[0]
+    first = JobResult(first.state, first.exit_code, first.run_dir, first.duration_s,
+                      first.failure, detected_at=100.0, torn_down_at=101.0,
+                      resume_point=ResumePoint("s3://b/r", 40, 2, "x"), attempt=1)
+    final = JobResult(run.state, run.exit_code, run.run_dir, run.duration_s, run.failure,
+                      attempt=2, milestones=marks, earlier=(first,))
+    (incident,) = incidents(final.attempts)
+    assert incident.ttta_s == 31.0 and incident.resumed_step == 40
+    assert dict(incident.stages()) == {"torn down": 1.0, "restarted": 2.0,
+                                       "ranks arrived": 4.0, "hvd.init done": 10.0,
+                                       "training again": 31.0}
+    assert "host gpu03 silent for 10 s: torn down 1.0 s" in incident.describe()
+    data = final.run_json()
+    assert data["incidents"][0]["ttta_s"] == 31.0
+    assert JobResult.from_json(json.loads(json.dumps(data))).attempts[-1].milestones == marks
