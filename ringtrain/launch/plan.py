@@ -27,6 +27,7 @@ _SECRET_RE = re.compile(
     r"(SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|_KEY$|_KEY_ID$|^AUTH)", re.IGNORECASE
 )
 REDACTED = "<redacted>"
+PLAN_SCHEMA = 1  # plan.json's layout; the recorded spec has its own version
 
 
 def is_secret_name(name: str) -> bool:
@@ -157,6 +158,7 @@ class LaunchPlan:
 
     def _json(self) -> dict[str, Any]:
         return {
+            "schema": PLAN_SCHEMA,
             "run_id": self.run_id,
             "attempt": self.attempt,
             "run_dir": str(self.run_dir),

@@ -180,8 +180,9 @@ def main(argv: list[str]) -> None:
     from ringtrain.rank import agent as rankagent  # noqa: PLC0415 - standard library only
 
     rankagent.start_from_env()  # check in with a supervising launcher, if there is one
-    from ringtrain.rank import tfconfig  # noqa: PLC0415 - standard library only
+    from ringtrain.rank import tfconfig, worldenv  # noqa: PLC0415 - standard library only
 
+    worldenv.apply()  # RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, as torchrun sets them
     try:
         tfconfig.apply()  # --strategy tf-*: this task's TF_CONFIG
     except tfconfig.TfConfigError as err:

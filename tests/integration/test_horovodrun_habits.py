@@ -29,6 +29,8 @@ total = hvd.allreduce(tf.constant(float(hvd.rank())), op=hvd.Sum)
 progress.report(epoch=1, epochs=1, step=5, loss=0.5)
 token = "RINGTRAIN_CONTROL_TOKEN" in os.environ
 print("SUM", hvd.rank(), int(total.numpy()), " ".join(sys.argv[1:]), "token", token, flush=True)
+print("WORLD", *(os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                             "LOCAL_WORLD_SIZE")), flush=True)
 sys.exit(int(os.environ.get("EXIT_WITH", "0")) if hvd.rank() == 1 else 0)
 """
 
@@ -60,6 +62,7 @@ def test_python_dash_m_with_hostfile_mpi_args_quiet_and_json(tmp_path: Path) -> 
     assert result["state"] == "succeeded" and result["run_id"] == _run_dir(tmp_path).name
     assert "[0] SUM 0 1 --tag x" in proc.stderr  # the module's own argv, in-process
     assert "[1] SUM 1 1 --tag x" in proc.stderr
+    assert "[1] WORLD 1 2 1 2" in proc.stderr  # torchrun's variables, for loggers (issue 27)
     assert "ringtrain check" not in proc.stderr  # -q: no pre-flight table when all is well
     assert "JOB MAP" in proc.stderr  # mpirun read --display-map
     assert "ringtrain: run " not in proc.stderr  # -q: status lines only in events.log

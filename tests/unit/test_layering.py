@@ -33,8 +33,6 @@ ALLOWED = {
         "bench/",
     ),
     "paramiko": ("remote/ssh.py", "remote/keys.py", "sim/sshfarm.py"),
-    "fabric": ("remote/ssh.py",),
-    "invoke": ("remote/ssh.py",),
     "tensorflow": ("keras/", "models/", "bench/"),
     "horovod": ("keras/", "models/", "bench/"),
     "mpi4py": ("rank/entry.py", "models/", "bench/", "ringcheck/rankprog.py"),
