@@ -344,11 +344,17 @@ def _decode(cls: type, data: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+def _text(raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise TypeError(f"{raw!r} is not text")
+    return raw
+
+
 def _decode_field(cls: type, name: str, raw: Any) -> Any:  # noqa: PLR0911 - one per type
     if raw is None:
         return None
-    if name == "checkpoint" and "url" in raw:  # plan.json of ringtrain before Location
-        return Location.parse(raw["url"])
+    if name == "checkpoint" and isinstance(raw, dict) and "url" in raw:  # before Location
+        return Location.parse(_text(raw["url"]))
     if name in _NESTED:
         return _decode(_NESTED[name], raw)
     if name == "env":

@@ -77,6 +77,7 @@ class LaunchOptions:
     runs_dir: Path = Path("runs")
     max_restarts: int = 0
     min_np: int | None = None
+    stall_restarts: int = 3
     start_timeout: float = 120.0
     stall_timeout: float | None = None
     heartbeat_timeout: float = 10.0
@@ -156,7 +157,8 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
             exit_grace=opts.exit_grace,
             straggler=_straggler_policy(opts),
         ),
-        restart=RestartPolicy(max_restarts=opts.max_restarts, min_np=opts.min_np),
+        restart=RestartPolicy(max_restarts=opts.max_restarts, min_np=opts.min_np,
+                              stall_restarts=opts.stall_restarts),
         horovod=HorovodTuning(
             opts.fusion_threshold_mb, opts.cycle_time_ms, opts.cache_capacity,
             opts.hierarchical_allreduce, opts.hierarchical_allgather, opts.autotune,

@@ -69,14 +69,15 @@ class Location:
                 "remove user:secret@ and use AWS_* variables, ~/.aws/credentials or Kerberos",
             )
         if scheme == "file":
-            if parsed.netloc not in ("", "localhost"):
+            if parsed.scheme and parsed.netloc not in ("", "localhost"):
                 raise CheckpointError(
                     f"checkpoint URL {text!r}: file:// takes no host",
                     "write file:///absolute/path (three slashes)",
                 )
             path = Path(os.path.expanduser(parsed.path if parsed.scheme else text))
             base = working_dir if working_dir is not None else Path.cwd()
-            return cls("file", os.path.normpath(path if path.is_absolute() else base / path))
+            root = os.path.normpath(path if path.is_absolute() else base / path)
+            return cls("file", "/" + root.lstrip("/"))  # //scratch (a $VAR/ path) is /scratch
         if not text.startswith(f"{scheme}://"):
             raise CheckpointError(
                 f"checkpoint URL {text!r}: {scheme}: needs two slashes",

@@ -18,7 +18,7 @@ from ringtrain.cli import launch_entry, launch_report, verbosity
 from ringtrain.cli.context import cli_context
 from ringtrain.cli.hosts_cmd import slot_override
 from ringtrain.cli.live import LiveView
-from ringtrain.cli.options import horovod_tuning_options, ring_check_options
+from ringtrain.cli.options import horovod_tuning_options, restart_options, ring_check_options
 from ringtrain.errors import JobFailed
 from ringtrain.launch.milestones import incidents
 from ringtrain.launch.result import JobState
@@ -205,18 +205,7 @@ def _env_specs(
 @click.option(
     "--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True
 )
-@click.option(
-    "--max-restarts",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Restart a failed job this many times, from its newest checkpoint.",
-)
-@click.option(
-    "--min-np",
-    type=click.IntRange(min=1),
-    help="After excluding failed hosts, restart with fewer ranks, down to this.",
-)
+@restart_options()
 @click.option(
     "--start-timeout",
     type=click.FloatRange(min=1),

@@ -74,3 +74,18 @@ def horovod_tuning_options() -> Callable[[F], F]:
                      "keeps every rank's output in runs/<id>/attempt-N/rank.<N>.log and says "
                      "so (nothing is written to DIR)."),
     )
+
+
+def restart_options() -> Callable[[F], F]:
+    """``launch``'s restart policy."""
+    return stacked(
+        click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Restart a failed job this many times, from its newest checkpoint."),
+        click.option("--min-np", type=click.IntRange(min=1),
+                     help="After excluding failed hosts, restart with fewer ranks, down to "
+                     "this."),
+        click.option("--stall-restarts", type=click.IntRange(min=0), default=3,
+                     show_default=True,
+                     help="Stop instead of restarting after this many restarts in a row that "
+                     "each crashed with no new checkpoint committed (a crash loop); 0: never."),
+    )

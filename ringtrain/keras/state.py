@@ -92,18 +92,22 @@ def variable_shapes(model: Any) -> list[list[Any]]:
 
 
 def mismatch(recorded: Any, model: list[list[Any]], limit: int = 3) -> list[str]:
-    """The first differences between a checkpoint's recorded variables and the model's, as
-    ``name: checkpoint (784, 128) vs model (784, 64)`` lines; empty when they match (or the
-    checkpoint recorded none: written before ringtrain recorded them)."""
+    """The first differences between a checkpoint's recorded variables and the model's, by
+    position (as TensorFlow restores them: a layer renamed ``dense_1`` still matches), as
+    ``name: checkpoint (784, 128) vs model (784, 64)`` lines; empty when they match, or the
+    checkpoint recorded none (written before ringtrain recorded them)."""
     if not isinstance(recorded, list):
         return []
+    theirs = [(str(v[0]), tuple(v[1])) for v in recorded if isinstance(v, list) and len(v) == 2]
+    ours = [(str(name), tuple(shape)) for name, shape in model]
     out: list[str] = []
-    theirs = {str(name): tuple(shape) for name, shape in recorded}
-    ours = {str(name): tuple(shape) for name, shape in model}
-    for name in dict.fromkeys([*ours, *theirs]):
-        if theirs.get(name) != ours.get(name):
-            out.append(f"{name}: checkpoint {_shape(theirs.get(name))} vs model "
-                       f"{_shape(ours.get(name))}")
+    for i in range(max(len(theirs), len(ours))):
+        mine = ours[i] if i < len(ours) else None
+        kept = theirs[i] if i < len(theirs) else None
+        if (mine and mine[1]) != (kept and kept[1]):
+            name = (mine or kept or ("?", ()))[0]
+            out.append(f"{name}: checkpoint {_shape(kept[1] if kept else None)} vs model "
+                       f"{_shape(mine[1] if mine else None)}")
     return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
 
 

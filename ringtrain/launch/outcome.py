@@ -17,7 +17,6 @@ from ringtrain.launch.result import (
     JobResult,
     JobState,
     RankFailure,
-    ResumePoint,
 )
 from ringtrain.launch.supervise import Fault
 from ringtrain.spec import RestartPolicy
@@ -36,12 +35,13 @@ class Decision:
 
 
 def decide(result: JobResult, attempt: int, policy: RestartPolicy,
-           commits: Sequence[ResumePoint | None] = ()) -> Decision:
+           history: Sequence[JobResult] = ()) -> Decision:
     """Whether to restart after ``result``, and which hosts to leave out. Pure.
 
-    ``commits``: the newest committed checkpoint after each attempt so far, this one last.
-    When the last ``policy.stall_restarts`` restarts committed nothing new, another restart
-    would only crash again: the job stops and says so."""
+    ``history``: every attempt so far, this one last, each with the newest commit at its end.
+    When the last ``policy.stall_restarts`` restarts each crashed (the script itself failed:
+    no host lost, no hang) and committed nothing new, another restart would only crash
+    again: the job stops and says so."""
     if result.state is JobState.SUCCEEDED:
         return Decision(False, "succeeded")
     if result.state is JobState.INTERRUPTED:
@@ -67,7 +67,7 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy,
         return Decision(
             False, spent if policy.max_restarts else "no restarts asked (--max-restarts)"
         )
-    stalled = no_progress(commits, policy.stall_restarts)
+    stalled = no_progress(history, policy.stall_restarts)
     if stalled is not None:
         return Decision(False, stalled)
     why = f"restarting: attempt {attempt + 1} of {policy.max_restarts + 1}"
@@ -79,22 +79,29 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy,
 
 
 
-def no_progress(commits: Sequence[ResumePoint | None], restarts: int) -> str | None:
-    """Why the job is in a crash loop (``restarts`` restarts and not one new commit), or None.
-    A storage that could not be listed says nothing either way."""
-    if restarts < 1 or len(commits) <= restarts:
+def no_progress(history: Sequence[JobResult], restarts: int) -> str | None:
+    """Why the job is in a crash loop (``restarts`` restarts in a row, each a crash of the
+    script, and not one new commit), or None. A storage that could not be listed says
+    nothing either way; a lost host, a hang or a straggler is not the script's crash."""
+    if restarts < 1 or len(history) <= restarts:
         return None
-    window = commits[-(restarts + 1):]
-    if any(c is not None and c.error is not None for c in window):
+    window = history[-(restarts + 1):]
+    if not all(a.failure is not None and a.failure.kind in _CRASHES for a in window):
         return None
-    steps = {None if c is None else c.step for c in window}
+    commits = [a.resume_point for a in window]
+    if any(c is not None and c.error is not None for c in commits):
+        return None
+    steps = {None if c is None else c.step for c in commits}
     if len(steps) != 1:
         return None
     (step,) = steps
     where = f"still at step {step}" if step is not None else "none yet"
     return (f"crash loop: {restarts} restarts in a row and no new checkpoint committed "
             f"({where}); not restarting again: fix the cause (see the first failing rank's "
-            "log), then relaunch")
+            "log), then relaunch (--stall-restarts 0 restarts regardless)")
+
+
+_CRASHES = (FailureKind.RANK_EXIT, FailureKind.RANK_SIGNAL, FailureKind.LAUNCHER)
 
 
 @dataclass(frozen=True, slots=True)

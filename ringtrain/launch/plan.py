@@ -34,9 +34,10 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_RE.search(name))
 
 
-# a password in a URL (postgres://user:pw@host, https://user:token@host) or a private key,
+# a password in a URL (postgres://user:pw@host, https://user:token@host; up to the last @,
+# since an unencoded one may hold / or @) or a private key,
 # whatever the variable is called: DATABASE_URL=postgres://u:pw@db was stored as it was
-_URL_PASSWORD_RE = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(?=@)")
+_URL_PASSWORD_RE = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)\S+(?=@)")
 _PRIVATE_KEY = "-----BEGIN "
 
 

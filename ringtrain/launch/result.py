@@ -3,8 +3,9 @@
 The last attempt's JobResult also carries the run: the earlier attempts, what ringtrain
 decided after each (a restart, the hosts it left out), the newest committed checkpoint as a
 ``ResumePoint`` and why the run stopped. ``run_json()`` is result.json;
-``JobResult.from_json`` reads it back, so ``ringtrain runs show`` renders the very value
-the launch printed (``what_ringtrain_did``, ``Failure.describe``).
+``JobResult.from_json`` reads it back (times rounded to the millisecond), so
+``ringtrain runs show`` renders the very value the launch printed (``what_ringtrain_did``,
+``Failure.describe``).
 """
 
 from __future__ import annotations
@@ -239,7 +240,8 @@ class JobResult:
         return replace(
             one,
             earlier=tuple(attempts[:-1]),
-            max_restarts=int(d.get("max_restarts") or 0),
+            # result.json before schema 2 did not record it: at least the restarts it made
+            max_restarts=int(d.get("max_restarts") or max(0, len(attempts) - 1)),
             np_asked=d.get("np"),
             resume_point=ResumePoint.from_json(d.get("last_checkpoint")),
             stop_reason=d.get("stop_reason"),

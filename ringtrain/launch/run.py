@@ -25,7 +25,8 @@ from typing import IO
 from ringtrain.errors import LaunchError
 from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
-from ringtrain.launch.rundir import make_run_dir
+from ringtrain.launch.rundir import make_run_dir, write_private
+from ringtrain.rank.events import ERROR_MARK
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +301,9 @@ def find_failed_ranks(
             break
     named = {r for r, _ in found}
     for rank in sorted(r for r in tails if r is not None):
-        if rank not in named and any(line.startswith("Traceback") for line in tails[rank]):
+        # a Python traceback, or a ringtrain error the rank's entry printed instead of one
+        if rank not in named and any(line.startswith(("Traceback", ERROR_MARK))
+                                     for line in tails[rank]):
             found.append((rank, None))
     return found
 
@@ -312,7 +315,7 @@ def prepare(plan: LaunchPlan) -> None:
     plan.hostfile_path.write_text(plan.hostfile_text)
     if plan.ssh_config_text:
         (plan.attempt_dir / "ssh_config").write_text(plan.ssh_config_text)
-    (plan.attempt_dir / "plan.json").write_text(plan.to_json_text())
+    write_private(plan.attempt_dir / "plan.json", plan.to_json_text())
 
 
 def start(plan: LaunchPlan, sink: LineSink, environ: Mapping[str, str] | None = None) -> Job:

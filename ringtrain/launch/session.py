@@ -136,16 +136,15 @@ class Session:
         self._write_launcher_record()
         attempt = 1
         while True:
-            try:
+            try:  # placing it, or starting it (the secrets file, mpirun not found, ...)
                 checked, alloc = self.place(attempt)
-            except RingtrainError as err:  # AllocationError, ProbeError, ...
+                result = self._attempt(attempt, alloc, checked)
+            except RingtrainError as err:  # AllocationError, ProbeError, LaunchError, ...
                 if not self.results:
                     raise  # nothing ran: the CLI reports it as a usage error
                 return self._no_restart(err)
-            result = self._attempt(attempt, alloc, checked)
             result = replace(result, resume_point=newest_commit(self.checkpoint))
-            commits = [r.resume_point for r in (*self.results, result)]
-            decision = decide(result, attempt, self.spec.restart, commits)
+            decision = decide(result, attempt, self.spec.restart, (*self.results, result))
             restart = decision.restart and self._stopped is None
             reason = decision.reason if restart or not decision.restart else "stopped: no restart"
             result = replace(result, decision=reason,

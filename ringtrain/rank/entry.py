@@ -11,10 +11,12 @@ What each rank does before and after the training script:
 * under horovodrun --gloo, it first reads the secrets file ``RINGTRAIN_ENV_FILE`` names into
   its environment (``secretfile``): the control token, ``--env`` secrets, AWS keys. A file that
   is missing, a link, not the user's or not 0600 ends the rank with the reason.
-* it checks in with a supervising launcher (``ringtrain.rank.agent``), when there is one.
+* it checks in with a supervising launcher (``ringtrain.rank.agent``), when there is one, and
+  sets torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (``worldenv``).
 * when the script returns (or exits with status 0) it tells the launcher "done" before the
   interpreter finalises, so a slow exit is never mistaken for a dead host.
-* an uncaught exception (or ``sys.exit`` with a non-zero status) prints the traceback and ends
+* an uncaught exception (or ``sys.exit`` with a non-zero status) prints the traceback (a
+  ringtrain error: ``ringtrain: error:`` and its fix, no traceback) and ends
   the process at once with ``os._exit``: no atexit handlers. Under MPI, waiting for them is what
   hangs a job: ``hvd.shutdown()`` at exit tries to coordinate with ranks that are blocked in an
   all-reduce, and mpi4py's runner only calls ``MPI_Abort`` after that. mpirun (and horovodrun)
@@ -39,6 +41,7 @@ from types import FrameType
 from typing import IO, TextIO
 
 from ringtrain.rank import cleanup, envvars, relay, secretfile
+from ringtrain.rank.events import ERROR_MARK
 from ringtrain.rank.lines import LineStream
 
 
@@ -93,7 +96,7 @@ def run_script(args: list[str], *, module: bool = False) -> None:
     except BaseException as exc:
         if _is_ringtrain_error(exc):  # a mistake ringtrain names (ringtrain.keras): no traceback
             hint = getattr(exc, "hint", "")
-            sys.stderr.write(f"error: {exc}\n" + (f"  fix: {hint}\n" if hint else ""))
+            sys.stderr.write(f"{ERROR_MARK} {exc}\n" + (f"  fix: {hint}\n" if hint else ""))
         else:
             traceback.print_exc()
         _exit_now(1)

@@ -46,6 +46,11 @@ class RankEvent:
         return default
 
 
+# how a rank's entry prints a ringtrain error instead of a traceback; the launcher names a
+# failed rank whose log has it (launch/run.py), as it does one with a traceback
+ERROR_MARK = "ringtrain: error:"
+
+
 def encode(kind: str, **fields: Any) -> bytes:
     return (json.dumps({"t": kind, **fields}, separators=(",", ":")) + "\n").encode()
 

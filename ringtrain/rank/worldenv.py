@@ -1,7 +1,9 @@
 """The torchrun-style variables loggers and libraries read (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``), set on every rank from what its launcher already told
 it: Open MPI's ``OMPI_COMM_WORLD_*``, horovodrun Gloo's ``HOROVOD_*`` or Slurm's ``SLURM_*``.
-A variable the user set is left alone. Standard library only (it runs on the hosts)."""
+They are always set from those: horovodrun and srun hand the launcher's whole environment to
+the ranks, so a RANK left in the launcher's shell (a torchrun job, a pod) would otherwise give
+every rank the same one. Standard library only (it runs on the hosts)."""
 
 from __future__ import annotations
 
@@ -28,5 +30,4 @@ def torch_style(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def apply(environ: MutableMapping[str, str] = os.environ) -> None:
-    for name, value in torch_style(environ).items():
-        environ.setdefault(name, value)
+    environ.update(torch_style(environ))

@@ -56,7 +56,9 @@ def _writer(req: dict[str, Any], events_fd: int, options: dict[str, Any] | None)
 
 def _zygote() -> None:
     """Serve kill requests: fork a writer per request, report how it ended."""
-    import ringtrain.checkpoint  # noqa: F401 - imported once here, not in every writer
+    # imported once here, not in every writer (the package itself loads them lazily)
+    import ringtrain.checkpoint.commit_protocol
+    import ringtrain.checkpoint.store  # noqa: F401
 
     bucket = os.environ.get("ZYGOTE_S3_BUCKET")
     options = _warm_s3_session(bucket) if bucket else None

@@ -103,7 +103,7 @@ def test_equal_links_raise_no_alarm_over_repeated_checks(links: Any, tmp_path: P
         assert ring["slow_hosts"] == [] and ring["slow_links"] == [], ring
 
 
-_TIMES = {"duration_s", "detected_at", "torn_down_at", "teardown_s", "total_s"}
+_TIMES = {"duration_s", "detected_at", "torn_down_at", "teardown_s", "total_s", "milestones"}
 _ADDR_RE = re.compile(r"^\d+\.\d+\.\d+\.\d+:\d+$")
 
 

@@ -45,6 +45,7 @@ FULL = LaunchOptions(
     checkpoint_url="ckpts/run1",
     max_restarts=2,
     min_np=4,
+    stall_restarts=5,
     start_timeout=60,
     stall_timeout=300,
     heartbeat_timeout=5,

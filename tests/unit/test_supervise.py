@@ -297,20 +297,29 @@ def test_merge_takes_the_faulty_ranks_tail_and_drops_the_teardown_signal() -> No
 
 def test_three_restarts_without_a_new_commit_stop_the_crash_loop() -> None:
     """Issue 24: a job that crashes on every restart without committing anything new is not
-    restarted forever; the decision says why. A new commit in between resets the count, and a
-    storage that could not be listed is no evidence either way."""
-    from ringtrain.launch.result import ResumePoint
+    restarted forever; the decision says why. A new commit in between resets the count, a
+    storage that could not be listed is no evidence either way, and a lost host or a hang is
+    not the script's crash."""
+    from ringtrain.launch.result import Failure, FailureKind, ResumePoint
 
     policy = RestartPolicy(max_restarts=10)
+    crash = Failure(FailureKind.RANK_EXIT, "rank 1 failed")
+
+    def run(*points: ResumePoint | None, kind: FailureKind = FailureKind.RANK_EXIT,
+            ) -> list[JobResult]:
+        failure = crash if kind is FailureKind.RANK_EXIT else Failure(kind, "host lost")
+        return [_result(failure=failure, resume_point=p) for p in points]
+
     at = ResumePoint("s3://b/r", 40, 2, "x")
     later = ResumePoint("s3://b/r", 60, 3, "y")
     down = ResumePoint("s3://b/r", error="connection refused")
-    assert decide(_result(), 3, policy, [at, at, at]).restart  # two restarts so far
-    stop = decide(_result(), 4, policy, [at, at, at, at])
+    assert decide(_result(), 3, policy, run(at, at, at)).restart  # two restarts so far
+    stop = decide(_result(), 4, policy, run(at, at, at, at))
     assert not stop.restart and stop.reason.startswith("crash loop: 3 restarts in a row")
-    assert "still at step 40" in stop.reason
-    assert "none yet" in decide(_result(), 4, policy, [None] * 4).reason
-    assert decide(_result(), 5, policy, [at, at, at, later, later]).restart  # progress made
-    assert decide(_result(), 4, policy, [at, at, down, at]).restart
+    assert "still at step 40" in stop.reason and "--stall-restarts 0" in stop.reason
+    assert "none yet" in decide(_result(), 4, policy, run(None, None, None, None)).reason
+    assert decide(_result(), 5, policy, run(at, at, at, later, later)).restart  # progress
+    assert decide(_result(), 4, policy, run(at, at, down, at)).restart
+    assert decide(_result(), 4, policy, run(at, at, at, at, kind=FailureKind.HOST_LOST)).restart
     assert decide(_result(), 4, RestartPolicy(max_restarts=10, stall_restarts=0),
-                  [None] * 4).restart  # 0 turns the stop off
+                  run(None, None, None, None)).restart  # 0 turns the stop off
