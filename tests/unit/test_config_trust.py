@@ -72,6 +72,7 @@ def test_a_group_writable_config_file_is_skipped_and_config_says_why(shared: Pat
     toml = shared / "project" / "ringtrain.toml"
     toml.write_text('runs_dir = "elsewhere"\n')
     toml.chmod(0o664)
+    os.chown(toml, -1, NOBODY)  # a group others are in (not the owner's private group)
     loaded = config.load(Path.cwd(), os.environ)
     assert "runs_dir" not in loaded.settings
     assert [s.path for s in loaded.skipped] == [toml]
