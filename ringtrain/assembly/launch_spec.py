@@ -7,6 +7,7 @@ fields, and a golden test pins the result (tests/unit/golden/spec/).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -159,12 +160,16 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         ),
         restart=RestartPolicy(max_restarts=opts.max_restarts, min_np=opts.min_np,
                               stall_restarts=opts.stall_restarts),
-        horovod=HorovodTuning(
-            opts.fusion_threshold_mb, opts.cycle_time_ms, opts.cache_capacity,
-            opts.hierarchical_allreduce, opts.hierarchical_allgather, opts.autotune,
-            opts.autotune_log_file, opts.timeline_filename, opts.timeline_mark_cycles,
-            opts.hvd_log_level, opts.output_filename),
+        horovod=_tuning(opts),
     )
+
+
+def _tuning(opts: LaunchOptions) -> HorovodTuning:
+    """horovodrun's tuning flags, by name (``--log-level`` is ``hvd_log_level`` here: ringtrain
+    keeps -v/-q for its own)."""
+    names = {f.name: "hvd_log_level" if f.name == "log_level" else f.name
+             for f in dataclasses.fields(HorovodTuning)}
+    return HorovodTuning(**{ours: getattr(opts, theirs) for ours, theirs in names.items()})
 
 
 def _checkpoint(text: str | None, working_dir: Path) -> Location | None:
