@@ -313,6 +313,7 @@ def _wait_ready(server: S3Server, timeout: float) -> None:
             )
         try:
             fs.ls(server.bucket, refresh=True)
+            _round_trip(fs, server.bucket)
             return
         except Exception as err:  # any answer but success means "not yet"
             last = err
@@ -323,6 +324,18 @@ def _wait_ready(server: S3Server, timeout: float) -> None:
         f"({type(last).__name__ if last else 'exited'}); weed.log ends: {tail}",
         f"see {server.state_dir / 'weed.log'}; a port may have been taken: start it again",
     )
+
+
+def _round_trip(fs: Any, bucket: str) -> None:
+    """Write, read back and delete one object: the listing answers from the filer, but objects
+    need the volume server, which may register a second later (until then a GET answers 500)."""
+    probe = f"{bucket}/.ringtrain-ready-{secrets.token_hex(4)}"
+    fs.pipe_file(probe, b"ready")
+    try:
+        if fs.cat_file(probe) != b"ready":
+            raise OSError("the probe object read back wrong")
+    finally:
+        fs.rm_file(probe)
 
 
 def _log_tail(path: Path, lines: int = 3) -> str:
