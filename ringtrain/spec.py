@@ -180,12 +180,14 @@ class RestartPolicy:
     """``--max-restarts`` and ``--min-np``; a failed host sits out ``cooldown_s``; after
     ``stall_restarts`` restarts in a row with no new checkpoint committed the job stops
     instead of restarting again (a crash loop, as NVIDIA's resiliency extension stops after 3
-    restarts without progress)."""
+    restarts without progress). Before a restart the failed attempt's hosts get up to
+    ``recheck_timeout_s`` to free their GPUs (launch/recheck.py); 0: not re-checked."""
 
     max_restarts: int = 0
     min_np: int | None = None
     cooldown_s: float = 600.0
     stall_restarts: int = 3
+    recheck_timeout_s: float = 15.0
 
 
 @dataclass(frozen=True, slots=True)

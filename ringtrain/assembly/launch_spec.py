@@ -79,6 +79,7 @@ class LaunchOptions:
     max_restarts: int = 0
     min_np: int | None = None
     stall_restarts: int = 3
+    recheck_timeout: float = 15.0
     start_timeout: float = 120.0
     stall_timeout: float | None = None
     heartbeat_timeout: float = 10.0
@@ -159,7 +160,8 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
             straggler=_straggler_policy(opts),
         ),
         restart=RestartPolicy(max_restarts=opts.max_restarts, min_np=opts.min_np,
-                              stall_restarts=opts.stall_restarts),
+                              stall_restarts=opts.stall_restarts,
+                              recheck_timeout_s=opts.recheck_timeout),
         horovod=_tuning(opts),
     )
 

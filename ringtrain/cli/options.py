@@ -88,4 +88,9 @@ def restart_options() -> Callable[[F], F]:
                      show_default=True,
                      help="Stop instead of restarting after this many restarts in a row that "
                      "each crashed with no new checkpoint committed (a crash loop); 0: never."),
+        click.option("--recheck-timeout", type=click.FloatRange(min=0), default=15.0,
+                     show_default=True, metavar="SECONDS",
+                     help="Before a restart, wait up to this long for the failed attempt's "
+                     "hosts to free their GPUs (a dead rank's memory); a host still busy sits "
+                     "out a cooldown. 0: no re-check."),
     )

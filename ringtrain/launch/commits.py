@@ -29,3 +29,12 @@ def newest_commit(where: Location) -> ResumePoint | None:
     if best is None or best.manifest is None:
         return None
     return ResumePoint(where.text, best.step, best.manifest.epoch, best.name)
+
+
+def resumes_from(point: ResumePoint | None) -> str:
+    """Where a restart resumes, as the console says it."""
+    if point is not None and point.error is not None:
+        return f" from the newest checkpoint that verifies (cannot list now: {point.error})"
+    if point is not None:
+        return f" from step {point.step} (epoch {point.epoch})"
+    return " from the start (no committed checkpoint)"

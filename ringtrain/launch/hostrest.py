@@ -29,6 +29,10 @@ class HostRest:
             _merge(self.suspected, decision.suspect, until),
         )
 
+    def excluding(self, hosts: tuple[str, ...], now: float, cooldown_s: float) -> HostRest:
+        """The rest with ``hosts`` sitting out too, until ``now + cooldown_s``."""
+        return replace(self, excluded=_merge(self.excluded, hosts, now + cooldown_s))
+
     def resting(self, now: float) -> frozenset[str]:
         return frozenset(h for h, until in self.excluded if until > now)
 

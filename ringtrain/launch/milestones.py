@@ -69,6 +69,8 @@ class Incident:
     initialized: float | None
     training: float | None
     resumed_step: int | None
+    rechecked: float | None = None  # the hosts' GPUs re-checked (launch/recheck.py)
+    recheck: str | None = None  # what the re-check found, when it waited or left a host out
 
     @property
     def ttta_s(self) -> float | None:
@@ -81,7 +83,8 @@ class Incident:
         """Each milestone as seconds after detection."""
         def since(t: float | None) -> float | None:
             return None if t is None or self.detected is None else t - self.detected
-        return (("torn down", since(self.torn_down)), ("restarted", since(self.restarted)),
+        return (("torn down", since(self.torn_down)), ("re-checked", since(self.rechecked)),
+                ("restarted", since(self.restarted)),
                 ("ranks arrived", since(self.arrived)), ("hvd.init done", since(self.initialized)),
                 ("training again", since(self.training)))
 
@@ -89,13 +92,15 @@ class Incident:
         parts = ", ".join(f"{name} {s:.1f} s" for name, s in self.stages() if s is not None)
         where = (f"; resumed from step {self.resumed_step}" if self.resumed_step is not None
                  else "; resumed from the start")
-        return f"after attempt {self.attempt}: {self.fault}: {parts or 'no timings'}{where}"
+        found = f"; re-check: {self.recheck}" if self.recheck else ""
+        return (f"after attempt {self.attempt}: {self.fault}: {parts or 'no timings'}{where}"
+                f"{found}")
 
     def to_json(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "fault": self.fault, "detected": self.detected,
                 "ttta_s": None if self.ttta_s is None else round(self.ttta_s, 3),
                 "stages_s": {k: None if v is None else round(v, 3) for k, v in self.stages()},
-                "resumed_step": self.resumed_step}
+                "resumed_step": self.resumed_step, "recheck": self.recheck}
 
 
 def incidents(attempts: Sequence[JobResult]) -> tuple[Incident, ...]:
@@ -105,7 +110,9 @@ def incidents(attempts: Sequence[JobResult]) -> tuple[Incident, ...]:
         marks = after.milestones or Milestones()
         fault = before.failure.message if before.failure is not None else before.state.value
         resumed = before.resume_point.step if before.resume_point is not None else None
+        check = before.recheck
+        found = check.describe() if check and (check.waited or check.left_out) else None
         out.append(Incident(before.attempt, fault, before.detected_at, before.torn_down_at,
                             marks.started, marks.arrived, marks.initialized, marks.training,
-                            resumed))
+                            resumed, check.finished if check else None, found))
     return tuple(out)

@@ -62,6 +62,10 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy,
         # killed by something other than ringtrain (OOM killer, hardware): suspect the host;
         # after a fault ringtrain detected, the signals are its own teardown's
         suspect = (failure.root.host,)
+    # processes that outlived the teardown (or a host the reaper could not ask) would share
+    # the host with the next attempt's ranks: left out too ("(launcher)" is this machine)
+    unclean = tuple(t.host for t in result.teardown
+                    if not t.clean and not t.host.startswith("(") and t.host not in exclude)
     if attempt > policy.max_restarts:
         spent = f"restart budget spent ({policy.max_restarts} of {policy.max_restarts})"
         return Decision(
@@ -73,10 +77,12 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy,
     why = f"restarting: attempt {attempt + 1} of {policy.max_restarts + 1}"
     if exclude:
         why += f", without {', '.join(exclude)} for a cooldown"
+    if unclean:
+        why += (f", without {', '.join(unclean)} (processes outlived the teardown) "
+                "for a cooldown")
     if suspect:
         why += f", avoiding {', '.join(suspect)} if the other hosts suffice"
-    return Decision(True, why, exclude, suspect)
-
+    return Decision(True, why, (*exclude, *unclean), suspect)
 
 
 def no_progress(history: Sequence[JobResult], restarts: int) -> str | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ringtrain.launch.failure import FAULT_EXIT_CODES, Failure, FailureKind, RankFailure
 from ringtrain.launch.milestones import Milestones, incidents
+from ringtrain.launch.recheck import Recheck
 
 __all__ = [
     "FAULT_EXIT_CODES", "Failure", "FailureKind", "HostTeardown", "JobResult", "JobState",
@@ -154,6 +155,7 @@ class JobResult:
     excluded: tuple[str, ...] = ()
     resume_point: ResumePoint | None = None  # the newest commit when this attempt ended
     milestones: Milestones | None = None  # when it started, arrived, initialised, trained
+    recheck: Recheck | None = None  # before the restart that followed: GPUs freed, left out
     # the run, on its last attempt's result: the attempts before it, the restarts asked, the
     # ranks asked (-np), why no restart followed
     earlier: tuple[JobResult, ...] = ()
@@ -214,6 +216,7 @@ class JobResult:
             "excluded": list(self.excluded),
             "checkpoint": self.resume_point.to_json() if self.resume_point else None,
             "milestones": self.milestones.to_json() if self.milestones else None,
+            "recheck": self.recheck.to_json() if self.recheck else None,
         }
 
     def run_json(self) -> dict[str, Any]:
@@ -270,6 +273,7 @@ class JobResult:
             excluded=tuple(d.get("excluded") or ()),
             resume_point=ResumePoint.from_json(d.get("checkpoint")),
             milestones=Milestones.from_json(d.get("milestones")),
+            recheck=Recheck.from_json(d.get("recheck")),
         )
 
     def what_ringtrain_did(self) -> str:

@@ -12,7 +12,8 @@
   file is written on every host: ``deliver``);
 * supervise: ``wait_or_fault`` polls the control server's snapshot (pure ``check``);
 * tear down: the reaper on every host through the ``Remote`` seam, and on this machine;
-* decide: ``decide()`` (pure) whether to go again and without which hosts.
+* decide: ``decide()`` (pure) whether to go again and without which hosts;
+* re-check, before a restart: the failed attempt's hosts must free their GPUs (``recheck``).
 
 A restarted job resumes from its newest committed checkpoint: the training script finds it
 through ``RINGTRAIN_CHECKPOINT_URL`` or ``$RINGTRAIN_RUN_DIR/checkpoints``, which stay the same
@@ -24,31 +25,30 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import signal
 import socket
-import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from ringtrain.checkpoint.location import Location
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
 from ringtrain.launch import tfcluster
-from ringtrain.launch.commits import newest_commit
+from ringtrain.launch.commits import newest_commit, resumes_from
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.deliver import Delivery, start_with_secrets
 from ringtrain.launch.hostrest import HostRest, check_floor, choose
 from ringtrain.launch.milestones import Milestones, observe
 from ringtrain.launch.outcome import Ending, decide, merge
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
+from ringtrain.launch.recheck import recheck
 from ringtrain.launch.reporter import NullReporter, Reporter
-from ringtrain.launch.result import FailureKind, HostTeardown, JobResult, ResumePoint
+from ringtrain.launch.result import FailureKind, HostTeardown, JobResult
 from ringtrain.launch.run import Job
 from ringtrain.launch.rundir import make_run_dir
 from ringtrain.launch.server_finisher import ServerFinisher
+from ringtrain.launch.sessionenv import SessionEnv
 from ringtrain.launch.straggler import StragglerWatch
 from ringtrain.launch.supervise import (
     Fault,
@@ -63,33 +63,10 @@ from ringtrain.probe.gate import Preflight, run_gate
 from ringtrain.probe.tfports import check_ports
 from ringtrain.rank import procfs
 from ringtrain.remote import Remote
-from ringtrain.spec import LaunchSpec, StragglerAction, Strategy
+from ringtrain.spec import GpuRule, LaunchSpec, StragglerAction, Strategy
 
 log = logging.getLogger(__name__)
 FAULT_GRACE_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class SessionEnv:
-    """The facts of the machine the launcher runs on, gathered once at the edge."""
-
-    run_id: str
-    environ: Mapping[str, str]
-    is_root: bool
-    python: str
-
-    @classmethod
-    def here(cls, run_id: str | None = None) -> SessionEnv:
-        return cls(
-            run_id=run_id or new_run_id(),
-            environ=dict(os.environ),
-            is_root=os.geteuid() == 0,
-            python=sys.executable,
-        )
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 class Session:
@@ -156,7 +133,8 @@ class Session:
             self.rest = self.rest.after(decision, time.monotonic(), self.spec.restart.cooldown_s)
             what = result.failure.message if result.failure is not None else result.state.value
             self.reporter.note(f"incident: {what}; {decision.reason}"
-                               + self._resume_point(final.resume_point))
+                               + resumes_from(final.resume_point))
+            self._recheck(alloc, checked)
             attempt += 1
 
     def dry_plan(self) -> LaunchPlan:
@@ -337,13 +315,18 @@ class Session:
 
     # ------------------------------------------------------------------ helpers
 
-    @staticmethod
-    def _resume_point(point: ResumePoint | None) -> str:
-        if point is not None and point.error is not None:
-            return f" from the newest checkpoint that verifies (cannot list now: {point.error})"
-        if point is not None:
-            return f" from step {point.step} (epoch {point.epoch})"
-        return " from the start (no committed checkpoint)"
+    def _recheck(self, alloc: Allocation, checked: Preflight) -> None:
+        """Before a restart: the failed attempt's hosts (less those now resting, and those
+        busy before it) get ``--recheck-timeout`` to free their GPUs, or sit out too."""
+        spec, now = self.spec, time.monotonic()
+        hosts = [h for h in alloc.hosts if h.name not in checked.busy | self.rest.resting(now)]
+        if not hosts or not spec.restart.recheck_timeout_s or not spec.preflight.enabled or (
+                spec.preflight.gpus is GpuRule.IGNORED):
+            return
+        found = recheck(self.remote, hosts, spec.restart.recheck_timeout_s, self.reporter.note)
+        self.results[-1] = replace(self.results[-1], recheck=found)
+        left = tuple(h for h, _ in found.left_out)
+        self.rest = self.rest.excluding(left, time.monotonic(), spec.restart.cooldown_s)
 
     def _no_restart(self, err: RingtrainError) -> JobResult:
         """A restart that cannot be placed: the failed attempt's report still counts."""

@@ -50,6 +50,7 @@ class Preflight:
     tcp_include: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     control_host: str = "127.0.0.1"
+    busy: frozenset[str] = frozenset()  # hosts whose GPUs were busy before the attempt
 
 
 def policy_for(spec: LaunchSpec, need: int | None) -> PreflightPolicy:
@@ -83,6 +84,7 @@ def run_gate(
         tcp_include=",".join(net.include) if net is not None and net.include else None,
         env=net.env if net is not None else (),
         control_host=control_host(inventory, net, reporter.note),
+        busy=verdict.busy,
     )
 
 

@@ -16,7 +16,7 @@ from typing import Literal
 from ringtrain.errors import ProbeError
 from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.probe.netif import NetworkChoice, choose_network
-from ringtrain.probe.probe_parse import GpuStatus, ProbeReport, ProbeResult
+from ringtrain.probe.probe_parse import Gpu, GpuStatus, ProbeReport, ProbeResult
 
 _NEEDED_EVERYWHERE = ("tensorflow", "horovod")
 
@@ -61,6 +61,7 @@ class PreflightVerdict:
     problems: tuple[str, ...] = ()  # job-level: too few hosts or slots left
     warnings: tuple[str, ...] = ()  # job-level: mixed GPU models, driver versions, network
     network: NetworkChoice | None = None
+    busy: frozenset[str] = frozenset()  # hosts with a busy GPU (warned, or excluded)
 
     @property
     def refused(self) -> bool:
@@ -138,7 +139,8 @@ def evaluate(inventory: Inventory, report: ProbeReport,
         job_warnings.append(network.warning)
     job_problems = [*_job_problems(verdicts, policy), *([network.problem] if network.problem
                                                           else [])]
-    return PreflightVerdict(verdicts, tuple(job_problems), tuple(job_warnings), network)
+    return PreflightVerdict(verdicts, tuple(job_problems), tuple(job_warnings), network,
+                            frozenset(busy))
 
 
 def _host_problems(host: Host, r: ProbeResult, policy: PreflightPolicy) -> list[str]:
@@ -197,8 +199,13 @@ def _gpu_health_notes(host: Host, r: ProbeResult, policy: PreflightPolicy) -> li
 def _busy_gpus(host: Host, r: ProbeResult, policy: PreflightPolicy) -> list[str]:
     if not (r.reachable and policy.require_gpus):
         return []
+    return busy_notes(r.gpu.healthy, host.slots, policy)
+
+
+def busy_notes(gpus: Sequence[Gpu], slots: int, policy: PreflightPolicy) -> list[str]:
+    """One note per GPU, of the ``slots`` a host's ranks use, that is busy under ``policy``."""
     notes = []
-    for g in sorted(r.gpu.healthy, key=lambda g: g.index)[: host.slots]:
+    for g in sorted(gpus, key=lambda g: g.index)[:slots]:
         mem = g.memory_used_mib is not None and g.memory_used_mib > policy.busy_memory_mib
         util = g.utilization_pct is not None and g.utilization_pct > policy.busy_util_pct
         if mem or util:

@@ -46,6 +46,7 @@ FULL = LaunchOptions(
     max_restarts=2,
     min_np=4,
     stall_restarts=5,
+    recheck_timeout=7.5,
     start_timeout=60,
     stall_timeout=300,
     heartbeat_timeout=5,

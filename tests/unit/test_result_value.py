@@ -84,6 +84,7 @@ def test_the_recovery_ledger_times_each_restart_from_its_detection(tmp_path: Pat
 
     from ringtrain.launch.control import Progress, RankState, Snapshot
     from ringtrain.launch.milestones import Milestones, incidents, observe
+    from ringtrain.launch.recheck import Recheck
 
     marks = Milestones(started=102.0)
     ranks = (RankState(0, "h", 1), RankState(1, "h", 2))
@@ -99,15 +100,19 @@ def test_the_recovery_ledger_times_each_restart_from_its_detection(tmp_path: Pat
     first = run.earlier[0]
     first = JobResult(first.state, first.exit_code, first.run_dir, first.duration_s,
                       first.failure, detected_at=100.0, torn_down_at=101.0,
-                      resume_point=ResumePoint("s3://b/r", 40, 2, "x"), attempt=1)
+                      resume_point=ResumePoint("s3://b/r", 40, 2, "x"), attempt=1,
+                      recheck=Recheck(101.0, 101.5, 2, (("gpu03", 0.4),)))
     final = JobResult(run.state, run.exit_code, run.run_dir, run.duration_s, run.failure,
                       attempt=2, milestones=marks, earlier=(first,))
     (incident,) = incidents(final.attempts)
     assert incident.ttta_s == 31.0 and incident.resumed_step == 40
-    assert dict(incident.stages()) == {"torn down": 1.0, "restarted": 2.0,
+    assert dict(incident.stages()) == {"torn down": 1.0, "re-checked": 1.5, "restarted": 2.0,
                                        "ranks arrived": 4.0, "hvd.init done": 10.0,
                                        "training again": 31.0}
     assert "host gpu03 silent for 10 s: torn down 1.0 s" in incident.describe()
+    assert "re-check: gpu03 freed its GPUs after 0.4 s" in incident.describe()
     data = final.run_json()
     assert data["incidents"][0]["ttta_s"] == 31.0
-    assert JobResult.from_json(json.loads(json.dumps(data))).attempts[-1].milestones == marks
+    back = JobResult.from_json(json.loads(json.dumps(data)))
+    assert back.attempts[-1].milestones == marks
+    assert back.attempts[0].recheck == first.recheck

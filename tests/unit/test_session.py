@@ -13,7 +13,8 @@ from ringtrain.hostfile import Allocation, parse_host_spec
 from ringtrain.launch.outcome import Decision
 from ringtrain.launch.reporter import NullReporter
 from ringtrain.launch.result import JobResult, JobState
-from ringtrain.launch.session import Session, SessionEnv
+from ringtrain.launch.session import Session
+from ringtrain.launch.sessionenv import SessionEnv
 from ringtrain.probe.hostprobe import probe_argv
 from ringtrain.probe.verdict import PreflightPolicy
 from ringtrain.spec import LaunchSpec, RestartPolicy

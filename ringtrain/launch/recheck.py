@@ -1,0 +1,143 @@
+"""Before a restart, the failed attempt's hosts are re-checked: their GPUs must be free again.
+
+A rank that has just died may still hold its GPU memory while the driver tears its CUDA context
+down (seconds on a real GPU; a process stuck in the kernel holds it until it ends). A new rank
+placed there runs out of memory, or shares the GPU with a ghost. NVIDIA's resiliency extension
+waits for that memory to be freed before it restarts; so does ringtrain: it asks every host of
+the failed attempt at once (``nvidia-smi`` over the Remote seam) and, while some GPU that was
+free before the attempt is busy, asks again every half second, up to ``--recheck-timeout``. A
+host still busy then sits out the restart's cooldown, and the report says why.
+
+Not judged here: hosts whose GPUs were already busy before the attempt (another job's, warned
+about then), and hosts that cannot be asked (the pre-flight that follows judges those). Whether
+the failed attempt's processes are gone is the teardown's answer (outcome.decide leaves out a
+host whose teardown was not clean).
+
+``judge`` is pure: one look at the hosts in, who is free, who is still awaited and who is left
+out. ``recheck`` is the thin loop around it; ``Recheck`` is its value, kept on the failed
+attempt's JobResult (result.json, the recovery ledger).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ringtrain.hostfile import Host
+from ringtrain.probe.hostprobe import NVIDIA_SMI_QUERY, NVIDIA_SMI_TIMEOUT_S
+from ringtrain.probe.probe_parse import parse_nvidia_smi
+from ringtrain.probe.verdict import PreflightPolicy, busy_notes
+from ringtrain.remote import Remote
+
+INTERVAL_S = 0.5
+NVIDIA_SMI_ARGV = ("nvidia-smi", NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits")
+DEFAULT_POLICY = PreflightPolicy()  # the pre-flight's busy thresholds
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    freed: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()  # (host, why)
+
+
+def judge(busy: Mapping[str, Sequence[str]], elapsed_s: float, timeout_s: float) -> Judgement:
+    """One look: ``busy`` maps each host asked to its busy-GPU notes (none: free). Pure."""
+    freed = tuple(h for h, notes in busy.items() if not notes)
+    still = {h: notes for h, notes in busy.items() if notes}
+    if elapsed_s < timeout_s:
+        return Judgement(freed, tuple(still))
+    return Judgement(freed, (), tuple(
+        (h, f"{notes[0].split(':')[0]} {elapsed_s:.0f} s after the teardown")
+        for h, notes in still.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Recheck:
+    """What the re-check before a restart found: when it ran (wall clock), the hosts it had to
+    wait for and how long each took to free its GPUs, and the hosts it left out, with why."""
+
+    started: float
+    finished: float
+    hosts: int = 0
+    waited: tuple[tuple[str, float], ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()
+
+    def describe(self) -> str:
+        took = f"{self.finished - self.started:.1f} s"
+        if not self.waited and not self.left_out:
+            return f"{self.hosts} host(s) re-checked, GPUs free ({took})"
+        parts = [f"{h} freed its GPUs after {s:.1f} s" for h, s in self.waited]
+        parts += [f"{h} left out for a cooldown: {why}" for h, why in self.left_out]
+        return "; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"started": round(self.started, 3), "finished": round(self.finished, 3),
+                "hosts": self.hosts, "waited_s": {h: round(s, 3) for h, s in self.waited},
+                "left_out": dict(self.left_out)}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Recheck | None:
+        if not isinstance(d, dict):
+            return None
+        return cls(float(d["started"]), float(d["finished"]), int(d.get("hosts") or 0),
+                   tuple((str(h), float(s)) for h, s in (d.get("waited_s") or {}).items()),
+                   tuple((str(h), str(w)) for h, w in (d.get("left_out") or {}).items()))
+
+
+def look(
+    remote: Remote, hosts: Sequence[Host], policy: PreflightPolicy
+) -> dict[str, tuple[str, ...]]:
+    """Each host's busy-GPU notes, all hosts at once. A host that cannot be asked, or has no
+    working nvidia-smi, has none here: the pre-flight that follows judges it."""
+    answers = remote.run(hosts, NVIDIA_SMI_ARGV, NVIDIA_SMI_TIMEOUT_S)
+    out: dict[str, tuple[str, ...]] = {}
+    for host in hosts:
+        answer = answers.get(host.name)
+        if answer is None or answer.error is not None:
+            out[host.name] = ()
+            continue
+        gpus = parse_nvidia_smi(answer.stdout + answer.stderr, answer.exit_code)
+        out[host.name] = tuple(busy_notes(gpus.healthy, host.slots, policy))
+    return out
+
+
+def recheck(
+    remote: Remote,
+    hosts: Sequence[Host],
+    timeout_s: float,
+    note: Callable[[str], None],
+    *,
+    policy: PreflightPolicy = DEFAULT_POLICY,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Recheck:
+    """Ask ``hosts`` until each has free GPUs or ``timeout_s`` has passed; say what it waits
+    for and what it found."""
+    started, t0 = time.time(), clock()
+    pending = {h.name: h for h in hosts}
+    first_busy: set[str] = set()
+    waited: list[tuple[str, float]] = []
+    left_out: list[tuple[str, str]] = []
+    while pending:
+        busy = look(remote, tuple(pending.values()), policy)
+        elapsed = clock() - t0
+        step = judge(busy, elapsed, timeout_s)
+        new = [h for h in step.waiting if h not in first_busy]
+        if new:
+            example = busy[new[0]][0].split(":")[0]
+            note(f"re-check: waiting up to {timeout_s:.0f} s for the GPUs of "
+                 f"{', '.join(new)} to be freed ({new[0]}: {example})")
+            first_busy.update(new)
+        waited += [(h, elapsed) for h in step.freed if h in first_busy]
+        left_out += step.left_out
+        for host in (*step.freed, *(h for h, _ in step.left_out)):
+            pending.pop(host)
+        if pending:
+            sleep(INTERVAL_S)
+    result = Recheck(started, time.time(), len(hosts), tuple(waited), tuple(left_out))
+    if result.waited or result.left_out:
+        note(f"re-check: {result.describe()}")
+    return result
