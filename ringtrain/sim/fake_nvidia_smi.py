@@ -16,11 +16,17 @@ Reproduced (formats checked against real outputs of drivers 450-580):
   ``nounits``); values carry units unless ``nounits`` (``81559 MiB``, ``0 %``, ``69.84 W``).
   An unknown field prints ``Field "x" is not a valid field to query.`` and a blank line, exit 2.
 * ``-L``: ``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)``.
-* ``--query-compute-apps=pid,used_memory``: no rows (nothing runs on a fake GPU), header only.
+* ``--query-compute-apps=pid,used_memory``: one row per process holding a fake GPU (below).
 * ``-i/--id`` (indices, UUIDs or bus ids, comma separated), ``--version``.
 * failure mode: the driver message below on stdout, exit 9; zero GPUs: ``No devices were found``,
   exit 6.
 * no arguments: a short summary table (its layout is not byte-compatible; nothing parses it).
+
+Processes hold GPU memory as CUDA contexts do: ``ringtrain.sim.gpus.hold_memory`` writes
+``gpu-procs/<pid>.json`` next to the state file (GPU index, MiB, release delay). While that PID
+lives, its MiB count in ``memory.used`` and it is a compute app; once it has exited, the memory
+stays used for its release delay (a driver tearing a dead process's context down), counted from
+the first call that saw it gone, then the entry is removed.
 """
 
 from __future__ import annotations
@@ -68,11 +74,14 @@ _ALIASES = {
     "gpu_bus_id": "pci.bus_id",
     "pci.bus": "pci.bus_id",
 }
-# --query-compute-apps: no process ever runs on a fake GPU, so only the header can be printed.
-_APP_FIELDS = {"pid": "pid", "process_name": "process_name", "name": "process_name",
-               "gpu_uuid": "gpu_uuid", "gpu_name": "gpu_name", "gpu_bus_id": "gpu_bus_id",
-               "gpu_serial": "gpu_serial", "used_memory": "used_gpu_memory [MiB]",
-               "used_gpu_memory": "used_gpu_memory [MiB]"}
+# --query-compute-apps: field -> (header, key in an app row: the holder's or its GPU's)
+_APP_FIELDS = {"pid": ("pid", "pid"), "process_name": ("process_name", "process_name"),
+               "name": ("process_name", "process_name"), "gpu_uuid": ("gpu_uuid", "uuid"),
+               "gpu_name": ("gpu_name", "name"), "gpu_bus_id": ("gpu_bus_id", "pci_bus_id"),
+               "gpu_serial": ("gpu_serial", "serial"),
+               "used_memory": ("used_gpu_memory [MiB]", "used_mib"),
+               "used_gpu_memory": ("used_gpu_memory [MiB]", "used_mib")}
+PROCS_DIR = "gpu-procs"
 
 
 def _value(gpu: dict[str, Any], state: dict[str, Any], field: str, units: bool) -> str:
@@ -115,13 +124,18 @@ def _query(
     return "".join(line + "\n" for line in lines), 0
 
 
-def _query_apps(fields_arg: str, fmt: str) -> tuple[str, int]:
-    names = []
+def _query_apps(fields_arg: str, fmt: str, apps: list[dict[str, Any]]) -> tuple[str, int]:
+    fields = []
     for raw in fields_arg.split(","):
         if raw.strip() not in _APP_FIELDS:
             return f'Field "{raw.strip()}" is not a valid field to query.\n\n', 2
-        names.append(_APP_FIELDS[raw.strip()])
-    return ("" if "noheader" in fmt.split(",") else ", ".join(names) + "\n"), 0
+        fields.append(_APP_FIELDS[raw.strip()])
+    opts = fmt.split(",")
+    lines = [] if "noheader" in opts else [", ".join(head for head, _ in fields)]
+    unit = "" if "nounits" in opts else " MiB"
+    lines += [", ".join(f"{app[key]}{unit}" if key == "used_mib" else str(app[key])
+                        for _, key in fields) for app in apps]
+    return "".join(line + "\n" for line in lines), 0
 
 
 def _select(gpus: list[dict[str, Any]], ids: str | None) -> list[dict[str, Any]] | None:
@@ -209,7 +223,9 @@ def _render_query(
     if "csv" not in fmt.split(","):
         return '"--format=csv" is required with "--query-gpu" and "--query-compute-apps".\n', 2
     if "--query-compute-apps" in opts:
-        return _query_apps(opts["--query-compute-apps"], fmt)
+        indices = {g["index"] for g in gpus}
+        apps = [a for a in state.get("apps", []) if a["index"] in indices]
+        return _query_apps(opts["--query-compute-apps"], fmt, apps)
     return _query(opts["--query-gpu"], fmt, gpus, state)
 
 
@@ -221,7 +237,42 @@ def load_state() -> dict[str, Any] | None:
         state: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    apply_holders(state, path.parent / PROCS_DIR, time.time())
     return state
+
+
+def apply_holders(state: dict[str, Any], procs: Path, now: float) -> None:
+    """Add the memory that processes hold (or held until lately) to ``state``'s GPUs, and list
+    the living holders as its compute apps."""
+    by_index = {g["index"]: g for g in state.get("gpus", [])}
+    apps = state.setdefault("apps", [])
+    for entry in sorted(procs.glob("*.json")) if procs.is_dir() else ():
+        try:
+            held = json.loads(entry.read_text())
+            pid, gpu, mib = int(entry.stem), by_index[int(held["gpu"])], int(held["mib"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _alive(pid):
+            apps.append({**gpu, "pid": pid, "process_name": held.get("name", "python"),
+                         "used_mib": mib})
+        elif "dead_at" not in held:
+            held["dead_at"] = now
+            tmp = entry.with_name(f".{entry.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(held))
+            tmp.replace(entry)
+        elif now >= float(held["dead_at"]) + float(held.get("release_s", 0)):
+            entry.unlink(missing_ok=True)
+            continue
+        gpu["memory_used"] = min(gpu["memory_total"], gpu["memory_used"] + mib)
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (its memory is freed once it has exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def main() -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ringtrain.errors import SimError
+from ringtrain.sim.fake_nvidia_smi import PROCS_DIR, STATE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -214,3 +216,24 @@ def fake_versions(site_dir: Path, bin_dir: Path) -> dict[str, str]:
         m = re.search(r"Open MPI\) ([^\\]+)\\n", wrapper.read_text())
         found[MPIRUN_KEY] = m.group(1) if m else "?"
     return found
+
+
+def hold_memory(gpu: int, mib: int, release_s: float = 0.0, *, name: str = "python") -> Path:
+    """Hold ``mib`` of fake GPU ``gpu`` from this process, as its CUDA context would: from a
+    process on a simulated host (a rank), whose sshd put ``$RINGTRAIN_SIM_GPU_STATE`` in its
+    environment. The memory stays used ``release_s`` after the process exits (a driver freeing
+    a dead process's context); see fake_nvidia_smi.py. Returns the holder's file."""
+    state = os.environ.get(STATE_ENV)
+    if not state:
+        raise SimError(f"${STATE_ENV} is not set: not a process on a simulated host",
+                       hint="call hold_memory from a rank that runs on a ringtrain sim host")
+    procs = Path(state).parent / PROCS_DIR
+    procs.mkdir(exist_ok=True)
+    entry = procs / f"{os.getpid()}.json"
+    entry.write_text(json.dumps({"gpu": gpu, "mib": mib, "release_s": release_s, "name": name}))
+    return entry
+
+
+def clear_holders(gpu_state_file: Path) -> None:
+    """Forget every process holding one host's fake GPUs (a test's clean-up)."""
+    shutil.rmtree(gpu_state_file.parent / PROCS_DIR, ignore_errors=True)

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from ringtrain import sim
 from ringtrain.cli import cli
 from ringtrain.sim import netns
-from ringtrain.sim.fake_nvidia_smi import DRIVER_FAILED, render
+from ringtrain.sim.fake_nvidia_smi import DRIVER_FAILED, apply_holders, render
 from ringtrain.sim.gpus import make_state
 from ringtrain.sim.proc import alive
 
@@ -90,10 +90,49 @@ def test_failures_match_the_real_tool() -> None:
         'Field "bogus" is not a valid field to query.\n\n', 2)
 
 
-def test_no_process_runs_on_a_fake_gpu() -> None:
+def test_no_process_holds_a_fresh_fake_gpu() -> None:
     assert smi("--query-compute-apps=pid,used_memory --format=csv", STATE) == (
         "pid, used_gpu_memory [MiB]\n", 0)
     assert smi("--query-compute-apps=pid --format=csv,noheader,nounits", STATE) == ("", 0)
+
+
+def test_a_process_holds_gpu_memory_until_its_context_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder counts in memory.used and is a compute app while it lives; once it has exited
+    its memory stays used for its release delay, counted from the first call that saw it gone
+    (a driver tearing a dead process's context down), then the entry is removed."""
+    import copy
+    import sys
+
+    state_file = tmp_path / "gpu.json"
+    state_file.write_text(json.dumps(STATE))
+    monkeypatch.setenv("RINGTRAIN_SIM_GPU_STATE", str(state_file))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from ringtrain.sim.gpus import hold_memory; "
+        "hold_memory(1, 30000, release_s=2.0); print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        procs = tmp_path / "gpu-procs"
+
+        def look(now: float) -> tuple[list[int], list[dict]]:
+            state = copy.deepcopy(STATE)
+            apply_holders(state, procs, now)
+            return [g["memory_used"] for g in state["gpus"]], state["apps"]
+
+        used, apps = look(1000.0)
+        assert used == [0, 30000] and [(a["pid"], a["index"]) for a in apps] == [(holder.pid, 1)]
+        out, rc = smi("--query-compute-apps=pid,gpu_uuid,used_memory --format=csv", {
+            **STATE, "apps": apps})
+        assert (out, rc) == ("pid, gpu_uuid, used_gpu_memory [MiB]\n"
+                             f"{holder.pid}, {U1}, 30000 MiB\n", 0)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert look(1000.0) == ([0, 30000], [])  # gone: first seen now, released 2 s later
+    assert look(1001.9) == ([0, 30000], [])
+    assert look(1002.0) == ([0, 0], []) and list(procs.iterdir()) == []
 
 
 # ---- a running cluster ------------------------------------------------------------------------
