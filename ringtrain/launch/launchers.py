@@ -93,7 +93,7 @@ class LaunchContext:
     user_btl: bool = False
     entry: Entry = Entry.SCRIPT
     mpi_args: tuple[str, ...] = ()
-    ssh_port_key: tuple[int | None, str | None] | None = None  # horovodrun's -p and -i
+    launcher_path: str = "/usr/bin:/bin"  # the launcher's PATH (horovodrun's finds the shim)
     # horovodrun --gloo: the secret variables of the launcher's environment and the delta, and
     # the file (the same string on every host) they go to instead
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
@@ -169,27 +169,21 @@ class HorovodrunBackend:
         horovodrun = str(Path(ctx.python).parent / "horovodrun")
         argv = [horovodrun, "-np", str(alloc.np), "-H", render_horovod_hosts(alloc.hosts)]
         argv.append("--gloo" if ctx.gloo else "--mpi")
+        delta = dict(ctx.env_delta)
         if ctx.ssh_config is not None and not alloc.is_local_only:
-            raise UsageError(
-                "horovodrun cannot take an ssh config file (it reads ~/.ssh/config), nor a "
-                "user, port or key that differs between hosts (one -p and -i for all)",
-                "use --backend mpirun (the default), or put these settings in ~/.ssh/config",
-            )
-        if ctx.ssh_port_key is not None and not alloc.is_local_only:
-            port, key = ctx.ssh_port_key
-            argv += ["-p", str(port)] if port else []
-            argv += ["-i", _check_path(Path(key), "ssh identity file")] if key else []
+            # its ssh (and its mpirun's) is found on PATH: ringtrain's shim comes first
+            delta["PATH"] = f"{ctx.ssh_config.parent / SHIM_DIR}:{ctx.launcher_path}"
         if ctx.network_interface and not alloc.is_local_only:
             argv += ["--network-interface", ctx.network_interface]
         if ctx.mpi_args:
             argv += ["--mpi-args", shlex.join(ctx.mpi_args)]
         argv += rank_argv(ctx, mpi=not ctx.gloo)
         if not ctx.gloo or not ctx.secrets:
-            return Command(argv=tuple(argv), env=ctx.env_delta)
+            return Command(argv=tuple(argv), env=tuple(sorted(delta.items())))
         # Gloo: horovodrun puts `env K=V ...` for its whole environment into every rank's
         # command line; the secrets go by file instead, their names out of its environment
         hidden = tuple(name for name, _ in ctx.secrets)
-        env = [(k, v) for k, v in ctx.env_delta if k not in hidden]
+        env = [(k, v) for k, v in delta.items() if k not in hidden]
         env.append((envvars.ENV_FILE, ctx.secrets_file))
         return Command(argv=tuple(argv), env=tuple(sorted(env)), unset=hidden,
                        secrets=ctx.secrets)
@@ -218,6 +212,20 @@ class SrunBackend:
         if ctx.tcp_include:
             env.setdefault("OMPI_MCA_btl_tcp_if_include", ctx.tcp_include)
         return Command(argv=tuple(argv), env=tuple(sorted(env.items())))
+
+
+SHIM_DIR = "bin"
+
+
+def ssh_shim(ssh: str, ssh_config: Path) -> str:
+    """The ``ssh`` horovodrun runs (it finds ssh on PATH and takes no config file): the real
+    one with ringtrain's ssh_config, host keys checked strictly and no password prompt.
+    horovodrun's own ``-o StrictHostKeyChecking=no`` comes later on the command line, and ssh
+    takes the first value it is given, so the keys the pre-flight verified are the ones
+    required. Its mpirun (``--mpi``) finds the same ssh."""
+    options = ("-F", str(ssh_config), "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes")
+    return ("#!/bin/sh\n# Written by ringtrain: horovodrun's ssh (see ringtrain/launch/"
+            f"launchers.py, ssh_shim)\nexec {shlex.join((ssh, *options))} \"$@\"\n")
 
 
 def backend_for(backend: Backend) -> LauncherBackend:

@@ -18,7 +18,13 @@ from typing import Any
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_openmpi_hostfile
 from ringtrain.launch import tfcluster
-from ringtrain.launch.launchers import Command, LaunchContext, backend_for, forwarded_names
+from ringtrain.launch.launchers import (
+    Command,
+    LaunchContext,
+    backend_for,
+    forwarded_names,
+    ssh_shim,
+)
 from ringtrain.rank import envvars, secretfile
 from ringtrain.remote.sshconf import needs_ssh_config, render_ssh_config
 from ringtrain.spec import Backend, Entry, LaunchSpec, Strategy
@@ -90,6 +96,7 @@ class LaunchPlan:
     spec: LaunchSpec
     attempt: int = 1
     ssh_config_text: str = ""  # written to attempt_dir/ssh_config when the inventory needs it
+    ssh_shim_text: str = ""  # horovodrun's ssh, written to attempt_dir/bin/ssh (ssh_shim)
 
     @property
     def attempt_dir(self) -> Path:
@@ -220,6 +227,7 @@ class PlanInputs:
     control_addr: str | None = None
     control_token: str | None = None
     launcher_timeout: float | None = None
+    ssh_program: str = "/usr/bin/ssh"  # the ssh on the launcher's PATH (horovodrun's shim)
 
 
 def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> LaunchPlan:
@@ -247,7 +255,7 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         forward=forward,
         is_root=inputs.is_root,
         ssh_config=_ssh_config_path(spec, alloc, run_dir / f"attempt-{inputs.attempt}"),
-        ssh_port_key=_horovodrun_ssh(spec, alloc),
+        launcher_path=inputs.environ.get("PATH", "/usr/bin:/bin"),
         tcp_include=spec.network_interface or inputs.tcp_include,
         network_interface=spec.network_interface,
         gloo=spec.gloo,
@@ -258,11 +266,14 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         secrets_file=secretfile.path_for(inputs.run_id, inputs.attempt),
     )
     command = backend_for(spec.launcher).build(alloc, ctx)
-    ssh_text = ""
+    ssh_text = shim = ""
     if _own_ssh_config(spec, alloc):
         ssh_text = render_ssh_config(alloc.hosts, spec.ssh.config, spec.ssh.known_hosts)
+    if ctx.ssh_config is not None and spec.launcher is Backend.HOROVODRUN:
+        shim = ssh_shim(inputs.ssh_program, ctx.ssh_config)
     return LaunchPlan(
         ssh_config_text=ssh_text,
+        ssh_shim_text=shim,
         run_id=inputs.run_id,
         run_dir=run_dir,
         hostfile_path=ctx.hostfile,
@@ -277,24 +288,14 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
     )
 
 
-def _horovodrun_ssh(spec: LaunchSpec, alloc: Allocation) -> tuple[int | None, str | None] | None:
-    """horovodrun takes one SSH port and key for all hosts (``-p``/``-i``) and no ssh_config:
-    when every remote host has the same port and key and nothing else needs a config file,
-    those two are passed to it instead."""
-    if spec.launcher is not Backend.HOROVODRUN or spec.ssh.config or spec.ssh.known_hosts:
-        return None
-    remote = [h for h in alloc.hosts if not h.is_local]
-    coords = {(h.port, h.identity_file) for h in remote}
-    if len(coords) != 1 or any(h.user for h in remote):
-        return None
-    port, key = coords.pop()
-    return (port, key) if port or key else None
-
-
 def _own_ssh_config(spec: LaunchSpec, alloc: Allocation) -> bool:
-    if alloc.is_local_only or _horovodrun_ssh(spec, alloc) is not None:
+    """ringtrain writes the ssh_config for remote hosts when the inventory carries SSH
+    coordinates, --known-hosts names the verified keys, or horovodrun runs the ranks (its
+    ssh goes through ssh_shim, which reads this file)."""
+    if alloc.is_local_only:
         return False
-    return needs_ssh_config(alloc.hosts) or spec.ssh.known_hosts is not None
+    return (needs_ssh_config(alloc.hosts) or spec.ssh.known_hosts is not None
+            or spec.launcher is Backend.HOROVODRUN)
 
 
 def _ssh_config_path(spec: LaunchSpec, alloc: Allocation, attempt_dir: Path) -> Path | None:

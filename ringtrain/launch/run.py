@@ -315,6 +315,9 @@ def prepare(plan: LaunchPlan) -> None:
     plan.hostfile_path.write_text(plan.hostfile_text)
     if plan.ssh_config_text:
         (plan.attempt_dir / "ssh_config").write_text(plan.ssh_config_text)
+    if plan.ssh_shim_text:  # horovodrun's ssh (launchers.ssh_shim)
+        (plan.attempt_dir / "bin").mkdir(mode=0o700, exist_ok=True)
+        write_private(plan.attempt_dir / "bin" / "ssh", plan.ssh_shim_text, mode=0o700)
     write_private(plan.attempt_dir / "plan.json", plan.to_json_text())
 
 

@@ -47,13 +47,14 @@ def make_run_dir(run_dir: Path) -> None:
         ) from None
 
 
-def write_private(path: Path, text: str) -> None:
-    """A file of the run directory, readable by the user only (0600 whatever the umask), so
-    ``launch --from`` trusts it back."""
+def write_private(path: Path, text: str, mode: int = 0o600) -> None:
+    """A file of the run directory, readable by the user only (0600 whatever the umask; 0700
+    for a program), so ``launch --from`` trusts it back."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
+        os.fchmod(f.fileno(), mode)
     os.replace(tmp, path)
 
 

@@ -350,6 +350,7 @@ class Session:
             control_addr=control.address if control else None,
             control_token=control.token if control else None,
             launcher_timeout=self.spec.supervision.launcher_timeout,
+            ssh_program=self.env.ssh,
         )
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
 import time
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ class SessionEnv:
     environ: Mapping[str, str]
     is_root: bool
     python: str
+    ssh: str = "/usr/bin/ssh"  # the ssh on PATH (what horovodrun's shim runs)
 
     @classmethod
     def here(cls, run_id: str | None = None) -> SessionEnv:
@@ -26,6 +28,7 @@ class SessionEnv:
             environ=dict(os.environ),
             is_root=os.geteuid() == 0,
             python=sys.executable,
+            ssh=shutil.which("ssh") or "/usr/bin/ssh",
         )
 
 

@@ -158,24 +158,20 @@ def test_gloo_secrets_stay_off_every_command_line(tmp_path: Path) -> None:
 def test_gloo_secrets_reach_other_hosts_by_file_only(sim_cluster: sim.SimCluster,
                                                      tmp_path: Path) -> None:
     """Two simulated hosts over SSH: the file goes to each through ringtrain's SSH seam (the
-    values on stdin), the ranks start through horovodrun's own ssh. horovodrun takes no ssh
-    config file and OpenSSH reads ~/.ssh from the password database, so its ``ssh`` is a
-    wrapper adding the cluster's; ringtrain's own SSH reads ~/.ssh/config under $HOME. The
-    hosts share this machine's file system: each finds the file another wrote."""
-    home, bin_dir = tmp_path / "home", tmp_path / "bin"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "config").write_text(sim_cluster.ssh_config.read_text())
+    values on stdin), the ranks start through horovodrun's own ssh, which is ringtrain's shim
+    with the cluster's ssh config and known hosts (--ssh-config, --known-hosts). The hosts
+    share this machine's file system: each finds the file another wrote."""
+    bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "ssh").write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {sim_cluster.ssh_config} "$@"\n')
     # the Python on the hosts (ranks, the file's writer, the reaper): this checkout's code
     (bin_dir / "python").write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} "$@"\n')
     (bin_dir / "horovodrun").symlink_to(Path(sys.executable).parent / "horovodrun")
-    for tool in ("ssh", "python"):
-        (bin_dir / tool).chmod(0o755)
-    env = _this_checkout({**os.environ, "HOME": str(home),
-                          "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    (bin_dir / "python").chmod(0o755)
+    env = _this_checkout(dict(os.environ))
     argv = [*RINGTRAIN, "launch", "--runs-dir", str(tmp_path / "runs"), "--backend",
-            "horovodrun", "--gloo", "-H", "gpu01:1,gpu02:1", "--python", str(bin_dir / "python")]
+            "horovodrun", "--gloo", "-H", "gpu01:1,gpu02:1", "--python", str(bin_dir / "python"),
+            "--ssh-config", str(sim_cluster.ssh_config),
+            "--known-hosts", str(sim_cluster.known_hosts)]
     check_secret_run(tmp_path, argv, env, {"0": "gpu01", "1": "gpu02"})
 
 

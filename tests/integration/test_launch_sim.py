@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -262,6 +263,42 @@ def test_a_changed_host_key_under_no_probe_says_so(
         sim.rotate_host_key(sim_cluster.config, "gpu02", update_known_hosts=True)
     assert proc.returncode != 0
     assert "Host key verification failed" in proc.stderr.split("error:", 1)[-1], proc.stderr
+    _assert_no_job_processes(sim_cluster)
+
+
+def test_horovodruns_own_ssh_checks_host_keys_and_uses_the_ssh_config(
+    sim_cluster: sim.SimCluster, tmp_path: Path
+) -> None:
+    """horovodrun asks its ssh not to check host keys; under ringtrain its ssh is a shim with
+    the cluster's ssh config (--ssh-config) and strict checking against the verified keys
+    (--known-hosts). The launch runs on both hosts through it; then the shim, run exactly as
+    horovodrun runs ssh, refuses gpu02 once its key has changed. (Under ringtrain the secrets
+    file's delivery meets a changed key first: the launch itself stops there.)"""
+    script = tmp_path / "where.py"
+    script.write_text(ALLREDUCE)
+    argv = _argv(sim_cluster, tmp_path, "gpu01:1,gpu02:1", "--backend", "horovodrun", "--gloo",
+                 str(script))
+    # from gpu01, as horovodrun is run from a node of the cluster: its Gloo rendezvous listens
+    # on the address of the interface the hosts share (eth0), which this machine lacks
+    on_gpu01 = sim_cluster.ssh_argv("gpu01", f"cd {shlex.quote(str(tmp_path))} && "
+                                    + shlex.join(argv))
+    ran = subprocess.run(on_gpu01, capture_output=True, text=True, timeout=180, check=False)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert sorted(line.split("HOST ")[1].split()[:2] for line in ran.stdout.splitlines()
+                  if "HOST " in line) == [["0", "gpu01"], ["1", "gpu02"]], ran.stdout
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    shim = run_dir / "attempt-1" / "bin" / "ssh"
+    horovodrun_ssh = [str(shim), "-o", "PasswordAuthentication=no", "-o",
+                      "StrictHostKeyChecking=no", "gpu02", "true"]  # horovod/runner/util/remote
+    assert subprocess.run(horovodrun_ssh, capture_output=True, timeout=60,
+                          check=False).returncode == 0
+    sim.rotate_host_key(sim_cluster.config, "gpu02")
+    try:
+        refused = subprocess.run(horovodrun_ssh, capture_output=True, text=True, timeout=60,
+                                 check=False)
+    finally:
+        sim.rotate_host_key(sim_cluster.config, "gpu02", update_known_hosts=True)
+    assert refused.returncode == 255 and "Host key verification failed" in refused.stderr
     _assert_no_job_processes(sim_cluster)
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import stat
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.hosts import with_ssh_defaults
 from ringtrain.launch.plan import REDACTED, PlanInputs, make_plan, read_recorded_spec
+from ringtrain.launch.run import prepare as run_prepare
 from ringtrain.rank import envvars
 from ringtrain.spec import Backend, Entry, EnvSpec, LaunchSpec, SshSpec
 from tests.golden import assert_golden
@@ -180,22 +184,44 @@ def test_plan_json_records_the_spec_and_reads_it_back_without_secret_values() ->
     assert spec == replace(plan.spec, env=(EnvSpec("API_SECRET"), EnvSpec("MODE", "fast")))
 
 
-def test_one_port_and_key_for_every_host_reach_horovodrun_as_its_p_and_i() -> None:
+def test_horovodruns_ssh_is_ringtrains_shim_with_per_host_settings_and_strict_keys(
+    tmp_path: Path,
+) -> None:
+    """horovodrun finds ssh on PATH and takes no config file; ringtrain puts its own shim first
+    on horovodrun's PATH. Checked against the real OpenSSH (``ssh -G``): the hosts' ports and
+    keys apply, and horovodrun's own ``-o StrictHostKeyChecking=no`` loses to the shim's."""
     request = LaunchSpec(script="train.py", host_spec="gpu01:2,gpu02:2",
                          backend=Backend.HOROVODRUN, working_dir=Path("/w"),
-                         ssh=SshSpec(port=2222, identity_file="/k/id"))
+                         runs_dir=tmp_path / "runs", ssh=SshSpec(port=2222, identity_file="/k/id"))
     hosts = with_ssh_defaults(parse_host_spec("gpu01:2,gpu02:2"), request.ssh)
-    inputs = PlanInputs(run_id="R1", environ=ENVIRON, is_root=False, python="/venv/bin/python")
-    plan = make_plan(request, allocate(hosts, None), inputs)
-    argv = plan.command.argv
-    assert argv[argv.index("-p") + 1] == "2222" and argv[argv.index("-i") + 1] == "/k/id"
-    assert plan.ssh_config_text == ""
-    mixed = replace(hosts, hosts=(hosts.hosts[0], replace(hosts.hosts[1], port=22)))
-    with pytest.raises(UsageError, match="one -p and -i for all"):
-        make_plan(request, allocate(mixed, None), inputs)
+    mixed = replace(hosts, hosts=(hosts.hosts[0], replace(hosts.hosts[1], port=2200)))
+    ssh = shutil.which("ssh") or "/usr/bin/ssh"
+    inputs = PlanInputs(run_id="R1", environ=ENVIRON, is_root=False, python="/venv/bin/python",
+                        ssh_program=ssh)
+    plan = make_plan(request, allocate(mixed, None), inputs)
+    assert "-p" not in plan.command.argv and "-i" not in plan.command.argv
+    env = dict(plan.command.env)
+    assert env["PATH"] == f"{plan.attempt_dir / 'bin'}:{ENVIRON['PATH']}"
+    run_prepare(plan)
+    shim = plan.attempt_dir / "bin" / "ssh"
+    assert stat.S_IMODE(shim.stat().st_mode) == 0o700
+
+    def resolved(host: str) -> dict[str, str]:
+        out = subprocess.run([str(shim), "-G", "-o", "PasswordAuthentication=no", "-o",
+                              "StrictHostKeyChecking=no", host, "true"],
+                             capture_output=True, text=True, check=True, timeout=30).stdout
+        return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
+    gpu01, gpu02 = resolved("gpu01"), resolved("gpu02")
+    assert (gpu01["port"], gpu02["port"]) == ("2222", "2200")
+    assert gpu01["identityfile"] == "/k/id" and gpu01["batchmode"] == "yes"
+    assert gpu01["stricthostkeychecking"] == gpu02["stricthostkeychecking"] == "true"
+    # on local slots horovodrun needs no ssh: no shim, PATH left alone
+    local = make_plan(request, allocate(parse_host_spec("localhost:2"), None), inputs)
+    assert local.ssh_shim_text == "" and "PATH" not in dict(local.command.env)
     # mpirun: the same settings through its ssh's config, per host
     mpirun = make_plan(replace(request, backend=None), allocate(hosts, None), inputs)
-    assert "Port 2222" in mpirun.ssh_config_text and "-p" not in mpirun.command.argv
+    assert "Port 2222" in mpirun.ssh_config_text and mpirun.ssh_shim_text == ""
 
 
 def test_module_program_and_mpi_args_in_the_rank_command() -> None:
@@ -238,7 +264,8 @@ def test_gloo_gives_horovodrun_the_secrets_names_only_and_their_values_by_file()
     assert not set(SECRETS) & set(child)
     assert set(command.unset) == set(SECRETS) and dict(command.secrets) == SECRETS
     assert child[envvars.ENV_FILE] == "~/.ringtrain/secrets/R1-2.json"  # same on every host
-    assert child["MODE"] == "fast" and child["PATH"] == "/usr/bin:/bin"
+    assert child["MODE"] == "fast"
+    assert child["PATH"] == f"{plan.attempt_dir / 'bin'}:/usr/bin:/bin"  # its ssh shim first
     assert child["HOROVOD_SECRET_KEY"] == "hvd"  # horovodrun never exports it: left alone
     shown = (plan.describe() + plan.to_json_text() + repr(command)
              + " ".join(command.argv))
