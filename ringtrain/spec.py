@@ -191,6 +191,18 @@ class RestartPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class ElasticPolicy:
+    """``--elastic``: Horovod's elastic driver runs the ranks (horovodrun --gloo, the hosts from
+    ringtrain's discovery script), from ``min_np`` to ``max_np`` of them; a failed host sits out
+    ``cooldown_range`` seconds; Horovod waits ``timeout_s`` for ``min_np`` slots."""
+
+    min_np: int = 1
+    max_np: int | None = None
+    cooldown_range: tuple[int, int] = (60, 240)
+    timeout_s: int = 600
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """Everything ``ringtrain launch`` was asked, validated for form (not feasibility)."""
 
@@ -221,6 +233,7 @@ class LaunchSpec:
     supervision: SupervisionPolicy = field(default_factory=SupervisionPolicy)
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     horovod: HorovodTuning = field(default_factory=HorovodTuning)  # horovodrun's tuning flags
+    elastic: ElasticPolicy | None = None  # --elastic: Horovod's elastic driver (launchers.py)
     dry_run: bool = False
 
     def __post_init__(self) -> None:
@@ -276,6 +289,7 @@ class LaunchSpec:
         if self.ps_hosts == "own" and self.strategy is not Strategy.TF_PS:
             raise UsageError("--ps-hosts own is for --strategy tf-ps",
                              "add --strategy tf-ps --ps N, or drop --ps-hosts")
+        _check_elastic(self)
         if not 1024 <= self.tf_port <= 65000:
             raise UsageError(f"--tf-port {self.tf_port} is outside 1024-65000",
                              "pass a port such as 23456 that no service on the hosts uses")
@@ -307,6 +321,15 @@ class LaunchSpec:
             ) from err
         return spec
 
+def _check_elastic(spec: LaunchSpec) -> None:
+    el, np = spec.elastic, spec.np
+    if el is not None and (spec.backend is not Backend.HOROVODRUN or not spec.gloo):
+        raise UsageError("--elastic runs Horovod's elastic driver: horovodrun with Gloo",
+                         "drop --backend (--elastic picks horovodrun --gloo itself)")
+    if el is not None and np and (el.min_np > np or (el.max_np or np) < np):
+        raise UsageError(f"--elastic needs --min-np <= -np <= --max-np; got {el.min_np} <= "
+                         f"{np} <= {el.max_np}", "pass -np between --min-np and --max-np")
+
 
 # ----------------------------------------------------------------------- JSON round trip
 # Dataclasses become dicts, enums their values, paths strings, tuples lists; decoding walks the
@@ -321,6 +344,7 @@ _NESTED: dict[str, type] = {
     "straggler": StragglerPolicy,
     "restart": RestartPolicy,
     "horovod": HorovodTuning,
+    "elastic": ElasticPolicy,
 }
 
 
@@ -352,6 +376,10 @@ def _text(raw: Any) -> str:
     return raw
 
 
+_ENUMS: dict[str, type[enum.Enum]] = {"backend": Backend, "gpus": GpuRule, "entry": Entry,
+                                       "strategy": Strategy, "action": StragglerAction}
+
+
 def _decode_field(cls: type, name: str, raw: Any) -> Any:  # noqa: PLR0911 - one per type
     if raw is None:
         return None
@@ -361,16 +389,8 @@ def _decode_field(cls: type, name: str, raw: Any) -> Any:  # noqa: PLR0911 - one
         return _decode(_NESTED[name], raw)
     if name == "env":
         return tuple(EnvSpec(**e) for e in raw)
-    if name == "backend":
-        return Backend(raw)
-    if name == "gpus":
-        return GpuRule(raw)
-    if name == "entry":
-        return Entry(raw)
-    if name == "strategy":
-        return Strategy(raw)
-    if name == "action":
-        return StragglerAction(raw)
+    if name in _ENUMS:
+        return _ENUMS[name](raw)
     if name in ("runs_dir", "working_dir", "config", "known_hosts"):
         return Path(raw)
     if name == "slot_overrides":

@@ -20,6 +20,7 @@ from ringtrain.hvd_tuning import HorovodTuning
 from ringtrain.ringcheck.outliers import parse_link_rate
 from ringtrain.spec import (
     Backend,
+    ElasticPolicy,
     Entry,
     EnvSpec,
     GpuRule,
@@ -99,6 +100,11 @@ class LaunchOptions:
     timeline_mark_cycles: bool = False
     hvd_log_level: str | None = None
     output_filename: str | None = None
+    # --elastic: Horovod's elastic driver (--min-np is the floor there too)
+    elastic: bool = False
+    max_np: int | None = None
+    elastic_timeout: int = 600
+    blacklist_cooldown_range: tuple[int, int] = (60, 240)
 
 
 def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
@@ -114,8 +120,9 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         host_spec=opts.host_spec,
         hosts_format=opts.hosts_format,
         np=opts.np,
-        backend=Backend(opts.backend) if opts.backend else None,
-        gloo=opts.gloo,
+        backend=(Backend(opts.backend) if opts.backend
+                 else Backend.HOROVODRUN if opts.elastic else None),
+        gloo=opts.gloo or (opts.elastic and opts.backend in (None, Backend.HOROVODRUN.value)),
         strategy=Strategy(opts.strategy),
         tf_port=opts.tf_port,
         ps=opts.ps,
@@ -163,6 +170,9 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
                               stall_restarts=opts.stall_restarts,
                               recheck_timeout_s=opts.recheck_timeout),
         horovod=_tuning(opts),
+        elastic=ElasticPolicy(min_np=opts.min_np or 1, max_np=opts.max_np,
+                              cooldown_range=opts.blacklist_cooldown_range,
+                              timeout_s=opts.elastic_timeout) if opts.elastic else None,
     )
 
 

@@ -18,7 +18,12 @@ from ringtrain.cli import launch_entry, launch_report, verbosity
 from ringtrain.cli.context import cli_context
 from ringtrain.cli.hosts_cmd import slot_override
 from ringtrain.cli.live import LiveView
-from ringtrain.cli.options import horovod_tuning_options, restart_options, ring_check_options
+from ringtrain.cli.options import (
+    elastic_options,
+    horovod_tuning_options,
+    restart_options,
+    ring_check_options,
+)
 from ringtrain.errors import JobFailed
 from ringtrain.launch.milestones import incidents
 from ringtrain.launch.result import JobState
@@ -206,6 +211,7 @@ def _env_specs(
     "--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True
 )
 @restart_options()
+@elastic_options()
 @click.option(
     "--start-timeout",
     type=click.FloatRange(min=1),

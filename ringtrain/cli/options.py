@@ -94,3 +94,24 @@ def restart_options() -> Callable[[F], F]:
                      "hosts to free their GPUs (a dead rank's memory); a host still busy sits "
                      "out a cooldown. 0: no re-check."),
     )
+
+
+def elastic_options() -> Callable[[F], F]:
+    """``launch --elastic``: horovodrun's elastic flags, with their names."""
+    return stacked(
+        click.option("--elastic", is_flag=True,
+                     help="Run under Horovod's elastic driver (horovodrun --gloo, the hosts "
+                     "from ringtrain's pre-flight): when a rank or host is lost the others "
+                     "keep their processes and go on from their last commit, down to "
+                     "--min-np ranks (default 1). The script uses hvd.elastic (see README)."),
+        click.option("--max-np", type=click.IntRange(min=1),
+                     help="--elastic: grow up to this many ranks when hosts come back."),
+        click.option("--elastic-timeout", type=click.IntRange(min=1), default=600,
+                     show_default=True, metavar="SECONDS",
+                     help="--elastic: how long to wait for --min-np slots after a loss."),
+        click.option("--blacklist-cooldown-range", type=(click.IntRange(min=1),
+                                                         click.IntRange(min=1)),
+                     default=(60, 240), show_default=True, metavar="MIN MAX",
+                     help="--elastic: seconds a failed host sits out before it may join "
+                     "again, growing from MIN to MAX with each failure."),
+    )

@@ -20,7 +20,7 @@ from typing import Protocol
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_horovod_hosts
 from ringtrain.rank import envvars
-from ringtrain.spec import Backend, Entry
+from ringtrain.spec import Backend, ElasticPolicy, Entry
 
 # Variables forwarded to every rank when the launcher has them. Prefixes forward whole families.
 FORWARD_NAMES = (
@@ -94,6 +94,7 @@ class LaunchContext:
     entry: Entry = Entry.SCRIPT
     mpi_args: tuple[str, ...] = ()
     launcher_path: str = "/usr/bin:/bin"  # the launcher's PATH (horovodrun's finds the shim)
+    elastic: ElasticPolicy | None = None  # --elastic: horovodrun's elastic driver
     # horovodrun --gloo: the secret variables of the launcher's environment and the delta, and
     # the file (the same string on every host) they go to instead
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
@@ -167,13 +168,18 @@ class HorovodrunBackend:
     def build(self, alloc: Allocation, ctx: LaunchContext) -> Command:
         # horovodrun lives next to the Python it belongs to (a virtualenv need not be on PATH).
         horovodrun = str(Path(ctx.python).parent / "horovodrun")
-        argv = [horovodrun, "-np", str(alloc.np), "-H", render_horovod_hosts(alloc.hosts)]
-        argv.append("--gloo" if ctx.gloo else "--mpi")
+        argv = [horovodrun, "-np", str(alloc.np)]
         delta = dict(ctx.env_delta)
+        if ctx.elastic is None:
+            argv += ["-H", render_horovod_hosts(alloc.hosts)]
+        else:
+            argv += elastic_args(alloc, ctx.elastic, ctx.hostfile.parent / DISCOVERY,
+                                 delta.get("HOROVOD_GLOO_IFACE"))
+        argv.append("--gloo" if ctx.gloo else "--mpi")
         if ctx.ssh_config is not None and not alloc.is_local_only:
             # its ssh (and its mpirun's) is found on PATH: ringtrain's shim comes first
             delta["PATH"] = f"{ctx.ssh_config.parent / SHIM_DIR}:{ctx.launcher_path}"
-        if ctx.network_interface and not alloc.is_local_only:
+        if ctx.network_interface and not alloc.is_local_only and ctx.elastic is None:
             argv += ["--network-interface", ctx.network_interface]
         if ctx.mpi_args:
             argv += ["--mpi-args", shlex.join(ctx.mpi_args)]
@@ -215,6 +221,27 @@ class SrunBackend:
 
 
 SHIM_DIR = "bin"
+DISCOVERY = "discover-hosts"  # --elastic: the attempt's host discovery script
+ELASTIC_HOSTS = "elastic-hosts"  # ... and the file it prints: host:slots lines
+
+
+def elastic_args(alloc: Allocation, el: ElasticPolicy, discovery: Path,
+                 nic: str | None) -> list[str]:
+    """horovodrun's elastic flags: the hosts come from ringtrain's discovery script (it prints
+    the hosts the pre-flight passed), and the interface the pre-flight chose is named, which
+    also spares horovodrun its own interface search (and lets one host run elastic)."""
+    low, high = el.cooldown_range
+    argv = ["--min-np", str(min(el.min_np, alloc.np)), "--max-np", str(el.max_np or alloc.np),
+            "--host-discovery-script", _check_path(discovery, "discovery script"),
+            "--elastic-timeout", str(el.timeout_s),
+            "--blacklist-cooldown-range", str(low), str(max(low, high))]
+    return argv + (["--network-interface", nic] if nic else [])
+
+
+def discovery_script(hosts_file: Path) -> str:
+    """The ``--host-discovery-script`` horovodrun runs (through a shell) every second."""
+    return ("#!/bin/sh\n# Written by ringtrain: the hosts Horovod's elastic driver may use\n"
+            f"exec cat {shlex.quote(str(hosts_file))}\n")
 
 
 def ssh_shim(ssh: str, ssh_config: Path) -> str:

@@ -97,6 +97,7 @@ class LaunchPlan:
     attempt: int = 1
     ssh_config_text: str = ""  # written to attempt_dir/ssh_config when the inventory needs it
     ssh_shim_text: str = ""  # horovodrun's ssh, written to attempt_dir/bin/ssh (ssh_shim)
+    elastic_hosts_text: str = ""  # --elastic: host:slots lines its discovery script prints
 
     @property
     def attempt_dir(self) -> Path:
@@ -256,6 +257,7 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         is_root=inputs.is_root,
         ssh_config=_ssh_config_path(spec, alloc, run_dir / f"attempt-{inputs.attempt}"),
         launcher_path=inputs.environ.get("PATH", "/usr/bin:/bin"),
+        elastic=spec.elastic,
         tcp_include=spec.network_interface or inputs.tcp_include,
         network_interface=spec.network_interface,
         gloo=spec.gloo,
@@ -274,6 +276,8 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
     return LaunchPlan(
         ssh_config_text=ssh_text,
         ssh_shim_text=shim,
+        elastic_hosts_text="".join(f"{h.name}:{h.slots}\n" for h in alloc.hosts)
+        if spec.elastic is not None else "",
         run_id=inputs.run_id,
         run_dir=run_dir,
         hostfile_path=ctx.hostfile,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ringtrain.launch.elastic import Absorbed
 from ringtrain.launch.failure import FAULT_EXIT_CODES, Failure, FailureKind, RankFailure
 from ringtrain.launch.milestones import Milestones, incidents
 from ringtrain.launch.recheck import Recheck
@@ -156,6 +157,7 @@ class JobResult:
     resume_point: ResumePoint | None = None  # the newest commit when this attempt ended
     milestones: Milestones | None = None  # when it started, arrived, initialised, trained
     recheck: Recheck | None = None  # before the restart that followed: GPUs freed, left out
+    absorbed: tuple[Absorbed, ...] = ()  # --elastic: ranks lost while the others went on
     # the run, on its last attempt's result: the attempts before it, the restarts asked, the
     # ranks asked (-np), why no restart followed
     earlier: tuple[JobResult, ...] = ()
@@ -217,6 +219,7 @@ class JobResult:
             "checkpoint": self.resume_point.to_json() if self.resume_point else None,
             "milestones": self.milestones.to_json() if self.milestones else None,
             "recheck": self.recheck.to_json() if self.recheck else None,
+            "absorbed": [a.to_json() for a in self.absorbed],
         }
 
     def run_json(self) -> dict[str, Any]:
@@ -274,6 +277,7 @@ class JobResult:
             resume_point=ResumePoint.from_json(d.get("checkpoint")),
             milestones=Milestones.from_json(d.get("milestones")),
             recheck=Recheck.from_json(d.get("recheck")),
+            absorbed=tuple(Absorbed.from_json(a) for a in d.get("absorbed") or ()),
         )
 
     def what_ringtrain_did(self) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from ringtrain.errors import LaunchError
+from ringtrain.launch.launchers import DISCOVERY, ELASTIC_HOSTS, discovery_script
 from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
 from ringtrain.launch.rundir import make_run_dir, write_private
@@ -315,6 +316,10 @@ def prepare(plan: LaunchPlan) -> None:
     plan.hostfile_path.write_text(plan.hostfile_text)
     if plan.ssh_config_text:
         (plan.attempt_dir / "ssh_config").write_text(plan.ssh_config_text)
+    if plan.elastic_hosts_text:  # --elastic: the discovery script and what it prints
+        hosts = plan.attempt_dir / ELASTIC_HOSTS
+        write_private(hosts, plan.elastic_hosts_text)
+        write_private(plan.attempt_dir / DISCOVERY, discovery_script(hosts), mode=0o700)
     if plan.ssh_shim_text:  # horovodrun's ssh (launchers.ssh_shim)
         (plan.attempt_dir / "bin").mkdir(mode=0o700, exist_ok=True)
         write_private(plan.attempt_dir / "bin" / "ssh", plan.ssh_shim_text, mode=0o700)

@@ -38,6 +38,7 @@ from ringtrain.launch import tfcluster
 from ringtrain.launch.commits import newest_commit, resumes_from
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.deliver import Delivery, start_with_secrets
+from ringtrain.launch.elastic import ElasticWatch
 from ringtrain.launch.hostrest import HostRest, check_floor, choose
 from ringtrain.launch.milestones import Milestones, observe
 from ringtrain.launch.outcome import Ending, decide, merge
@@ -88,6 +89,7 @@ class Session:
         self._first_np: int | None = None
         self._started = time.monotonic()
         self._marks = Milestones()
+        self._elastic: ElasticWatch | None = None  # --elastic: the running attempt's losses
 
     @property
     def run_dir(self) -> Path:
@@ -210,6 +212,8 @@ class Session:
             if self._stopped is not None:  # a signal arrived while starting
                 job.request_stop(self.spec.supervision.teardown_grace, signum=self._stopped)
             watch = StragglerWatch(self.spec.supervision.straggler, rank_hosts(alloc))
+            self._elastic = ElasticWatch(rank_hosts(alloc), self.spec.supervision.heartbeat_timeout,
+                                         job.started) if self.spec.elastic else None
             fault = self._supervise(job, control, plan, watch)
             detected_at = time.time()
             result = job.wait()
@@ -246,6 +250,7 @@ class Session:
             return replace(
                 merged, warnings=merged.warnings + warnings, stragglers=watch.found,
                 failed_task=task, milestones=self._marks,
+                absorbed=tuple(self._elastic.incidents) if self._elastic else (),
             )
         finally:
             control.close()
@@ -264,6 +269,8 @@ class Session:
         def watching(snap: Snapshot) -> Fault | None:
             if finisher is not None:
                 finisher.tick(snap)
+            if self._elastic is not None:
+                self._elastic.tick(snap, self.reporter.note)
             return watch.tick(snap, self.reporter.note) if stragglers else None
 
         fault = wait_or_fault(
@@ -273,7 +280,8 @@ class Session:
             self.spec.supervision,
             job.started,
             lambda snap: self._tick(snap, alloc),
-            watching if stragglers or finisher is not None else None,
+            watching if stragglers or finisher or self._elastic else None,
+            elastic=self._elastic is not None,
         )
         if fault is not None:
             self.reporter.note(f"{fault.message}; tearing the job down")

@@ -50,10 +50,17 @@ class Fault:
 
 
 def check(
-    snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy, started: float
+    snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy, started: float,
+    elastic: bool = False,
 ) -> Fault | None:
-    """The first fault the snapshot shows, or None. Pure."""
+    """The first fault the snapshot shows, or None. Pure. Under ``--elastic`` a lost or
+    silent rank is Horovod's to absorb (launch/elastic.py): only a job that never formed and
+    a stall are faults."""
     where = rank_hosts(alloc)
+    if elastic:
+        formed = any(r.initialized for r in snap.ranks)
+        return (None if formed else _start_hang(snap, alloc, where, policy, started)) or _stall(
+            snap, policy)
     return (
         _lost_host(snap, where, policy)
         or _silent_rank(snap, where, policy)
@@ -370,6 +377,7 @@ def wait_or_fault(
     started: float,
     on_tick: Callable[[Snapshot], None] | None = None,
     watch: Callable[[Snapshot], Fault | None] | None = None,
+    elastic: bool = False,
 ) -> Fault | None:
     """Block until the job ends by itself (None) or a fault shows (the Fault).
 
@@ -380,7 +388,7 @@ def wait_or_fault(
         snap = control.snapshot()
         if on_tick is not None:
             on_tick(snap)
-        fault = check(snap, alloc, policy, started)
+        fault = check(snap, alloc, policy, started, elastic)
         if fault is None and watch is not None:
             fault = watch(snap)
         if fault is not None:
