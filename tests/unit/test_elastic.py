@@ -1,0 +1,99 @@
+"""``launch --elastic`` (issue 24, item 2): the spec it builds, horovodrun's elastic command
+line and discovery script, and supervision that names a lost rank instead of ending the job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ringtrain.assembly import LaunchOptions, build_spec
+from ringtrain.errors import UsageError
+from ringtrain.hostfile import allocate, parse_host_spec
+from ringtrain.launch.control import Progress, RankState, Snapshot
+from ringtrain.launch.elastic import Absorbed, ElasticWatch, lost
+from ringtrain.launch.plan import PlanInputs, make_plan
+from ringtrain.launch.run import prepare
+from ringtrain.launch.supervise import check
+from ringtrain.spec import Backend, ElasticPolicy, LaunchSpec, SupervisionPolicy
+
+POLICY = SupervisionPolicy(start_timeout=30, heartbeat_timeout=10, stall_timeout=60)
+ALLOC = allocate(parse_host_spec("gpu01:1,gpu02:1,gpu03:1"))
+
+
+def _rank(rank: int, host: str, heard: float, *, connected: bool = True,
+          done_at: float | None = None) -> RankState:
+    return RankState(rank, host, 100 + rank, connected=connected, init_begun=True,
+                     initialized=True, last_heard=heard, done_at=done_at)
+
+
+def test_elastic_picks_horovodrun_with_gloo_and_checks_its_sizes(tmp_path: Path) -> None:
+    spec = build_spec(LaunchOptions(script="t.py", elastic=True, np=4, min_np=2, max_np=6,
+                                    blacklist_cooldown_range=(30, 120)), tmp_path)
+    assert spec.backend is Backend.HOROVODRUN and spec.gloo
+    assert spec.elastic == ElasticPolicy(min_np=2, max_np=6, cooldown_range=(30, 120))
+    assert LaunchSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    with pytest.raises(UsageError, match="--elastic runs Horovod's elastic driver"):
+        build_spec(LaunchOptions(script="t.py", elastic=True, backend="mpirun"), tmp_path)
+    with pytest.raises(UsageError, match="--min-np <= -np <= --max-np; got 5 <= 4"):
+        build_spec(LaunchOptions(script="t.py", elastic=True, np=4, min_np=5), tmp_path)
+    with pytest.raises(UsageError, match="horovodrun and Gloo do not apply"):
+        build_spec(LaunchOptions(script="t.py", elastic=True, strategy="tf-multiworker"),
+                   tmp_path)
+
+
+def test_horovodrun_gets_its_elastic_flags_and_a_discovery_script(tmp_path: Path) -> None:
+    spec = build_spec(LaunchOptions(script="t.py", elastic=True, min_np=2, max_np=4,
+                                    runs_dir=tmp_path / "runs"), tmp_path)
+    inputs = PlanInputs(run_id="R1", environ={"PATH": "/usr/bin"}, is_root=False,
+                        python="/venv/bin/python", extra_env=(("HOROVOD_GLOO_IFACE", "eth0"),))
+    plan = make_plan(spec, ALLOC, inputs)
+    argv = list(plan.command.argv)
+    discovery = plan.attempt_dir / "discover-hosts"
+    assert argv[:2] == ["/venv/bin/horovodrun", "-np"] and "-H" not in argv
+    assert argv[argv.index("--min-np"):argv.index("--gloo")] == [
+        "--min-np", "2", "--max-np", "4", "--host-discovery-script", str(discovery),
+        "--elastic-timeout", "600", "--blacklist-cooldown-range", "60", "240",
+        "--network-interface", "eth0"]
+    prepare(plan)
+    # what Horovod's own elastic driver reads from it (its HostDiscoveryScript, the oracle)
+    from horovod.runner.elastic.discovery import HostDiscoveryScript
+
+    found = HostDiscoveryScript(str(discovery), None).find_available_hosts_and_slots()
+    assert found == {"gpu01": 1, "gpu02": 1, "gpu03": 1}
+    assert oct(discovery.stat().st_mode & 0o777) == "0o700"
+
+
+def test_under_elastic_a_lost_rank_is_not_a_fault_but_a_stall_is() -> None:
+    gone = (_rank(0, "gpu01", 99), _rank(1, "gpu02", 99), _rank(2, "gpu03", 50, connected=False))
+    silent = (_rank(0, "gpu01", 99), _rank(1, "gpu02", 99), _rank(2, "gpu03", 80))
+    for ranks in (gone, silent):
+        assert check(Snapshot(ranks, None, now=100), ALLOC, POLICY, 0, elastic=True) is None
+    assert check(Snapshot(silent, None, now=100), ALLOC, POLICY, 0) is not None  # not elastic
+    stalled = Snapshot(gone[:2], Progress(epoch=1, at=10), now=100)
+    fault = check(stalled, ALLOC, POLICY, 0, elastic=True)
+    assert fault is not None and "no training progress for 90 s" in fault.message
+    never = Snapshot((RankState(0, "gpu01", 100, last_heard=99),), None, now=100)
+    fault = check(never, ALLOC, POLICY, 0, elastic=True)  # the job never formed
+    assert fault is not None and "ranks 1,2 on gpu02, gpu03 have not started" in fault.message
+
+
+def test_each_lost_rank_is_named_once_with_its_own_host_and_time_to_training_again() -> None:
+    where = {0: "gpu01", 1: "gpu02", 2: "gpu03"}  # the allocation's; Horovod placed otherwise
+    ranks = (_rank(0, "gpu01", 99), _rank(1, "gpu03", 60, connected=False),
+             _rank(2, "gpu02", 99, done_at=98))
+    (loss,) = lost(Snapshot(ranks, None, now=100), where, 10, frozenset(), started=40)
+    assert (loss.rank, loss.host, loss.at) == (1, "gpu03", 60)
+    notes: list[str] = []
+    watch = ElasticWatch(where, 10, started=40)
+    watch.tick(Snapshot(ranks, Progress(epoch=2, at=95), now=100), notes.append)
+    watch.tick(Snapshot(ranks, Progress(epoch=2, at=99), now=103), notes.append)
+    assert len(notes) == 1 and notes[0].startswith(
+        "elastic: rank 1 on gpu03 ended before its script returned")
+    watch.tick(Snapshot(ranks, Progress(epoch=2, at=104.5), now=105), notes.append)
+    (incident,) = watch.incidents
+    assert incident.ttta_s == pytest.approx(4.5) and notes[-1] == (
+        "elastic: training again 4.5 s after rank 1 was lost")
+    assert Absorbed.from_json(incident.to_json()) == incident
+    assert "training again 4.5 s later" in incident.describe()
