@@ -110,6 +110,9 @@ class LaunchOptions:
 def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
     """The LaunchSpec the options ask for; ``working_dir`` is where the launch was typed."""
     on_bad: Literal["fail", "exclude"] = "exclude" if opts.on_bad_host == "exclude" else "fail"
+    if opts.max_np is not None and not opts.elastic:
+        raise UsageError(f"--max-np {opts.max_np} is for --elastic (a job that grows)",
+                         "add --elastic, or drop --max-np")
     entry, script, script_args, python = _entry(opts)
     return LaunchSpec(
         script=script,

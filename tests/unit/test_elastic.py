@@ -38,6 +38,8 @@ def test_elastic_picks_horovodrun_with_gloo_and_checks_its_sizes(tmp_path: Path)
         build_spec(LaunchOptions(script="t.py", elastic=True, backend="mpirun"), tmp_path)
     with pytest.raises(UsageError, match="--min-np <= -np <= --max-np; got 5 <= 4"):
         build_spec(LaunchOptions(script="t.py", elastic=True, np=4, min_np=5), tmp_path)
+    with pytest.raises(UsageError, match="--max-np 6 is for --elastic"):
+        build_spec(LaunchOptions(script="t.py", max_np=6), tmp_path)
     with pytest.raises(UsageError, match="horovodrun and Gloo do not apply"):
         build_spec(LaunchOptions(script="t.py", elastic=True, strategy="tf-multiworker"),
                    tmp_path)
