@@ -1,0 +1,279 @@
+"""Recovery benchmark (issue 24): after a rank is killed, how soon the job trains again and
+how much work it redoes, for each way back, against ``horovodrun --elastic`` in the same run.
+
+On a simulated 3-host cluster (root needed) the same tf.keras script (RECOVERY_SCRIPT: a small
+model, a fixed pause per batch) runs once per mode, 3 ranks on 3 hosts; rank 0 prints the wall
+time and global step of every batch. After ``--kill-at`` batches the rank on gpu03 is killed
+(SIGKILL) at T0. Modes, each launched from gpu01 as horovodrun is run from a node:
+
+  restart     ringtrain launch --max-restarts 1 --min-np 2: every rank starts cold and resumes
+              from the newest checkpoint (ringtrain.keras, one per epoch)
+  elastic     ringtrain launch --elastic --min-np 2: the survivors roll back to their last
+              in-memory commit (hvd.elastic, every --commit batches) and go on
+  horovodrun  horovodrun --gloo --elastic --min-np 2, a discovery script listing the same hosts
+              and an ssh that reads the cluster's ssh config: the anchor
+
+Per mode: TTTA (the first batch of the smaller world minus T0), steps redone (the last step
+before T0 minus the step training resumed from), the effective training time ratio (the
+batches' own time, steady-state batch time x batches trained, over the wall time, as in arXiv
+2410.21680), the final accuracy on held-out data, and the exit status.
+
+    python -m ringtrain.bench.launcher.recovery [--modes restart,elastic,horovodrun]
+    ringtrain bench recovery --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ringtrain import sim
+
+MODES = ("restart", "elastic", "horovodrun")
+HOSTS = ("gpu01", "gpu02", "gpu03")
+
+RECOVERY_SCRIPT = """\
+import json, os, sys, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import horovod.tensorflow.keras as hvd
+import numpy as np
+import tensorflow as tf
+
+hvd.init()
+EPOCHS, SPE, COMMIT = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[4])
+PAUSE = float(sys.argv[3])
+rng = np.random.default_rng(1234)
+x = rng.random((4096, 14, 14, 1), dtype=np.float32)
+y = (x.reshape(4096, -1).sum(axis=1) > 98).astype(np.int64)
+data = tf.data.Dataset.from_tensor_slices((x[:3584], y[:3584])).repeat().shuffle(
+    1000, seed=hvd.rank()).batch(32)
+model = tf.keras.Sequential([
+    tf.keras.layers.Input(shape=(14, 14, 1)),
+    tf.keras.layers.Conv2D(8, [3, 3], activation="relu"),
+    tf.keras.layers.Flatten(),
+    tf.keras.layers.Dense(16, activation="relu"),
+    tf.keras.layers.Dense(2, activation="softmax"),
+])
+model.compile(loss=tf.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"],
+              optimizer=hvd.DistributedOptimizer(tf.optimizers.Adam(0.001 * hvd.size())),
+              experimental_run_tf_function=False)
+
+
+class Steps(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(PAUSE)
+        if hvd.rank() == 0:
+            print(f"STEP {time.time():.3f} {self.epoch * SPE + batch + 1} {hvd.size()}",
+                  flush=True)
+
+
+if os.environ.get("HOROVOD_ELASTIC") == "1":
+    state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+
+    def rescale():
+        tf.keras.backend.set_value(model.optimizer.lr, 0.001 * hvd.size())
+
+    state.register_reset_callbacks([rescale])
+    callbacks = [hvd.elastic.CommitStateCallback(state, batches_per_commit=COMMIT),
+                 hvd.elastic.UpdateBatchStateCallback(state),
+                 hvd.elastic.UpdateEpochStateCallback(state), Steps()]
+
+    @hvd.elastic.run
+    def train(state):
+        model.fit(data, steps_per_epoch=SPE, epochs=EPOCHS, initial_epoch=state.epoch,
+                  callbacks=callbacks, verbose=0)
+
+    train(state)
+else:
+    import ringtrain.keras as rt
+    start = rt.resume(model)
+    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), Steps(),
+                 *rt.callbacks(batch_size=32)]
+    model.fit(data, steps_per_epoch=SPE, epochs=EPOCHS, initial_epoch=start,
+              callbacks=callbacks, verbose=0)
+accuracy = model.evaluate(x[3584:], y[3584:], verbose=0)[1]
+if hvd.rank() == 0:
+    print("RESULT " + json.dumps({"accuracy": accuracy, "size": hvd.size()}), flush=True)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    at: float  # wall clock
+    step: int  # global step, 1-based
+    size: int  # ranks in the world
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    mode: str
+    ttta_s: float | None
+    redone: int | None
+    ettr: float | None
+    accuracy: float | None
+    exit_code: int
+    wall_s: float
+
+    def row(self) -> str:
+        def fmt(value: float | None, spec: str) -> str:
+            return "-" if value is None else format(value, spec)
+        return (f"{self.mode:11s} {fmt(self.ttta_s, '8.1f')} {fmt(self.redone, '8d')} "
+                f"{fmt(self.ettr, '7.2f')} {fmt(self.accuracy, '9.3f')} {self.wall_s:8.1f} "
+                f"{self.exit_code:5d}")
+
+
+HEADER = (f"{'mode':11s} {'TTTA s':>8s} {'redone':>8s} {'ETTR':>7s} {'accuracy':>9s} "
+          f"{'wall s':>8s} {'exit':>5s}")
+
+
+def parse_steps(lines: list[str]) -> list[Step]:
+    """The ``STEP <time> <step> <size>`` lines rank 0 printed (a launcher's ``[0]`` tag or
+    none in front)."""
+    out = []
+    for line in lines:
+        _, found, rest = line.partition("STEP ")
+        fields = rest.split()
+        if found and len(fields) == 3:
+            try:
+                out.append(Step(float(fields[0]), int(fields[1]), int(fields[2])))
+            except ValueError:
+                continue
+    return out
+
+
+def analyse(mode: str, steps: list[Step], t0: float, launched: float, ended: float,
+            total_steps: int, accuracy: float | None, exit_code: int) -> Outcome:
+    """One run's figures from its step lines. Pure."""
+    before = [s for s in steps if s.at <= t0]
+    first = steps[0].size if steps else 0
+    after = [s for s in steps if s.at > t0 and s.size < first]
+    ttta = after[0].at - t0 if after else None
+    # the old world's last batch (some may finish after the kill) less the one resumed from
+    old = [s for s in steps if s.size == first and (not after or s.at < after[0].at)]
+    redone = old[-1].step - (after[0].step - 1) if old and after else None
+    gaps = [b.at - a.at for a, b in itertools.pairwise(before) if b.step == a.step + 1]
+    ettr = (total_steps * statistics.median(gaps) / (ended - launched)
+            if gaps and ended > launched else None)
+    return Outcome(mode, ttta, redone, ettr, accuracy, exit_code, ended - launched)
+
+
+def _argv(mode: str, cluster: sim.SimCluster, work: Path, script: Path,
+          args: list[str]) -> list[str]:
+    hosts = ",".join(f"{h}:1" for h in HOSTS)
+    if mode == "horovodrun":
+        horovodrun = str(Path(sys.executable).parent / "horovodrun")
+        return [horovodrun, "-np", "3", "--min-np", "2", "--max-np", "3",
+                "--host-discovery-script", str(work / "discover.sh"), "--network-interface",
+                "eth0", "--gloo", sys.executable, str(script), *args]
+    how = ["--max-restarts", "1", "--min-np", "2"] if mode == "restart" else [
+        "--elastic", "--min-np", "2"]
+    return [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(work / "runs"), "-H",
+            hosts, "--ssh-config", str(cluster.ssh_config), "--known-hosts",
+            str(cluster.known_hosts), *how, str(script), *args]
+
+
+def _prepare(cluster: sim.SimCluster, work: Path) -> str:
+    """The anchor's discovery script and an ssh that reads the cluster's config (horovodrun
+    takes no config file); returns the PATH its command runs with."""
+    discover = work / "discover.sh"
+    discover.write_text("#!/bin/sh\n" + "".join(f"echo {h}:1\n" for h in HOSTS))
+    bin_dir = work / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(
+        f"#!/bin/sh\nexec /usr/bin/ssh -F {shlex.quote(str(cluster.ssh_config))} \"$@\"\n")
+    for path in (discover, bin_dir / "ssh"):
+        path.chmod(0o700)
+    return f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+
+
+def run_one(mode: str, cluster: sim.SimCluster, work: Path, opts: dict[str, float]) -> Outcome:
+    work.mkdir(parents=True)
+    script = work / "train.py"
+    script.write_text(RECOVERY_SCRIPT)
+    epochs, spe = int(opts["epochs"]), int(opts["steps_per_epoch"])
+    args = [str(epochs), str(spe), str(opts["pause"]), str(int(opts["commit"]))]
+    path = _prepare(cluster, work)
+    env = f"PATH={shlex.quote(path)} " if mode == "horovodrun" else ""  # its ssh: the config
+    command = f"cd {shlex.quote(str(work))} && {env}" + shlex.join(
+        _argv(mode, cluster, work, script, args))
+    lines: list[str] = []
+    launched = time.time()
+    proc = subprocess.Popen(cluster.ssh_argv("gpu01", command), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+    t0 = 0.0
+    try:
+        deadline = time.monotonic() + 300
+        while len(parse_steps(lines)) < opts["kill_at"]:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"{mode}: no training under way:\n{''.join(lines[-30:])}")
+            time.sleep(0.05)
+        victims = [pid for pid, cmd in sim.host_processes(cluster.config, "gpu03")
+                   if cmd.startswith(sys.executable) and str(script) in cmd]
+        if not victims:
+            sys.exit(f"{mode}: no rank process found on gpu03")
+        t0 = time.time()
+        os.kill(victims[0], signal.SIGKILL)
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=10)
+    ended = time.time()
+    results = [json.loads(line.split("RESULT ", 1)[1]) for line in lines if "RESULT " in line]
+    accuracy = float(results[-1]["accuracy"]) if results else None
+    return analyse(mode, parse_steps(lines), t0, launched, ended, epochs * spe, accuracy,
+                   proc.returncode)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--steps-per-epoch", type=int, default=16)
+    p.add_argument("--pause", type=float, default=0.1, help="seconds each batch sleeps")
+    p.add_argument("--commit", type=int, default=4, help="elastic: batches per commit")
+    p.add_argument("--kill-at", type=int, default=40, help="batches before the kill")
+    args = p.parse_args(argv)
+    opts = {"epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
+            "pause": args.pause, "commit": args.commit, "kill_at": args.kill_at}
+    with tempfile.TemporaryDirectory(prefix="rt-recovery-bench-") as tmp:
+        cluster = sim.up(sim.SimConfig(name="rbench", hosts=3, state_dir=Path(tmp) / "sim"))
+        print(HEADER, flush=True)
+        try:
+            for i in range(args.repeats):
+                for mode in args.modes.split(","):
+                    print(run_one(mode, cluster, Path(tmp) / f"{mode}-{i}", opts).row(),
+                          flush=True)
+        finally:
+            sim.down(cluster.config, purge=True)
+    print(f"\n3 ranks on 3 simulated hosts, {args.epochs} epochs of {args.steps_per_epoch} "
+          f"batches ({args.pause:g} s pause each); the rank on gpu03 killed after "
+          f"{args.kill_at} batches. TTTA: from the kill to the first batch of the smaller "
+          "world; redone: batches trained again; ETTR: batch time x batches / wall time. "
+          "restart checkpoints once per epoch; elastic modes commit every "
+          f"{args.commit} batches.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

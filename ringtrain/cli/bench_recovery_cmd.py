@@ -1,0 +1,44 @@
+"""``ringtrain bench recovery``: time to training again after a killed rank, by restart, by
+``--elastic`` and by ``horovodrun --elastic`` (the anchor), on a simulated cluster."""
+
+from __future__ import annotations
+
+import click
+
+MODES = ("restart", "elastic", "horovodrun")  # bench/launcher/recovery.py's (a test checks)
+
+
+@click.command("recovery", epilog="""\b
+Examples:
+  sudo ringtrain bench recovery                       one incident per mode
+  sudo ringtrain bench recovery --repeats 3 --modes elastic,horovodrun
+""")
+@click.option("--modes", default=",".join(MODES), show_default=True,
+              help="Which ways back to run: restart (ringtrain --max-restarts), elastic "
+              "(ringtrain --elastic), horovodrun (horovodrun --elastic, the anchor).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Incidents per mode.")
+@click.option("--epochs", type=click.IntRange(min=2), default=6, show_default=True)
+@click.option("--steps-per-epoch", type=click.IntRange(min=2), default=16, show_default=True)
+@click.option("--pause", type=click.FloatRange(min=0), default=0.1, show_default=True,
+              help="Seconds each batch sleeps (a stand-in for a GPU's step time).")
+@click.option("--commit", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Elastic modes: batches between in-memory commits.")
+@click.option("--kill-at", type=click.IntRange(min=1), default=40, show_default=True,
+              help="Batches trained before the rank on gpu03 is killed.")
+def recovery_cmd(modes: str, repeats: int, epochs: int, steps_per_epoch: int, pause: float,
+                 commit: int, kill_at: int) -> None:
+    """After a rank is killed (kill -9 on gpu03 of a 3-host simulated cluster; needs root),
+    how long until the job trains again (TTTA), how many batches it trains again, its
+    effective training time ratio and final accuracy: ringtrain's restart, ringtrain
+    --elastic, and horovodrun --elastic on the same hosts in the same run."""
+    from ringtrain.bench.launcher import recovery  # noqa: PLC0415 - starts a cluster
+
+    unknown = set(modes.split(",")) - set(MODES)
+    if unknown:
+        raise click.BadParameter(f"{', '.join(sorted(unknown))}: choose from {', '.join(MODES)}",
+                                 param_hint="--modes")
+    raise SystemExit(recovery.main([
+        "--modes", modes, "--repeats", str(repeats), "--epochs", str(epochs),
+        "--steps-per-epoch", str(steps_per_epoch), "--pause", str(pause),
+        "--commit", str(commit), "--kill-at", str(kill_at)]))

@@ -1,0 +1,46 @@
+"""``bench recovery``'s figures from a run's step lines (pure), and its command line."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from ringtrain.bench.launcher.recovery import HEADER, analyse, parse_steps
+from ringtrain.cli import cli
+
+
+def _lines() -> list[str]:
+    lines = [f"[0] STEP {100 + i * 0.2:.3f} {i} 3\n" for i in range(1, 41)]  # 40 batches
+    lines.append("ringtrain: elastic: rank 2 on gpu03 ended ...\n")
+    lines.append("[0] STEP 108.100 41 3\n")  # a batch the survivors finished before the reset
+    lines += [f"[1] STEP {110 + i * 0.3:.3f} {36 + i} 2\n" for i in range(1, 60)]
+    lines.append("garbage STEP x y\n")
+    return lines
+
+
+def test_ttta_redone_batches_and_ettr_from_the_step_lines() -> None:
+    steps = parse_steps(_lines())
+    assert len(steps) == 100 and steps[0].step == 1 and steps[-1].size == 2
+    out = analyse("elastic", steps, t0=108.05, launched=90.0, ended=130.0, total_steps=96,
+                  accuracy=0.9, exit_code=0)
+    assert out.ttta_s == pytest.approx(110.3 - 108.05)
+    assert out.redone == 41 - 36  # the last step before the kill, less the one resumed from
+    assert out.ettr == pytest.approx(96 * 0.2 / 40.0)
+    assert out.row().split()[0] == "elastic" and "TTTA s" in HEADER and "redone" in HEADER
+
+
+def test_a_run_that_never_trained_again_has_no_ttta() -> None:
+    steps = parse_steps([f"STEP {100 + i:.3f} {i} 3\n" for i in range(1, 10)])
+    out = analyse("restart", steps, t0=105.5, launched=90.0, ended=120.0, total_steps=96,
+                  accuracy=None, exit_code=1)
+    assert out.ttta_s is None and out.redone is None and "-" in out.row()
+
+
+def test_the_command_refuses_an_unknown_mode_before_starting_anything() -> None:
+    from ringtrain.bench.launcher import recovery
+    from ringtrain.cli.bench_recovery_cmd import MODES
+
+    assert MODES == recovery.MODES
+    result = CliRunner().invoke(cli, ["bench", "recovery", "--modes", "elastic,torchrun"])
+    assert result.exit_code == 2 and "torchrun: choose from restart, elastic, horovodrun" in (
+        result.output)
