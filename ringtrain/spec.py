@@ -266,7 +266,8 @@ class LaunchSpec:
             raise UsageError(
                 f"--strategy {self.strategy.value} starts TensorFlow tasks, not Horovod ranks: "
                 "horovodrun and Gloo do not apply",
-                "drop --backend horovodrun and --gloo (mpirun or srun start the tasks)",
+                "drop --backend horovodrun, --gloo and --elastic (mpirun or srun start the "
+                "tasks)",
             )
         if self.strategy is not Strategy.HOROVOD and self.horovod.asked:
             raise UsageError(
@@ -326,9 +327,11 @@ def _check_elastic(spec: LaunchSpec) -> None:
     if el is not None and (spec.backend is not Backend.HOROVODRUN or not spec.gloo):
         raise UsageError("--elastic runs Horovod's elastic driver: horovodrun with Gloo",
                          "drop --backend (--elastic picks horovodrun --gloo itself)")
-    if el is not None and np and (el.min_np > np or (el.max_np or np) < np):
+    top = el.max_np if el is not None and el.max_np is not None else np
+    if el is not None and (el.min_np > (np or el.min_np) or (top and top < (np or el.min_np))):
         raise UsageError(f"--elastic needs --min-np <= -np <= --max-np; got {el.min_np} <= "
-                         f"{np} <= {el.max_np}", "pass -np between --min-np and --max-np")
+                         f"{np or '-'} <= {el.max_np or '-'}",
+                         "pass -np between --min-np and --max-np")
 
 
 # ----------------------------------------------------------------------- JSON round trip

@@ -109,9 +109,10 @@ def elastic_options() -> Callable[[F], F]:
         click.option("--elastic-timeout", type=click.IntRange(min=1), default=600,
                      show_default=True, metavar="SECONDS",
                      help="--elastic: how long to wait for --min-np slots after a loss."),
-        click.option("--blacklist-cooldown-range", type=(click.IntRange(min=1),
-                                                         click.IntRange(min=1)),
+        click.option("--blacklist-cooldown-range", type=(click.IntRange(1, 3600),
+                                                         click.IntRange(1, 3600)),
                      default=(60, 240), show_default=True, metavar="MIN MAX",
                      help="--elastic: seconds a failed host sits out before it may join "
-                     "again, growing from MIN to MAX with each failure."),
+                     "again: Horovod draws it between MIN and MAX and doubles it with each "
+                     "failure, up to MAX (at most 3600)."),
     )

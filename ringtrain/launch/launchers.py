@@ -53,6 +53,7 @@ FORWARD_PREFIXES = (
 )
 
 _SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@:-]+\Z")
+_IFACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}\Z")  # an interface name, not a subnet
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,12 +174,17 @@ class HorovodrunBackend:
         if ctx.elastic is None:
             argv += ["-H", render_horovod_hosts(alloc.hosts)]
         else:
+            named = ctx.network_interface if _IFACE_RE.match(ctx.network_interface or "") else None
             argv += elastic_args(alloc, ctx.elastic, ctx.hostfile.parent / DISCOVERY,
-                                 delta.get("HOROVOD_GLOO_IFACE"))
+                                 named or delta.get("HOROVOD_GLOO_IFACE"))
         argv.append("--gloo" if ctx.gloo else "--mpi")
         if ctx.ssh_config is not None and not alloc.is_local_only:
             # its ssh (and its mpirun's) is found on PATH: ringtrain's shim comes first
-            delta["PATH"] = f"{ctx.ssh_config.parent / SHIM_DIR}:{ctx.launcher_path}"
+            shim = _check_path(ctx.ssh_config.parent / SHIM_DIR, "run directory")
+            if ":" in shim:  # a PATH entry: split there, horovodrun would find the real ssh
+                raise UsageError(f"run directory {shim!r} has a ':', which PATH cannot hold",
+                                 "use a --runs-dir without ':'")
+            delta["PATH"] = f"{shim}:{delta.get('PATH', ctx.launcher_path)}"
         if ctx.network_interface and not alloc.is_local_only and ctx.elastic is None:
             argv += ["--network-interface", ctx.network_interface]
         if ctx.mpi_args:
@@ -231,6 +237,10 @@ def elastic_args(alloc: Allocation, el: ElasticPolicy, discovery: Path,
     the hosts the pre-flight passed), and the interface the pre-flight chose is named, which
     also spares horovodrun its own interface search (and lets one host run elastic)."""
     low, high = el.cooldown_range
+    colons = [h.name for h in alloc.hosts if ":" in h.name]
+    if colons:  # Horovod reads the discovery script's lines as host:slots
+        raise UsageError(f"--elastic: Horovod cannot read host {colons[0]} (an IPv6 address) "
+                         "from its discovery script", "name the hosts, e.g. in /etc/hosts")
     argv = ["--min-np", str(min(el.min_np, alloc.np)), "--max-np", str(el.max_np or alloc.np),
             "--host-discovery-script", _check_path(discovery, "discovery script"),
             "--elastic-timeout", str(el.timeout_s),

@@ -62,10 +62,13 @@ def decide(result: JobResult, attempt: int, policy: RestartPolicy,
         # killed by something other than ringtrain (OOM killer, hardware): suspect the host;
         # after a fault ringtrain detected, the signals are its own teardown's
         suspect = (failure.root.host,)
-    # processes that outlived the teardown (or a host the reaper could not ask) would share
-    # the host with the next attempt's ranks: left out too ("(launcher)" is this machine)
-    unclean = tuple(t.host for t in result.teardown
-                    if not t.clean and not t.host.startswith("(") and t.host not in exclude)
+    # processes that outlived the teardown would share the host with the next attempt's
+    # ranks: left out too; a host the reaper could not ask (an ssh hiccup, say) is only
+    # avoided when the others suffice ("(launcher)" is this machine)
+    hosts = [t for t in result.teardown if not t.host.startswith("(") and t.host not in exclude]
+    unclean = tuple(t.host for t in hosts if t.left)
+    suspect += tuple(t.host for t in hosts
+                     if t.error and not t.left and t.host not in (*unclean, *suspect))
     if attempt > policy.max_restarts:
         spent = f"restart budget spent ({policy.max_restarts} of {policy.max_restarts})"
         return Decision(

@@ -229,6 +229,9 @@ class PlanInputs:
     control_token: str | None = None
     launcher_timeout: float | None = None
     ssh_program: str = "/usr/bin/ssh"  # the ssh on the launcher's PATH (horovodrun's shim)
+    # --elastic: every host the pre-flight passed, with its usable slots (the discovery
+    # script's list: Horovod may grow onto them up to --max-np); empty: the allocation's
+    elastic_hosts: tuple[tuple[str, int], ...] = ()
 
 
 def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> LaunchPlan:
@@ -276,7 +279,8 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
     return LaunchPlan(
         ssh_config_text=ssh_text,
         ssh_shim_text=shim,
-        elastic_hosts_text="".join(f"{h.name}:{h.slots}\n" for h in alloc.hosts)
+        elastic_hosts_text="".join(f"{name}:{slots}\n" for name, slots in (
+            inputs.elastic_hosts or tuple((h.name, h.slots) for h in alloc.hosts)))
         if spec.elastic is not None else "",
         run_id=inputs.run_id,
         run_dir=run_dir,

@@ -32,7 +32,10 @@ from ringtrain.probe.verdict import PreflightPolicy, busy_notes
 from ringtrain.remote import Remote
 
 INTERVAL_S = 0.5
-NVIDIA_SMI_ARGV = ("nvidia-smi", NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits")
+# the probe's PATH (hostprobe.PROBE_SCRIPT): nvidia-smi is often outside a bare ssh's
+NVIDIA_SMI_ARGV = ("sh", "-c", 'PATH="$PATH:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin" '
+                   'exec nvidia-smi "$@"', "nvidia-smi", NVIDIA_SMI_QUERY,
+                   "--format=csv,noheader,nounits")
 DEFAULT_POLICY = PreflightPolicy()  # the pre-flight's busy thresholds
 
 
@@ -64,19 +67,22 @@ class Recheck:
     hosts: int = 0
     waited: tuple[tuple[str, float], ...] = ()
     left_out: tuple[tuple[str, str], ...] = ()
+    unknown: tuple[tuple[str, str], ...] = ()  # hosts that could not be asked, with why
 
     def describe(self) -> str:
         took = f"{self.finished - self.started:.1f} s"
-        if not self.waited and not self.left_out:
+        if not self.waited and not self.left_out and not self.unknown:
             return f"{self.hosts} host(s) re-checked, GPUs free ({took})"
         parts = [f"{h} freed its GPUs after {s:.1f} s" for h, s in self.waited]
         parts += [f"{h} left out for a cooldown: {why}" for h, why in self.left_out]
+        parts += [f"could not ask {h} ({why}): the pre-flight judges it"
+                  for h, why in self.unknown]
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         return {"started": round(self.started, 3), "finished": round(self.finished, 3),
                 "hosts": self.hosts, "waited_s": {h: round(s, 3) for h, s in self.waited},
-                "left_out": dict(self.left_out)}
+                "left_out": dict(self.left_out), "unknown": dict(self.unknown)}
 
     @classmethod
     def from_json(cls, d: Any) -> Recheck | None:
@@ -84,24 +90,26 @@ class Recheck:
             return None
         return cls(float(d["started"]), float(d["finished"]), int(d.get("hosts") or 0),
                    tuple((str(h), float(s)) for h, s in (d.get("waited_s") or {}).items()),
-                   tuple((str(h), str(w)) for h, w in (d.get("left_out") or {}).items()))
+                   tuple((str(h), str(w)) for h, w in (d.get("left_out") or {}).items()),
+                   tuple((str(h), str(w)) for h, w in (d.get("unknown") or {}).items()))
 
 
 def look(
     remote: Remote, hosts: Sequence[Host], policy: PreflightPolicy
-) -> dict[str, tuple[str, ...]]:
-    """Each host's busy-GPU notes, all hosts at once. A host that cannot be asked, or has no
-    working nvidia-smi, has none here: the pre-flight that follows judges it."""
+) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """Each host's busy-GPU notes (none: free, or no nvidia-smi: a CPU host), all hosts at
+    once, and the hosts that could not be asked, with why (the pre-flight judges those)."""
     answers = remote.run(hosts, NVIDIA_SMI_ARGV, NVIDIA_SMI_TIMEOUT_S)
     out: dict[str, tuple[str, ...]] = {}
+    unknown: dict[str, str] = {}
     for host in hosts:
         answer = answers.get(host.name)
         if answer is None or answer.error is not None:
-            out[host.name] = ()
+            unknown[host.name] = answer.error if answer and answer.error else "no answer"
             continue
         gpus = parse_nvidia_smi(answer.stdout + answer.stderr, answer.exit_code)
         out[host.name] = tuple(busy_notes(gpus.healthy, host.slots, policy))
-    return out
+    return out, unknown
 
 
 def recheck(
@@ -113,16 +121,21 @@ def recheck(
     policy: PreflightPolicy = DEFAULT_POLICY,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> Recheck:
-    """Ask ``hosts`` until each has free GPUs or ``timeout_s`` has passed; say what it waits
-    for and what it found."""
+    """Ask ``hosts`` until each has free GPUs or ``timeout_s`` has passed (or ``stopped()``);
+    say what it waits for and what it found."""
     started, t0 = time.time(), clock()
     pending = {h.name: h for h in hosts}
     first_busy: set[str] = set()
     waited: list[tuple[str, float]] = []
     left_out: list[tuple[str, str]] = []
-    while pending:
-        busy = look(remote, tuple(pending.values()), policy)
+    unknown: list[tuple[str, str]] = []
+    while pending and not stopped():
+        busy, unasked = look(remote, tuple(pending.values()), policy)
+        unknown += unasked.items()
+        for host in unasked:
+            pending.pop(host)
         elapsed = clock() - t0
         step = judge(busy, elapsed, timeout_s)
         new = [h for h in step.waiting if h not in first_busy]
@@ -137,7 +150,8 @@ def recheck(
             pending.pop(host)
         if pending:
             sleep(INTERVAL_S)
-    result = Recheck(started, time.time(), len(hosts), tuple(waited), tuple(left_out))
-    if result.waited or result.left_out:
+    result = Recheck(started, time.time(), len(hosts), tuple(waited), tuple(left_out),
+                     tuple(unknown))
+    if result.waited or result.left_out or result.unknown:
         note(f"re-check: {result.describe()}")
     return result

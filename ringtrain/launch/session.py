@@ -54,12 +54,12 @@ from ringtrain.launch.straggler import StragglerWatch
 from ringtrain.launch.supervise import (
     Fault,
     all_done,
-    local_teardown,
+    live_done,
     rank_hosts,
-    reap_hosts,
     usage_warnings,
     wait_or_fault,
 )
+from ringtrain.launch.teardown import local_teardown, reap_hosts
 from ringtrain.probe.gate import Preflight, run_gate
 from ringtrain.probe.tfports import check_ports
 from ringtrain.rank import procfs
@@ -137,6 +137,8 @@ class Session:
             self.reporter.note(f"incident: {what}; {decision.reason}"
                                + resumes_from(final.resume_point))
             self._recheck(alloc, checked)
+            if self._stopped is not None:  # Ctrl-C during the re-check: no next attempt
+                return self._write_summary(stop_reason="stopped by the user before the restart")
             attempt += 1
 
     def dry_plan(self) -> LaunchPlan:
@@ -232,8 +234,8 @@ class Session:
                     detected_at,
                     time.time(),
                     tails,
-                    {r.rank: r.host for r in alloc.ranks},
-                    finished=all_done(snap, alloc),
+                    self._rank_hosts(alloc, snap),
+                    finished=live_done(snap) if self._elastic else all_done(snap, alloc),
                 ),
             )
             warnings = usage_warnings(
@@ -291,6 +293,11 @@ class Session:
             job.request_stop(FAULT_GRACE_S, by_user=False)
         return fault
 
+    def _rank_hosts(self, alloc: Allocation, snap: Snapshot) -> dict[int, str]:
+        """The allocation's; under --elastic the rank's own (Horovod places them itself)."""
+        where = {r.rank: r.host for r in alloc.ranks}
+        return where | ({r.rank: r.host for r in snap.ranks if r.host} if self._elastic else {})
+
     def _tick(self, snap: Snapshot, alloc: Allocation) -> None:
         self._marks = observe(self._marks, snap, alloc.np, time.time())  # the ledger's times
         self.reporter.tick(snap, alloc)
@@ -324,17 +331,18 @@ class Session:
     # ------------------------------------------------------------------ helpers
 
     def _recheck(self, alloc: Allocation, checked: Preflight) -> None:
-        """Before a restart: the failed attempt's hosts (less those now resting, and those
-        busy before it) get ``--recheck-timeout`` to free their GPUs, or sit out too."""
+        """The failed attempt's hosts not resting or busy before it: free GPUs, or sit out."""
         spec, now = self.spec, time.monotonic()
         hosts = [h for h in alloc.hosts if h.name not in checked.busy | self.rest.resting(now)]
         if not hosts or not spec.restart.recheck_timeout_s or not spec.preflight.enabled or (
                 spec.preflight.gpus is GpuRule.IGNORED):
             return
-        found = recheck(self.remote, hosts, spec.restart.recheck_timeout_s, self.reporter.note)
+        found = recheck(self.remote, hosts, spec.restart.recheck_timeout_s, self.reporter.note,
+                        stopped=lambda: self._stopped is not None)
         self.results[-1] = replace(self.results[-1], recheck=found)
         left = tuple(h for h, _ in found.left_out)
         self.rest = self.rest.excluding(left, time.monotonic(), spec.restart.cooldown_s)
+        self._write_summary()  # the re-check is on record before the next attempt starts
 
     def _no_restart(self, err: RingtrainError) -> JobResult:
         """A restart that cannot be placed: the failed attempt's report still counts."""
@@ -359,6 +367,7 @@ class Session:
             control_token=control.token if control else None,
             launcher_timeout=self.spec.supervision.launcher_timeout,
             ssh_program=self.env.ssh,
+            elastic_hosts=tuple((h.name, h.slots) for h in checked.inventory.hosts),
         )
 
     @property

@@ -14,26 +14,20 @@ The pure part, ``check()``, reads a control-server Snapshot and says whether the
 A rank that exits non-zero or by signal needs no check: mpirun (with ranks under mpi4py's runner)
 ends the job and exits with that status within seconds.
 
-``wait_or_fault()`` polls ``check()`` until the job ends or a fault shows. Teardown (sequenced
-by ``Session._tear_down``): ``reap_hosts()`` runs the reaper on every host through the Remote
-seam, each host with its own PID list (``run_each``), and ``local_teardown()`` on this machine;
-each kills by PID and start time whatever of this job is left and confirms nothing is.
+``wait_or_fault()`` polls ``check()`` until the job ends or a fault shows. The teardown that
+follows is teardown.py's.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from ringtrain.hostfile import Allocation
 from ringtrain.launch.control import ControlServer, Snapshot
-from ringtrain.launch.result import FailureKind, HostTeardown
-from ringtrain.rank import reaper
+from ringtrain.launch.result import FailureKind
 from ringtrain.rank.events import HEARTBEAT_S
-from ringtrain.remote import CmdResult, Remote
 from ringtrain.spec import StragglerAction, SupervisionPolicy
 
 log = logging.getLogger(__name__)
@@ -58,9 +52,7 @@ def check(
     a stall are faults."""
     where = rank_hosts(alloc)
     if elastic:
-        formed = any(r.initialized for r in snap.ranks)
-        return (None if formed else _start_hang(snap, alloc, where, policy, started)) or _stall(
-            snap, policy)
+        return _elastic_check(snap, alloc, where, policy, started)
     return (
         _lost_host(snap, where, policy)
         or _silent_rank(snap, where, policy)
@@ -69,6 +61,31 @@ def check(
         or _stall(snap, policy)
         or _exit_hang(snap, alloc, policy)
     )
+
+
+def _elastic_check(snap: Snapshot, alloc: Allocation, where: Mapping[int, str],
+                   policy: SupervisionPolicy, started: float) -> Fault | None:
+    """Under --elastic: a job that never formed (no host named: Horovod places ranks in its
+    own order), then a stall or an exit hang judged over the ranks not lost."""
+    if not any(r.initialized for r in snap.ranks):
+        hang = _start_hang(snap, alloc, where, policy, started)
+        return None if hang is None else replace(hang, hosts=())
+    live = replace(snap, ranks=tuple(r for r in snap.ranks if r.connected or r.done))
+    if live.ranks and all(r.done for r in live.ranks):
+        last = max(r.done_at or 0.0 for r in live.ranks)
+        if snap.now - last > policy.exit_grace:
+            return Fault(FailureKind.EXIT_HANG,
+                         f"every rank still in the job finished its script but the job had not "
+                         f"exited {policy.exit_grace:.0f} s later; ringtrain ended it",
+                         at=snap.now)
+        return None
+    return _stall(live, policy)
+
+
+def live_done(snap: Snapshot) -> bool:
+    """--elastic: every rank still in the job (not lost) said its script returned."""
+    live = [r for r in snap.ranks if r.connected or r.done]
+    return bool(live) and all(r.done for r in live)
 
 
 def all_done(snap: Snapshot, alloc: Allocation) -> bool:
@@ -301,72 +318,6 @@ def _exit_hang(snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy) -> 
 
 def _fmt(ranks: tuple[int, ...]) -> str:
     return ",".join(str(r) for r in ranks[:16]) + ("..." if len(ranks) > 16 else "")
-
-
-def reaper_argv(python: str, run_id: str, pids: Mapping[int, int]) -> tuple[str, ...]:
-    specs = [f"--pid={pid}:{start}" for pid, start in sorted(pids.items())]
-    return (python, "-m", "ringtrain.rank.reaper", run_id, "--kill", *specs)
-
-
-def job_pids(snap: Snapshot, alloc: Allocation) -> dict[str, dict[int, int]]:
-    """host -> {pid: start time} of every rank and rank parent (Open MPI daemon) that checked in."""
-    where = rank_hosts(alloc)
-    out: dict[str, dict[int, int]] = {}
-    for r in snap.ranks:
-        pids = out.setdefault(where.get(r.rank, "?"), {})
-        if r.start is not None:
-            pids[r.pid] = r.start
-        if r.parent in ("orted", "prted") and r.ppid and r.parent_start is not None:
-            pids[r.ppid] = r.parent_start
-    return out
-
-
-def reap_hosts(
-    remote: Remote,
-    alloc: Allocation,
-    python: str,
-    run_id: str,
-    snap: Snapshot,
-    timeout: float = 15.0,
-) -> tuple[HostTeardown, ...]:
-    """Run the reaper on every host at once; one HostTeardown per host."""
-    hosts = alloc.hosts
-    pids = job_pids(snap, alloc)
-    # This machine is reaped in-process (no Python to start); every other host through the
-    # remote seam, each with its own PID list, all at once.
-    results = remote.run_each(
-        [(h, reaper_argv(python, run_id, pids.get(h.name, {}))) for h in hosts if not h.is_local],
-        timeout,
-    )
-    return tuple(
-        local_teardown(h.name, run_id, pids.get(h.name, {}))
-        if h.is_local
-        else _host_teardown(h.name, results.get(h.name))
-        for h in hosts
-    )
-
-
-def local_teardown(host: str, run_id: str, pids: dict[int, int]) -> HostTeardown:
-    return _teardown_row(host, reaper.reap(run_id, pids, kill=True))
-
-
-def _teardown_row(host: str, data: Mapping[str, Any]) -> HostTeardown:
-    """A reaper's answer ({"found": [...], "left": [[pid, cmd], ...]}) as a report row."""
-    left = tuple(f"{pid} {cmd[:80]}" for pid, cmd in data.get("left", []))
-    return HostTeardown(host, len(data.get("found", [])), left)
-
-
-def _host_teardown(host: str, res: CmdResult | None) -> HostTeardown:
-    if res is None or res.error is not None or res.exit_code != 0:
-        why = "no answer" if res is None else (res.error or res.stderr.strip()[-300:] or "failed")
-        return HostTeardown(host, 0, (), f"could not verify: {why}")
-    try:
-        data = json.loads(res.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return HostTeardown(
-            host, 0, (), f"could not verify: unreadable reaper output {res.stdout!r:.200}"
-        )
-    return _teardown_row(host, data)
 
 
 def wait_or_fault(

@@ -99,3 +99,43 @@ def test_each_lost_rank_is_named_once_with_its_own_host_and_time_to_training_aga
         "elastic: training again 4.5 s after rank 1 was lost")
     assert Absorbed.from_json(incident.to_json()) == incident
     assert "training again 4.5 s later" in incident.describe()
+
+
+def test_the_discovery_script_lists_every_host_the_pre_flight_passed(tmp_path: Path) -> None:
+    """--max-np can grow the job onto the pre-flight's other slots; the user's interface name
+    wins over the probe's; a ':' in the run directory would split horovodrun's PATH."""
+    spec = build_spec(LaunchOptions(script="t.py", elastic=True, np=2, max_np=4,
+                                    network_interface="ib0", runs_dir=tmp_path / "runs"),
+                      tmp_path)
+    inputs = PlanInputs(run_id="R1", environ={"PATH": "/usr/bin"}, is_root=False,
+                        python="/venv/bin/python", extra_env=(("HOROVOD_GLOO_IFACE", "eth0"),),
+                        elastic_hosts=(("gpu01", 2), ("gpu02", 2)))
+    plan = make_plan(spec, allocate(parse_host_spec("gpu01:2,gpu02:2"), 2), inputs)
+    assert plan.elastic_hosts_text == "gpu01:2\ngpu02:2\n"
+    argv = list(plan.command.argv)
+    assert argv[argv.index("--network-interface") + 1] == "ib0"
+    assert dict(plan.command.env)["PATH"].startswith(str(plan.attempt_dir / "bin") + ":")
+    colon = build_spec(LaunchOptions(script="t.py", elastic=True, runs_dir=tmp_path / "a:b"),
+                       tmp_path)
+    with pytest.raises(UsageError, match="has a ':', which PATH cannot hold"):
+        make_plan(colon, allocate(parse_host_spec("gpu01:2,gpu02:2"), None), inputs)
+    with pytest.raises(UsageError, match=r"got 3 <= - <= 2"):
+        build_spec(LaunchOptions(script="t.py", elastic=True, min_np=3, max_np=2), tmp_path)
+
+
+def test_an_exit_hang_and_a_stall_are_judged_over_the_ranks_not_lost() -> None:
+    """A lost rank never says it is done: the others finishing is the end of training, and a
+    shutdown that then hangs is an exit hang (a success), not a stall."""
+    from ringtrain.launch.supervise import live_done
+
+    ranks = (_rank(0, "gpu01", 99, done_at=50), _rank(1, "gpu02", 99, done_at=51),
+             _rank(2, "gpu03", 40, connected=False))
+    snap = Snapshot(ranks, Progress(epoch=3, at=45), now=100)
+    assert live_done(snap)
+    assert check(snap, ALLOC, POLICY, 0, elastic=True) is None  # within --exit-grace
+    late = Snapshot(ranks, Progress(epoch=3, at=45), now=200)
+    fault = check(late, ALLOC, POLICY, 0, elastic=True)
+    assert fault is not None and fault.kind.value == "exit-hang"
+    never = check(Snapshot((RankState(0, "gpu01", 100, last_heard=99),), None, now=100), ALLOC,
+                  POLICY, 0, elastic=True)
+    assert never is not None and never.hosts == ()  # Horovod placed the ranks: no host named

@@ -10,7 +10,8 @@ from ringtrain.launch.control import Progress, RankState, Snapshot
 from ringtrain.launch.outcome import Ending, decide
 from ringtrain.launch.outcome import merge as _merge
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
-from ringtrain.launch.supervise import Fault, all_done, check, job_pids, usage_warnings
+from ringtrain.launch.supervise import Fault, all_done, check, usage_warnings
+from ringtrain.launch.teardown import job_pids
 from ringtrain.spec import RestartPolicy, SupervisionPolicy
 
 ALLOC = allocate(parse_host_spec("gpu01:2,gpu02:2"))

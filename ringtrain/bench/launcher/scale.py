@@ -48,7 +48,7 @@ import psutil
 from ringtrain.bench import figures
 from ringtrain.bench.launcher import control_scale, plan_scale
 from ringtrain.hostfile import Host, Inventory
-from ringtrain.launch.supervise import reaper_argv
+from ringtrain.launch.teardown import reaper_argv
 from ringtrain.probe.hostprobe import GpuStatus, probe
 from ringtrain.remote.ssh import SshRemote
 from ringtrain.sim import sshfarm
