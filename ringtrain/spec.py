@@ -178,10 +178,9 @@ class SupervisionPolicy:
 @dataclass(frozen=True, slots=True)
 class RestartPolicy:
     """``--max-restarts`` and ``--min-np``; a failed host sits out ``cooldown_s``; after
-    ``stall_restarts`` restarts in a row with no new checkpoint committed the job stops
-    instead of restarting again (a crash loop, as NVIDIA's resiliency extension stops after 3
-    restarts without progress). Before a restart the failed attempt's hosts get up to
-    ``recheck_timeout_s`` to free their GPUs (launch/recheck.py); 0: not re-checked."""
+    ``stall_restarts`` restarts in a row with no new commit the job stops (a crash loop, as
+    NVIDIA's resiliency extension stops after 3); before a restart the failed attempt's hosts
+    get ``recheck_timeout_s`` to free their GPUs (launch/recheck.py; 0: no re-check)."""
 
     max_restarts: int = 0
     min_np: int | None = None
@@ -323,19 +322,17 @@ class LaunchSpec:
         return spec
 
 def _check_elastic(spec: LaunchSpec) -> None:
-    el, np = spec.elastic, spec.np
+    el = spec.elastic
     if el is not None and (spec.backend is not Backend.HOROVODRUN or not spec.gloo):
         raise UsageError("--elastic runs Horovod's elastic driver: horovodrun with Gloo",
                          "drop --backend (--elastic picks horovodrun --gloo itself)")
-    top = el.max_np if el is not None and el.max_np is not None else np
-    if el is not None and (el.min_np > (np or el.min_np) or (top and top < (np or el.min_np))):
+    np = spec.np or (el.min_np if el else 1)
+    if el is not None and not el.min_np <= np <= (el.max_np or np):
         raise UsageError(f"--elastic needs --min-np <= -np <= --max-np; got {el.min_np} <= "
-                         f"{np or '-'} <= {el.max_np or '-'}",
-                         "pass -np between --min-np and --max-np")
+                         f"{spec.np or '-'} <= {el.max_np or '-'}", "pass -np between them")
 
 
-# ----------------------------------------------------------------------- JSON round trip
-# Dataclasses become dicts, enums their values, paths strings, tuples lists; decoding walks the
+# JSON round trip: dataclasses as dicts, enums as values, paths as strings; decoding walks the
 # field types, so the JSON holds no type tags and a golden file stays readable.
 
 _NESTED: dict[str, type] = {
