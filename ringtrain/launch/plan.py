@@ -26,7 +26,7 @@ from ringtrain.launch.launchers import (
     ssh_shim,
 )
 from ringtrain.rank import envvars, secretfile
-from ringtrain.remote.sshconf import needs_ssh_config, render_ssh_config
+from ringtrain.remote.sshconf import render_ssh_config
 from ringtrain.spec import Backend, Entry, LaunchSpec, Strategy
 
 _SECRET_RE = re.compile(
@@ -297,18 +297,13 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
 
 
 def _own_ssh_config(spec: LaunchSpec, alloc: Allocation) -> bool:
-    """ringtrain writes the ssh_config for remote hosts when the inventory carries SSH
-    coordinates, --known-hosts names the verified keys, or horovodrun runs the ranks (its
-    ssh goes through ssh_shim, which reads this file)."""
-    if alloc.is_local_only:
-        return False
-    return (needs_ssh_config(alloc.hosts) or spec.ssh.known_hosts is not None
-            or spec.launcher is Backend.HOROVODRUN)
+    """ringtrain writes the ssh_config of every launch whose launcher reaches remote hosts by
+    ssh (mpirun, horovodrun: not srun): host keys checked as strictly as the probe did."""
+    return not alloc.is_local_only and spec.launcher is not Backend.SRUN
 
 
 def _ssh_config_path(spec: LaunchSpec, alloc: Allocation, attempt_dir: Path) -> Path | None:
-    """The ssh_config mpirun's ssh uses: ours when the inventory carries SSH coordinates or
-    --known-hosts names the file host keys are checked against."""
+    """The ssh_config mpirun's (and horovodrun's) ssh uses: ours (_own_ssh_config)."""
     if _own_ssh_config(spec, alloc):
         return attempt_dir / "ssh_config"
     return spec.ssh.config.absolute() if spec.ssh.config else None

@@ -1,12 +1,15 @@
-"""An ssh_config for mpirun's own connections, from the inventory's SSH coordinates. Pure.
+"""The ssh_config of mpirun's (and horovodrun's) own connections. Pure.
 
-The probe reads user, port and identity file from the inventory, but mpirun starts its daemons
-with plain ``ssh HOST``. When any allocated host carries such coordinates, the plan writes this
-file to the attempt directory and gives mpirun ``plm_rsh_agent "ssh -F <it>"``. ssh_config takes
-the first value it finds, so the per-host lines come first and the user's own configuration
-(``--ssh-config``, else ``~/.ssh/config``) is included after them for everything else.
-With ``--known-hosts``, mpirun's ssh checks host keys against that same file, strictly: the
-probe already verified (or, with ``--accept-new-host-keys``, recorded) every key there.
+The probe reads user, port and identity file from the inventory and verifies every host key,
+but mpirun starts its daemons with plain ``ssh HOST``, which would take the user's settings,
+``StrictHostKeyChecking no`` included. So for any remote host the plan writes this file to the
+attempt directory and gives mpirun ``plm_rsh_agent "ssh -F <it>"`` (horovodrun: its ssh shim).
+ssh_config takes the first value it finds: the per-host lines come first, then host keys
+checked strictly (against ``--known-hosts`` when given, else the files the probe read: the
+user's known_hosts and the system's), then the user's own configuration (``--ssh-config``,
+else ``~/.ssh/config``) and the system's (``/etc/ssh/ssh_config``, which ``-F`` would
+otherwise skip) for everything else. The probe already verified (or, with
+``--accept-new-host-keys``, recorded) every key these connections meet.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from ringtrain.errors import UsageError
 from ringtrain.hostfile import Host
 
 _BAD = set('"\n\r\t\\')
+SYSTEM_CONFIG = "/etc/ssh/ssh_config"  # read by a plain ssh after the user's; -F skips it
 
 
 def needs_ssh_config(hosts: tuple[Host, ...]) -> bool:
@@ -43,9 +47,10 @@ def render_ssh_config(
     if known_hosts is not None:  # the file the probe verified (and --accept-new-host-keys grew)
         path = _checked(str(known_hosts.absolute()), "known_hosts")
         lines.append(f'    UserKnownHostsFile "{path}"')
-        lines.append("    StrictHostKeyChecking yes")
+    lines.append("    StrictHostKeyChecking yes")
     included = base.absolute() if base is not None else Path("~/.ssh/config")
     lines.append(f'    Include "{_checked(str(included), "ssh config")}"')
+    lines.append(f'    Include "{SYSTEM_CONFIG}"')
     return "\n".join(lines) + "\n"
 
 

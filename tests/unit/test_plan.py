@@ -105,7 +105,10 @@ def test_multi_host_plan_uses_ssh_config_and_tcp_subnet() -> None:
         "gpu01:4,gpu02:4", ssh_config=Path("/etc/rt/ssh_config"), network_interface="10.1.2.0/24"
     )
     argv = plan.command.argv
-    assert "ssh -F /etc/rt/ssh_config" in argv
+    # ringtrain's own config (strict host keys) includes the user's for everything else
+    assert "ssh -F /work/job/runs/R1/attempt-1/ssh_config" in argv
+    assert plan.ssh_config_text.index("StrictHostKeyChecking yes") < plan.ssh_config_text.index(
+        'Include "/etc/rt/ssh_config"')
     assert argv[argv.index("btl_tcp_if_include") + 1] == "10.1.2.0/24"
     assert plan.hostfile_text == "gpu01 slots=4\ngpu02 slots=4\n"
 
@@ -126,9 +129,14 @@ def test_bad_env_names_rejected(text: str) -> None:
         EnvSpec.parse(text)
 
 
-def test_ssh_config_path_with_space_rejected() -> None:
-    with pytest.raises(UsageError, match="spaces"):
-        _plan("gpu01:1,gpu02:1", ssh_config=Path("/tmp/my config"))
+def test_a_space_in_the_runs_dir_is_rejected_one_in_the_ssh_config_is_quoted() -> None:
+    request = LaunchSpec(script="train.py", host_spec="gpu01:1,gpu02:1", working_dir=Path("/w"),
+                         runs_dir=Path("/tmp/my runs"))
+    inputs = PlanInputs(run_id="R1", environ=ENVIRON, is_root=False, python="/venv/bin/python")
+    with pytest.raises(UsageError, match="spaces"):  # mpirun splits its rsh agent's line
+        make_plan(request, allocate(parse_host_spec("gpu01:1,gpu02:1"), None), inputs)
+    plan = _plan("gpu01:1,gpu02:1", ssh_config=Path("/tmp/my config"))
+    assert 'Include "/tmp/my config"' in plan.ssh_config_text
 
 
 def test_checkpoint_url_travels_by_environment() -> None:

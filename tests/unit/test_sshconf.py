@@ -26,7 +26,9 @@ def test_render_puts_host_settings_before_the_users_config() -> None:
     assert text.index("Host gpu01") < text.index("Host gpu02") < text.index("Include")
     assert "    User train\n" in text and "    Port 2222\n" in text
     assert '    IdentityFile "/keys/id_ed25519"\n' in text
-    assert text.rstrip().endswith('Include "/etc/rt/ssh_config"')
+    assert text.rstrip().endswith('Include "/etc/rt/ssh_config"\n    Include "/etc/ssh/ssh_config"')
+    # host keys strictly, before the user's config (ssh takes the first value it finds)
+    assert text.index("    StrictHostKeyChecking yes") < text.index("Include")
 
 
 def test_plain_hosts_need_no_config() -> None:
@@ -60,3 +62,25 @@ def test_known_hosts_reaches_mpiruns_ssh_for_plain_hosts() -> None:
     local = make_plan(request, allocate(parse_yaml_inventory("hosts: [localhost]\n", "i.yaml")),
                       PlanInputs("R", {"PATH": "/bin"}, False, "/py"))
     assert local.ssh_config_text == ""  # no ssh at all
+
+
+def test_mpiruns_ssh_checks_keys_even_when_the_users_config_says_no(tmp_path: Path) -> None:
+    """Checked with OpenSSH itself (``ssh -G``): a user's ``StrictHostKeyChecking no`` loses to
+    ringtrain's config, their other settings still apply, and so does the system's config,
+    which ``-F`` alone would skip."""
+    import shutil
+    import subprocess
+
+    user = tmp_path / "user_config"
+    user.write_text("Host *\n    StrictHostKeyChecking no\n    ServerAliveInterval 17\n")
+    config = tmp_path / "ssh_config"
+    config.write_text(render_ssh_config((Host("gpu01", 1, port=2222),), user))
+    out = subprocess.run([shutil.which("ssh") or "/usr/bin/ssh", "-F", str(config), "-G",
+                          "gpu01"], capture_output=True, text=True, check=True,
+                         timeout=30).stdout
+    got = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    assert got["stricthostkeychecking"] == "true" and got["port"] == "2222"
+    assert got["serveraliveinterval"] == "17"
+    system = Path("/etc/ssh/ssh_config")
+    if system.exists() and "HashKnownHosts yes" in system.read_text():  # Debian's, say
+        assert got["hashknownhosts"] == "yes"  # OpenSSH's default is no
