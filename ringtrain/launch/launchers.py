@@ -245,6 +245,7 @@ def elastic_args(alloc: Allocation, el: ElasticPolicy, discovery: Path,
             "--host-discovery-script", _check_path(discovery, "discovery script"),
             "--elastic-timeout", str(el.timeout_s),
             "--blacklist-cooldown-range", str(low), str(max(low, high))]
+    nic = nic or ("lo" if alloc.is_local_only else None)  # one host, no probe: loopback
     return argv + (["--network-interface", nic] if nic else [])
 
 

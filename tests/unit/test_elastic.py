@@ -119,6 +119,15 @@ def test_the_discovery_script_lists_every_host_the_pre_flight_passed(tmp_path: P
                        tmp_path)
     with pytest.raises(UsageError, match="has a ':', which PATH cannot hold"):
         make_plan(colon, allocate(parse_host_spec("gpu01:2,gpu02:2"), None), inputs)
+    local = make_plan(spec, allocate(parse_host_spec("localhost:2"), None),
+                      PlanInputs(run_id="R2", environ={}, is_root=False, python="/py"))
+    local_argv = list(local.command.argv)  # --no-probe on one host: still no 2-host wait
+    assert local_argv[local_argv.index("--network-interface") + 1] == "ib0"
+    bare = build_spec(LaunchOptions(script="t.py", elastic=True, runs_dir=tmp_path), tmp_path)
+    lone = make_plan(bare, allocate(parse_host_spec("localhost:2"), None),
+                     PlanInputs(run_id="R3", environ={}, is_root=False, python="/py"))
+    assert list(lone.command.argv)[list(lone.command.argv).index("--network-interface") + 1] == (
+        "lo")
     with pytest.raises(UsageError, match=r"got 3 <= - <= 2"):
         build_spec(LaunchOptions(script="t.py", elastic=True, min_np=3, max_np=2), tmp_path)
 
