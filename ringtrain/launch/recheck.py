@@ -28,7 +28,7 @@ from typing import Any
 from ringtrain.hostfile import Host
 from ringtrain.probe.hostprobe import NVIDIA_SMI_QUERY, NVIDIA_SMI_TIMEOUT_S
 from ringtrain.probe.probe_parse import parse_nvidia_smi
-from ringtrain.probe.verdict import PreflightPolicy, busy_notes
+from ringtrain.probe.verdict import PreflightPolicy, busy_gpus
 from ringtrain.remote import Remote
 
 INTERVAL_S = 0.5
@@ -53,7 +53,7 @@ def judge(busy: Mapping[str, Sequence[str]], elapsed_s: float, timeout_s: float)
     if elapsed_s < timeout_s:
         return Judgement(freed, tuple(still))
     return Judgement(freed, (), tuple(
-        (h, f"{notes[0].split(':')[0]} {elapsed_s:.0f} s after the teardown")
+        (h, f"{notes[0]} {elapsed_s:.0f} s after the teardown")
         for h, notes in still.items()))
 
 
@@ -108,7 +108,7 @@ def look(
             unknown[host.name] = answer.error if answer and answer.error else "no answer"
             continue
         gpus = parse_nvidia_smi(answer.stdout + answer.stderr, answer.exit_code)
-        out[host.name] = tuple(busy_notes(gpus.healthy, host.slots, policy))
+        out[host.name] = tuple(busy_gpus(gpus.healthy, host.slots, policy))
     return out, unknown
 
 
@@ -140,7 +140,7 @@ def recheck(
         step = judge(busy, elapsed, timeout_s)
         new = [h for h in step.waiting if h not in first_busy]
         if new:
-            example = busy[new[0]][0].split(":")[0]
+            example = busy[new[0]][0]
             note(f"re-check: waiting up to {timeout_s:.0f} s for the GPUs of "
                  f"{', '.join(new)} to be freed ({new[0]}: {example})")
             first_busy.update(new)

@@ -199,19 +199,21 @@ def _gpu_health_notes(host: Host, r: ProbeResult, policy: PreflightPolicy) -> li
 def _busy_gpus(host: Host, r: ProbeResult, policy: PreflightPolicy) -> list[str]:
     if not (r.reachable and policy.require_gpus):
         return []
-    return busy_notes(r.gpu.healthy, host.slots, policy)
+    return [f"{busy}: another job may be running"
+            for busy in busy_gpus(r.gpu.healthy, host.slots, policy)]
 
 
-def busy_notes(gpus: Sequence[Gpu], slots: int, policy: PreflightPolicy) -> list[str]:
-    """One note per GPU, of the ``slots`` a host's ranks use, that is busy under ``policy``."""
-    notes = []
+def busy_gpus(gpus: Sequence[Gpu], slots: int, policy: PreflightPolicy) -> list[str]:
+    """Each GPU, of the ``slots`` a host's ranks use, that is busy under ``policy``:
+    ``GPU 0 busy (31000 MiB used, 0% utilization)``."""
+    busy = []
     for g in sorted(gpus, key=lambda g: g.index)[:slots]:
         mem = g.memory_used_mib is not None and g.memory_used_mib > policy.busy_memory_mib
         util = g.utilization_pct is not None and g.utilization_pct > policy.busy_util_pct
         if mem or util:
-            notes.append(f"GPU {g.index} busy ({g.memory_used_mib} MiB used, "
-                         f"{g.utilization_pct}% utilization): another job may be running")
-    return notes
+            busy.append(f"GPU {g.index} busy ({g.memory_used_mib} MiB used, "
+                        f"{g.utilization_pct}% utilization)")
+    return busy
 
 
 def _duplicate_hostnames(results: Sequence[ProbeResult]) -> dict[str, list[str]]:

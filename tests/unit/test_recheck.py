@@ -42,7 +42,7 @@ class Clock:
 
 
 def test_judge_waits_then_leaves_out_what_stays_busy() -> None:
-    busy = {"gpu01": (), "gpu02": ("GPU 1 busy (40000 MiB used, 0% utilization): another job",)}
+    busy = {"gpu01": (), "gpu02": ("GPU 1 busy (40000 MiB used, 0% utilization)",)}
     assert judge(busy, 3.0, 15.0) == judge(busy, 0.0, 15.0)
     early = judge(busy, 3.0, 15.0)
     assert early.freed == ("gpu01",) and early.waiting == ("gpu02",) and not early.left_out

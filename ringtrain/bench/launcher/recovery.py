@@ -29,6 +29,7 @@ import itertools
 import json
 import os
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringtrain import sim
+from ringtrain.launch.launchers import ssh_shim
 
 MODES = ("restart", "elastic", "horovodrun")
 HOSTS = ("gpu01", "gpu02", "gpu03")
@@ -188,14 +190,15 @@ def _argv(mode: str, cluster: sim.SimCluster, work: Path, script: Path,
 
 
 def _prepare(cluster: sim.SimCluster, work: Path) -> str:
-    """The anchor's discovery script and an ssh that reads the cluster's config (horovodrun
-    takes no config file); returns the PATH its command runs with."""
+    """The anchor's discovery script and its ssh: ringtrain's shim (launchers.ssh_shim: the
+    cluster's ssh config, which horovodrun cannot take); returns the PATH its command runs
+    with."""
     discover = work / "discover.sh"
     discover.write_text("#!/bin/sh\n" + "".join(f"echo {h}:1\n" for h in HOSTS))
     bin_dir = work / "bin"
     bin_dir.mkdir()
-    (bin_dir / "ssh").write_text(
-        f"#!/bin/sh\nexec /usr/bin/ssh -F {shlex.quote(str(cluster.ssh_config))} \"$@\"\n")
+    (bin_dir / "ssh").write_text(ssh_shim(shutil.which("ssh") or "/usr/bin/ssh",
+                                          cluster.ssh_config))
     for path in (discover, bin_dir / "ssh"):
         path.chmod(0o700)
     return f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
