@@ -26,6 +26,7 @@ class HorovodTuning:
     timeline_filename: str | None = None
     timeline_mark_cycles: bool = False
     log_level: str | None = None  # Horovod's own log level (HOROVOD_LOG_LEVEL)
+    gloo_timeout_seconds: int | None = None  # how long a Gloo operation waits for a peer
     output_filename: str | None = None  # no variable: the per-rank logs already hold it
 
     @property
@@ -57,6 +58,7 @@ class HorovodTuning:
             put("HOROVOD_TIMELINE", self.timeline_filename)
             put("HOROVOD_TIMELINE_MARK_CYCLES", _flag(self.timeline_mark_cycles))
         put("HOROVOD_LOG_LEVEL", self.log_level.upper() if self.log_level else None)
+        put("HOROVOD_GLOO_TIMEOUT_SECONDS", self.gloo_timeout_seconds)
         return tuple(out)
 
 

@@ -99,6 +99,7 @@ class LaunchOptions:
     timeline_filename: str | None = None
     timeline_mark_cycles: bool = False
     hvd_log_level: str | None = None
+    gloo_timeout_seconds: int | None = None
     output_filename: str | None = None
     # --elastic: Horovod's elastic driver (--min-np is the floor there too)
     elastic: bool = False

@@ -69,6 +69,10 @@ def horovod_tuning_options() -> Callable[[F], F]:
                                        case_sensitive=False),
                      help="Horovod's own log level (HOROVOD_LOG_LEVEL), as horovodrun's flag; "
                      "ringtrain's is -v/-q."),
+        click.option("--gloo-timeout-seconds", type=click.IntRange(min=1), metavar="S",
+                     help="How long a Gloo operation waits for a peer before it fails "
+                     "(HOROVOD_GLOO_TIMEOUT_SECONDS; Horovod's default 30). Under --elastic "
+                     "it bounds how long survivors wait on a lost rank: see the README."),
         click.option("--output-filename", metavar="DIR",
                      help="horovodrun writes each rank's output under DIR; ringtrain already "
                      "keeps every rank's output in runs/<id>/attempt-N/rank.<N>.log and says "

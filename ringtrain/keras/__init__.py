@@ -30,13 +30,19 @@ model and optimizer variable is broadcast from rank 0, so all ranks continue wit
 state. Only rank 0 touches the storage. Outside ringtrain (plain ``horovodrun`` or ``python``)
 everything works the same with checkpoints under ``./checkpoints`` unless ``url`` is given.
 
+Under ``ringtrain launch --elastic`` the same three lines make the script elastic: every rank
+commits its state to memory every ``commit_every`` steps (10), and when a rank or host is lost
+(or one joins) the survivors run the script again in their own processes and resume from the
+newest in-memory commit, mid-epoch, with the learning rate the script sets for the new world
+size (``memory``). Scripts written with ``hvd.elastic.run`` keep Horovod's own state.
+
 The same calls work in a script using TensorFlow's own ``MultiWorkerMirroredStrategy`` or
 ``ParameterServerStrategy`` (``ringtrain launch --strategy tf-multiworker|tf-ps``, or any
 ``TF_CONFIG``): ``ringtrain.keras.world`` says who rank 0 is and how to broadcast there.
 
 Modules: ``restore`` (resume), ``epochs`` (callbacks, save, the commit), ``state`` (what they
 share: checkpoint URL, stores, staging), ``world`` (who trains together), ``steps`` (every
-rank's step times).
+rank's step times), ``memory`` (in-memory commits and resets under ``--elastic``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import tensorflow as tf
 from ringtrain.checkpoint import commit
 from ringtrain.checkpoint.store import StorageError
 from ringtrain.errors import CheckpointError
-from ringtrain.keras import state
+from ringtrain.keras import memory, state
 from ringtrain.keras import world as keras_world
 from ringtrain.keras.state import (
     CKPT_PREFIX,
@@ -41,16 +41,20 @@ def callbacks(
     keep: int = 3,
     meta: dict[str, Any] | None = None,
     progress_every_s: float = 1.0,
+    commit_every: int = memory.DEFAULT_COMMIT_EVERY,
 ) -> list[Any]:
     """Keras callbacks for ``model.fit``: on rank 0, a checkpoint commit at every epoch end
     and progress reports (epoch, step, loss, samples/s with ``batch_size``, per rank); on
-    every rank, its step times for straggler detection (``ringtrain.keras.steps``). Add them
-    after Horovod's own callbacks."""
+    every rank, its step times for straggler detection (``ringtrain.keras.steps``) and, under
+    ``ringtrain launch --elastic``, a commit to memory every ``commit_every`` steps
+    (``ringtrain.keras.memory``). Add them after Horovod's own callbacks."""
     world = keras_world.world()
     where = checkpoint_url(url)
     _tell_launcher(checkpoint=where, progress=True)
     # step times around the all-reduce; under parameter servers only the chief runs callbacks
     timer = [StepTimer(every_s=progress_every_s)] if world.kind != keras_world.PS else []
+    if world.kind == keras_world.HOROVOD and memory.enabled():
+        timer.append(memory.MemoryCommit(commit_every))  # last: the checkpoint commits first
     if world.rank() != 0:
         if not world.all_write:
             return timer

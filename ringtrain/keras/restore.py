@@ -18,7 +18,7 @@ import tensorflow as tf
 from ringtrain.checkpoint import Store, find_latest
 from ringtrain.checkpoint.store import StorageError
 from ringtrain.errors import CheckpointError, UsageError
-from ringtrain.keras import state
+from ringtrain.keras import memory, state
 from ringtrain.keras import world as keras_world
 from ringtrain.keras.state import (
     CKPT_PREFIX,
@@ -40,6 +40,11 @@ def resume(model: Any, optimizer: Any = None, *, url: str | None = None) -> int:
     optimizer = _optimizer(model, optimizer)
     where = checkpoint_url(url)
     _tell_launcher(resume=True, checkpoint=where)
+    if world.kind == keras_world.HOROVOD and memory.enabled():
+        _check_built(model)
+        epoch = memory.restore(model, optimizer)  # a reset, or a process joining a job
+        if epoch is not None:
+            return epoch
     point = _restore(model, optimizer, where, world)
     if point is not None and world.rank() == 0:
         print(f"ringtrain: resumed from epoch {point.epoch} step {point.step} ({where})",
@@ -116,13 +121,17 @@ def _create_local(store: Store, rel: str, data: bytes) -> None:
         raise StorageError("put", store.url_of(rel), err) from err
 
 
-def _restore(model: Any, optimizer: Any, url: str, world: Any) -> ResumePoint | None:
+def _check_built(model: Any) -> None:
     if not model.built:
         raise UsageError(
             "ringtrain.keras.resume: the model is not built yet, so its weights cannot be "
             "restored",
             "give the model an Input layer, or call model.build(input_shape) first",
         )
+
+
+def _restore(model: Any, optimizer: Any, url: str, world: Any) -> ResumePoint | None:
+    _check_built(model)
     optimizer.build(model.trainable_variables)  # create the slots so they restore at once
     fetch = state._STATE.staging_dir() / "resume"
     answer = _fetch_on_rank0(url, fetch, model) if world.rank() == 0 else None

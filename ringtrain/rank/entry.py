@@ -15,6 +15,9 @@ What each rank does before and after the training script:
   sets torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (``worldenv``).
 * when the script returns (or exits with status 0) it tells the launcher "done" before the
   interpreter finalises, so a slow exit is never mistaken for a dead host.
+* under Horovod's elastic driver, a script using ``ringtrain.keras`` that fails only because
+  the ring must be formed again (a rank lost, hosts added) runs again from the top in this
+  process (``rerun``, ``ringtrain.keras.memory``): survivors keep their imports.
 * an uncaught exception (or ``sys.exit`` with a non-zero status) prints the traceback (a
   ringtrain error: ``ringtrain: error:`` and its fix, no traceback) and ends
   the process at once with ``os._exit``: no atexit handlers. Under MPI, waiting for them is what
@@ -40,7 +43,7 @@ import traceback
 from types import FrameType
 from typing import IO, TextIO
 
-from ringtrain.rank import cleanup, envvars, relay, secretfile
+from ringtrain.rank import cleanup, envvars, relay, rerun, secretfile
 from ringtrain.rank.events import ERROR_MARK
 from ringtrain.rank.lines import LineStream
 
@@ -72,12 +75,21 @@ def _done() -> None:
 
 
 def run_script(args: list[str], *, module: bool = False) -> None:
-    """Run a Python file (``module``: a module, as ``python -m`` does) in this process."""
+    """Run a Python file (``module``: a module, as ``python -m`` does) in this process; again,
+    from the top, when an elastic reset asks for it (``rerun``)."""
+    rerun.enable()
+    while not _run_once(args, module=module):
+        pass
+    _done()
+
+
+def _run_once(args: list[str], *, module: bool) -> bool:
+    """One run of the script: True when it returned, False when it is to run again."""
     if module:
         sys.argv[:] = ["-m", *args[1:]]  # runpy puts the module's path in argv[0]
         sys.path[0] = os.getcwd()
     else:
-        sys.argv[:] = args
+        sys.argv[:] = list(args)
         sys.path[0] = os.path.dirname(os.path.realpath(args[0]))
     try:
         if module:
@@ -94,13 +106,15 @@ def run_script(args: list[str], *, module: bool = False) -> None:
             code = 1
         _exit_now(code)
     except BaseException as exc:
+        if not isinstance(exc, KeyboardInterrupt) and rerun.wanted(exc):
+            return False
         if _is_ringtrain_error(exc):  # a mistake ringtrain names (ringtrain.keras): no traceback
             hint = getattr(exc, "hint", "")
             sys.stderr.write(f"{ERROR_MARK} {exc}\n" + (f"  fix: {hint}\n" if hint else ""))
         else:
             traceback.print_exc()
         _exit_now(1)
-    _done()
+    return True
 
 
 def _is_ringtrain_error(exc: BaseException) -> bool:

@@ -8,6 +8,7 @@ this machine lacks. Its ssh to gpu02 and gpu03 is ringtrain's shim (strict host 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -25,11 +26,13 @@ from tests.integration.procs import run_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh]
 SCRIPT = Path(__file__).parent / "user_scripts" / "keras_elastic_style.py"
+PLAIN = Path(__file__).parent / "user_scripts" / "keras_mnist_style.py"
 
 
 def _rank_pid(cluster: sim.SimCluster, host: str) -> int | None:
     pids = [pid for pid, cmd in sim.host_processes(cluster.config, host)
-            if cmd.startswith(sys.executable) and "ringtrain.rank.entry" in cmd]
+            if cmd.startswith(sys.executable) and "ringtrain.rank.entry" in cmd
+            and "horovodrun" not in cmd]  # on gpu01, horovodrun's own command line
     return pids[0] if pids else None
 
 
@@ -39,15 +42,19 @@ def _job_processes(cluster: sim.SimCluster) -> dict[str, list[str]]:
     return {h: cmds for h, cmds in found.items() if cmds}
 
 
-def test_elastic_keeps_training_through_a_killed_rank(
-    sim_cluster: sim.SimCluster, tmp_path: Path
-) -> None:
+def _launch_and_kill(
+    cluster: sim.SimCluster, tmp_path: Path, script: Path, args: list[str], kill_after: str,
+    victim: str = "gpu03",
+) -> tuple[int, str, str, dict[str, int]]:
+    """Launch ``script`` with --elastic on gpu01..gpu03 from gpu01, SIGKILL ``victim``'s rank
+    once stdout shows ``kill_after``; the exit status, stdout, stderr and the rank PIDs seen
+    on the other hosts just before the kill."""
     argv = [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
             "--elastic", "--min-np", "2", "-H", "gpu01:1,gpu02:1,gpu03:1",
-            "--ssh-config", str(sim_cluster.ssh_config),
-            "--known-hosts", str(sim_cluster.known_hosts), str(SCRIPT), "14"]
-    on_gpu01 = sim_cluster.ssh_argv("gpu01", f"cd {shlex.quote(str(tmp_path))} && "
-                                    + shlex.join(argv))
+            "--ssh-config", str(cluster.ssh_config),
+            "--known-hosts", str(cluster.known_hosts), str(script), *args]
+    on_gpu01 = cluster.ssh_argv("gpu01", f"cd {shlex.quote(str(tmp_path))} && "
+                                + shlex.join(argv))
     proc = subprocess.Popen(on_gpu01, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     out: list[str] = []
@@ -57,15 +64,18 @@ def test_elastic_keeps_training_through_a_killed_rank(
                for s, sink in ((proc.stdout, out), (proc.stderr, err))]
     for reader in readers:
         reader.start()
+    survivors: dict[str, int] = {}
     try:
         deadline = time.monotonic() + 240
-        while not any("EPOCH 2 size=3" in line for line in out):
+        while not any(kill_after in line for line in out):
             assert proc.poll() is None, "".join(err)[-3000:]
             assert time.monotonic() < deadline, "".join(out + err)[-3000:]
             time.sleep(0.2)
-        pid = _rank_pid(sim_cluster, "gpu03")
-        assert pid is not None, sim.host_processes(sim_cluster.config, "gpu03")
-        os.kill(pid, signal.SIGKILL)
+        for host in ("gpu01", "gpu02", "gpu03"):
+            pid = _rank_pid(cluster, host)
+            assert pid is not None, (host, sim.host_processes(cluster.config, host))
+            survivors[host] = pid
+        os.kill(survivors.pop(victim), signal.SIGKILL)
         proc.wait(timeout=240)
     finally:
         if proc.poll() is None:
@@ -73,19 +83,66 @@ def test_elastic_keeps_training_through_a_killed_rank(
             proc.wait()
         for reader in readers:
             reader.join(timeout=10)
-    stdout, stderr = "".join(out), "".join(err)
-    assert proc.returncode == 0, stderr[-4000:]
+    return proc.returncode, "".join(out), "".join(err), survivors
+
+
+def _results(stdout: str) -> list[dict[str, object]]:
+    return [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines()
+            if "RESULT " in line]
+
+
+def _all_gone(cluster: sim.SimCluster) -> None:
+    deadline = time.monotonic() + 30
+    while _job_processes(cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _job_processes(cluster) == {}
+
+
+def test_elastic_keeps_training_through_a_killed_rank(
+    sim_cluster: sim.SimCluster, tmp_path: Path
+) -> None:
+    """Horovod's own elastic example (hvd.elastic.run, KerasState) under ringtrain's driver."""
+    status, stdout, stderr, _ = _launch_and_kill(sim_cluster, tmp_path, SCRIPT, ["14"],
+                                                 kill_after="EPOCH 2 size=3")
+    assert status == 0, stderr[-4000:]
     assert re.search(r"elastic: rank \d on gpu03 ended before its script returned", stderr), (
         stderr[-3000:])
     assert "RESET size=2" in stdout, stdout[-3000:]
-    results = [line.split("RESULT ", 1)[1] for line in stdout.splitlines() if "RESULT " in line]
-    assert len(results) == 2 and all('"size": 2' in r and '"epoch": 14' in r for r in results), (
+    results = _results(stdout)
+    assert len(results) == 2 and all(r["size"] == 2 and r["epoch"] == 14 for r in results), (
         stdout[-3000:])
     result = run_result(tmp_path)
     assert result["state"] == "succeeded"
     (absorbed,) = result["attempts"][0]["absorbed"]
     assert absorbed["host"] == "gpu03" and absorbed["why"].startswith("ended before")
-    deadline = time.monotonic() + 30
-    while _job_processes(sim_cluster) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert _job_processes(sim_cluster) == {}
+    _all_gone(sim_cluster)
+
+
+def test_plain_keras_script_with_ringtrain_lines_survives_a_killed_rank(
+    sim_cluster: sim.SimCluster, tmp_path: Path
+) -> None:
+    """Horovod's plain tf.keras recipe plus the three ringtrain.keras lines, no hvd.elastic:
+    the survivors keep their processes, run the script again in them and resume from their
+    last in-memory commit (at most 10 steps back), with identical weights."""
+    status, stdout, stderr, survivors = _launch_and_kill(
+        sim_cluster, tmp_path, PLAIN, ["40"], kill_after="checkpoint: committed epoch 3")
+    assert status == 0, stderr[-4000:]
+    assert re.search(r"elastic: rank \d on gpu03 ended before its script returned", stderr), (
+        stderr[-3000:])
+    resets = re.findall(r"rank \d \(pid (\d+)\): a collective failed .*running the script "
+                        r"again in this process", stderr)
+    assert sorted(int(p) for p in resets) == sorted(survivors.values()), (resets, survivors,
+                                                                          stderr[-3000:])
+    resumed = re.search(r"resumed in memory at epoch (\d+) step (\d+) from rank \d .*; "
+                        r"3 -> 2 ranks", stdout)
+    assert resumed is not None, stdout[-3000:]
+    assert int(resumed[1]) >= 3 and int(resumed[2]) % 10 == 0, resumed[0]
+    results = _results(stdout)
+    assert len(results) == 2, stdout[-3000:]
+    assert len({r["checksum"] for r in results}) == 1, results
+    assert {r["initial_epoch"] for r in results} == {int(resumed[1])}, results
+    result = run_result(tmp_path)
+    assert result["state"] == "succeeded"
+    (absorbed,) = result["attempts"][0]["absorbed"]
+    assert absorbed["host"] == "gpu03"
+    _all_gone(sim_cluster)

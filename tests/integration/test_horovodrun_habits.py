@@ -160,6 +160,7 @@ TUNING_LINES = [
     ["--timeline-filename", "/tmp/tl.json", "--timeline-mark-cycles"],
     ["--timeline-mark-cycles"],
     ["--fusion-threshold-mb", "0", "--log-level", "WARNING"],
+    ["--gloo-timeout-seconds", "5"],
 ]
 
 
@@ -189,7 +190,7 @@ def test_horovodrun_tuning_flags_set_what_horovodrun_sets(tmp_path: Path,
     proc = _launch(tmp_path, "--dry-run", "--no-probe", "-H", "localhost:2", *flags, "t.py")
     assert proc.returncode == 0, proc.stderr[-2000:]
     plan = json.loads((_run_dir(tmp_path) / "attempt-1" / "plan.json").read_text())
-    everything = HorovodTuning(1, 1.0, 1, True, True, True, "x", "y", True, "INFO")
+    everything = HorovodTuning(1, 1.0, 1, True, True, True, "x", "y", True, "INFO", 5)
     tuning_names = {name for name, _ in everything.env()}
     ours = {k: v for k, v in plan["env"].items() if k in tuning_names}
     assert ours == _horovodrun_env(flags)
