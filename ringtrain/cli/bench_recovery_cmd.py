@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import click
 
-MODES = ("restart", "elastic", "horovodrun")  # bench/launcher/recovery.py's (a test checks)
+# bench/launcher/recovery.py's (a test checks)
+MODES = ("restart", "elastic", "memory", "horovodrun")
 
 
 @click.command("recovery", epilog="""\b
 Examples:
   sudo ringtrain bench recovery                       one incident per mode
   sudo ringtrain bench recovery --repeats 3 --modes elastic,horovodrun
+  sudo ringtrain bench recovery --modes memory,horovodrun --gloo-timeout-seconds 5
 """)
 @click.option("--modes", default=",".join(MODES), show_default=True,
               help="Which ways back to run: restart (ringtrain --max-restarts), elastic "
-              "(ringtrain --elastic), horovodrun (horovodrun --elastic, the anchor).")
+              "(ringtrain --elastic, a script with hvd.elastic.run), memory (ringtrain "
+              "--elastic, a plain script with the three ringtrain.keras lines), horovodrun "
+              "(horovodrun --elastic, the anchor).")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Incidents per mode.")
 @click.option("--epochs", type=click.IntRange(min=2), default=6, show_default=True)
@@ -26,8 +30,11 @@ Examples:
               help="Elastic modes: batches between in-memory commits.")
 @click.option("--kill-at", type=click.IntRange(min=1), default=40, show_default=True,
               help="Batches trained before the rank on gpu03 is killed.")
+@click.option("--gloo-timeout-seconds", type=click.IntRange(min=1), default=None,
+              help="Every mode's Gloo timeout (Horovod's default: 30): how long a survivor "
+              "waits on a lost peer.")
 def recovery_cmd(modes: str, repeats: int, epochs: int, steps_per_epoch: int, pause: float,
-                 commit: int, kill_at: int) -> None:
+                 commit: int, kill_at: int, gloo_timeout_seconds: int | None) -> None:
     """After a rank is killed (kill -9 on gpu03 of a 3-host simulated cluster; needs root),
     how long until the job trains again (TTTA), how many batches it trains again, its
     effective training time ratio and final accuracy: ringtrain's restart, ringtrain
@@ -41,4 +48,5 @@ def recovery_cmd(modes: str, repeats: int, epochs: int, steps_per_epoch: int, pa
     raise SystemExit(recovery.main([
         "--modes", modes, "--repeats", str(repeats), "--epochs", str(epochs),
         "--steps-per-epoch", str(steps_per_epoch), "--pause", str(pause),
-        "--commit", str(commit), "--kill-at", str(kill_at)]))
+        "--commit", str(commit), "--kill-at", str(kill_at),
+        "--gloo-timeout-seconds", str(gloo_timeout_seconds or 0)]))

@@ -288,6 +288,8 @@ def reset(exc: BaseException) -> bool:
                      f"{MEMORY.resets}, last memory commit: epoch {MEMORY.commit.epoch} step "
                      f"{MEMORY.commit.batch})\n")
     hvd.shutdown()
+    if MEMORY.state is not None:
+        MEMORY.state.on_reset()  # host updates queued before the reset are covered by it
     tf.keras.backend.clear_session()
     return True
 

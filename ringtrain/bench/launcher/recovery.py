@@ -8,8 +8,12 @@ time and global step of every batch. After ``--kill-at`` batches the rank on gpu
 
   restart     ringtrain launch --max-restarts 1 --min-np 2: every rank starts cold and resumes
               from the newest checkpoint (ringtrain.keras, one per epoch)
-  elastic     ringtrain launch --elastic --min-np 2: the survivors roll back to their last
-              in-memory commit (hvd.elastic, every --commit batches) and go on
+  elastic     ringtrain launch --elastic --min-np 2, the script written with hvd.elastic.run
+              (Horovod's elastic example): the survivors roll back to their last in-memory
+              commit (every --commit batches) and go on
+  memory      ringtrain launch --elastic --min-np 2, the script written from Horovod's plain
+              recipe with the three ringtrain.keras lines: the survivors run it again in their
+              processes and resume from the newest in-memory commit (ringtrain.keras.memory)
   horovodrun  horovodrun --gloo --elastic --min-np 2, a discovery script listing the same hosts
               and an ssh that reads the cluster's ssh config: the anchor
 
@@ -18,7 +22,8 @@ before T0 minus the step training resumed from), the effective training time rat
 batches' own time, steady-state batch time x batches trained, over the wall time, as in arXiv
 2410.21680), the final accuracy on held-out data, and the exit status.
 
-    python -m ringtrain.bench.launcher.recovery [--modes restart,elastic,horovodrun]
+    python -m ringtrain.bench.launcher.recovery [--modes restart,elastic,memory,horovodrun]
+    ... --gloo-timeout-seconds 5   (every mode: how long survivors wait on a lost peer)
     ringtrain bench recovery --repeats 2
 """
 
@@ -43,7 +48,7 @@ from pathlib import Path
 from ringtrain import sim
 from ringtrain.launch.launchers import ssh_shim
 
-MODES = ("restart", "elastic", "horovodrun")
+MODES = ("restart", "elastic", "memory", "horovodrun")
 HOSTS = ("gpu01", "gpu02", "gpu03")
 
 RECOVERY_SCRIPT = """\
@@ -55,7 +60,7 @@ import tensorflow as tf
 
 hvd.init()
 EPOCHS, SPE, COMMIT = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[4])
-PAUSE = float(sys.argv[3])
+PAUSE, STYLE = float(sys.argv[3]), sys.argv[5]  # STYLE: hvd (hvd.elastic.run) or rt
 rng = np.random.default_rng(1234)
 x = rng.random((4096, 14, 14, 1), dtype=np.float32)
 y = (x.reshape(4096, -1).sum(axis=1) > 98).astype(np.int64)
@@ -84,7 +89,7 @@ class Steps(tf.keras.callbacks.Callback):
                   flush=True)
 
 
-if os.environ.get("HOROVOD_ELASTIC") == "1":
+if os.environ.get("HOROVOD_ELASTIC") == "1" and STYLE == "hvd":
     state = hvd.elastic.KerasState(model, batch=0, epoch=0)
 
     def rescale():
@@ -105,7 +110,7 @@ else:
     import ringtrain.keras as rt
     start = rt.resume(model)
     callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), Steps(),
-                 *rt.callbacks(batch_size=32)]
+                 *rt.callbacks(batch_size=32, commit_every=COMMIT)]
     model.fit(data, steps_per_epoch=SPE, epochs=EPOCHS, initial_epoch=start,
               callbacks=callbacks, verbose=0)
 accuracy = model.evaluate(x[3584:], y[3584:], verbose=0)[1]
@@ -175,18 +180,20 @@ def analyse(mode: str, steps: list[Step], t0: float, launched: float, ended: flo
 
 
 def _argv(mode: str, cluster: sim.SimCluster, work: Path, script: Path,
-          args: list[str]) -> list[str]:
+          args: list[str], gloo_timeout: int | None = None) -> list[str]:
     hosts = ",".join(f"{h}:1" for h in HOSTS)
+    timeout = ["--gloo-timeout-seconds", str(gloo_timeout)] if gloo_timeout else []
     if mode == "horovodrun":
         horovodrun = str(Path(sys.executable).parent / "horovodrun")
         return [horovodrun, "-np", "3", "--min-np", "2", "--max-np", "3",
                 "--host-discovery-script", str(work / "discover.sh"), "--network-interface",
-                "eth0", "--gloo", sys.executable, str(script), *args]
+                "eth0", "--gloo", *timeout, sys.executable, str(script), *args, "hvd"]
     how = ["--max-restarts", "1", "--min-np", "2"] if mode == "restart" else [
         "--elastic", "--min-np", "2"]
     return [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(work / "runs"), "-H",
             hosts, "--ssh-config", str(cluster.ssh_config), "--known-hosts",
-            str(cluster.known_hosts), *how, str(script), *args]
+            str(cluster.known_hosts), *how, *timeout, str(script), *args,
+            "hvd" if mode == "elastic" else "rt"]
 
 
 def _prepare(cluster: sim.SimCluster, work: Path) -> str:
@@ -213,7 +220,7 @@ def run_one(mode: str, cluster: sim.SimCluster, work: Path, opts: dict[str, floa
     path = _prepare(cluster, work)
     env = f"PATH={shlex.quote(path)} " if mode == "horovodrun" else ""  # its ssh: the config
     command = f"cd {shlex.quote(str(work))} && {env}" + shlex.join(
-        _argv(mode, cluster, work, script, args))
+        _argv(mode, cluster, work, script, args, int(opts.get("gloo_timeout") or 0) or None))
     lines: list[str] = []
     launched = time.time()
     proc = subprocess.Popen(cluster.ssh_argv("gpu01", command), stdout=subprocess.PIPE,
@@ -256,9 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pause", type=float, default=0.1, help="seconds each batch sleeps")
     p.add_argument("--commit", type=int, default=4, help="elastic: batches per commit")
     p.add_argument("--kill-at", type=int, default=40, help="batches before the kill")
+    p.add_argument("--gloo-timeout-seconds", type=int, default=0,
+                   help="every mode's Gloo timeout (0: Horovod's 30 s)")
     args = p.parse_args(argv)
     opts = {"epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
-            "pause": args.pause, "commit": args.commit, "kill_at": args.kill_at}
+            "pause": args.pause, "commit": args.commit, "kill_at": args.kill_at,
+            "gloo_timeout": args.gloo_timeout_seconds}
     with tempfile.TemporaryDirectory(prefix="rt-recovery-bench-") as tmp:
         cluster = sim.up(sim.SimConfig(name="rbench", hosts=3, state_dir=Path(tmp) / "sim"))
         print(HEADER, flush=True)
