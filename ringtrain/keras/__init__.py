@@ -21,6 +21,10 @@ A custom loop (``tf.GradientTape`` + ``hvd.DistributedGradientTape``) uses ``res
         ...                                       # train one epoch
         rt.save(model, optimizer, epoch=epoch + 1)  # rank 0 commits; reports progress
 
+Under ``--elastic`` a custom loop reads its batches through ``rt.batches(dataset, epoch)``
+(the dataset itself otherwise): it commits to memory every 10 steps and, after a reset,
+starts the epoch at the committed step.
+
 What is saved: ``tf.train.Checkpoint(model=..., optimizer=..., epoch=...)`` (a ``.keras`` file
 cannot reload a Horovod-wrapped optimizer). Rank 0 writes it locally, then commits it through
 ``ringtrain.checkpoint`` (files under a unique prefix, a manifest with sizes and sha256 written
@@ -52,6 +56,7 @@ from ringtrain.keras.epochs import CommitCheckpoint as CommitCheckpoint
 from ringtrain.keras.epochs import EpochProgressCallback as EpochProgressCallback
 from ringtrain.keras.epochs import ProgressCallback as ProgressCallback
 from ringtrain.keras.epochs import callbacks, save
+from ringtrain.keras.memory import batches
 from ringtrain.keras.restore import resume
 from ringtrain.keras.restore import resumed as resumed
 from ringtrain.keras.state import CKPT_PREFIX as CKPT_PREFIX
@@ -62,5 +67,6 @@ from ringtrain.rank.progress import report as progress
 from ringtrain.rank.progress import step_time
 
 __all__ = [
-    "ResumePoint", "callbacks", "checkpoint_url", "progress", "resume", "save", "step_time",
+    "ResumePoint", "batches", "callbacks", "checkpoint_url", "progress", "resume", "save",
+    "step_time",
 ]

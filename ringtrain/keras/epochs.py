@@ -88,6 +88,8 @@ def save(
         _commit(model, optimizer, where, epoch=epoch, step=step, keep=keep, meta=meta or {},
                 commit=world.rank() == 0)
     progress(epoch=epoch, step=step, loss=loss)
+    if world.kind == keras_world.HOROVOD and memory.enabled() and memory.MEMORY.bound:
+        memory.commit_now(epoch, 0)  # the epoch's end, in memory too (--elastic)
 
 
 # ------------------------------------------------------------------------------ callbacks

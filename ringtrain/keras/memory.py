@@ -104,6 +104,7 @@ class Memory:
         self.resets = 0
         self.reset_at: float | None = None
         self.pending: tuple[int, int] | None = None  # (epoch, step) for the next fit
+        self.bound: tuple[Any, Any] | None = None  # (model, optimizer) of this run: resume's
 
     def listen(self) -> Any:
         """Horovod's elastic State for this process, registered with its notification
@@ -196,6 +197,59 @@ class MemoryCommit(tf.keras.callbacks.Callback):  # type: ignore[misc]
         MEMORY.listen().check_host_updates()  # every rank, same step: raises together
 
 
+def batches(dataset: Any, epoch: int, every: int = DEFAULT_COMMIT_EVERY) -> Any:
+    """For a custom loop: ``for x, y in rt.batches(dataset, epoch):``. Outside ``--elastic``
+    the dataset itself. Under it, the same batches, from the committed step when the script
+    runs again after a reset (the first ``step`` batches skipped), and after every ``every``
+    steps trained a commit to memory of the model and optimizer given to ``rt.resume``
+    (before the next batch is read: the step before it has run)."""
+    if not enabled():
+        return dataset
+    if every < 1:
+        from ringtrain.errors import UsageError  # noqa: PLC0415
+
+        raise UsageError(f"every must be at least 1, not {every}",
+                         "pass every=N: steps between in-memory commits")
+    if MEMORY.bound is None:
+        from ringtrain.errors import UsageError  # noqa: PLC0415
+
+        raise UsageError("ringtrain.keras.batches: call rt.resume(model, optimizer) first",
+                         "resume names the model and optimizer whose state is committed")
+    return _committing(dataset, epoch, every)
+
+
+def _committing(dataset: Any, epoch: int, every: int) -> Any:
+    import horovod.tensorflow as hvd  # noqa: PLC0415
+
+    step = 0
+    if MEMORY.pending is not None and MEMORY.pending[0] == epoch:
+        step = MEMORY.pending[1]
+        MEMORY.pending = None
+        dataset = dataset.skip(step)
+    since = 0
+    for batch in dataset:
+        yield batch
+        step += 1  # the loop asked for the next batch: the step on this one has run
+        since += 1
+        if since >= every:
+            since = 0
+            commit_now(epoch, step, hvd)
+
+
+def commit_now(epoch: int, step: int, hvd: Any = None) -> None:
+    """Commit the bound model and optimizer to memory at (epoch, step) and check for host
+    updates (every rank, at the same point). ``rt.save`` calls it at each epoch end."""
+    if hvd is None:
+        import horovod.tensorflow  # noqa: PLC0415
+
+        hvd = horovod.tensorflow
+    assert MEMORY.bound is not None
+    model, optimizer = MEMORY.bound
+    MEMORY.save(state_variables(model, optimizer), epoch, step, hvd.size(),
+                learning_rate(optimizer))
+    MEMORY.listen().check_host_updates()
+
+
 class _StartAt:
     """Keras' worker-training-state hook (``Model._training_state``, which its BackupAndRestore
     callback sets): ``fit`` asks it for the epoch and step to start at."""
@@ -218,6 +272,7 @@ def restore(model: Any, optimizer: Any) -> int | None:
     from horovod.tensorflow.functions import allgather_object  # noqa: PLC0415
 
     MEMORY.listen()
+    MEMORY.bound = (model, optimizer)
     source = source_rank(list(allgather_object(MEMORY.commit.count,
                                                name="ringtrain.elastic.counts")))
     if source is None:

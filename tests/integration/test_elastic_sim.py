@@ -27,6 +27,7 @@ from tests.integration.procs import run_result
 pytestmark = [pytest.mark.slow, pytest.mark.ssh]
 SCRIPT = Path(__file__).parent / "user_scripts" / "keras_elastic_style.py"
 PLAIN = Path(__file__).parent / "user_scripts" / "keras_mnist_style.py"
+TAPE = Path(__file__).parent / "user_scripts" / "tape_style.py"
 
 
 def _rank_pid(cluster: sim.SimCluster, host: str) -> int | None:
@@ -151,4 +152,24 @@ def test_plain_keras_script_with_ringtrain_lines_survives_a_killed_rank_and_regr
     assert result["state"] == "succeeded"
     (absorbed,) = result["attempts"][0]["absorbed"]
     assert absorbed["host"] == "gpu03"
+    _all_gone(sim_cluster)
+
+
+def test_custom_loop_with_rt_batches_survives_a_killed_rank(
+    sim_cluster: sim.SimCluster, tmp_path: Path
+) -> None:
+    """Horovod's custom-loop recipe (GradientTape) with ringtrain's lines and rt.batches: the
+    survivors go on from their last memory commit, mid-epoch, with identical weights."""
+    status, stdout, stderr, survivors = _launch_and_kill(
+        sim_cluster, tmp_path, TAPE, ["300"], kill_after="epoch 5:")
+    assert status == 0, stderr[-4000:]
+    resets = re.findall(r"rank \d \(pid (\d+)\): a collective failed", stderr)
+    assert sorted(int(p) for p in resets) == sorted(survivors.values()), stderr[-3000:]
+    resumed = re.search(r"resumed in memory at epoch (\d+) step (\d+) from rank \d .*; "
+                        r"3 -> 2 ranks", stdout)
+    assert resumed is not None, stdout[-3000:]
+    assert int(resumed[1]) >= 5 and int(resumed[2]) % 10 == 0, resumed[0]
+    results = _results(stdout)
+    assert len(results) == 2 and len({r["checksum"] for r in results}) == 1, results
+    assert {r["start"] for r in results} == {int(resumed[1])}, results
     _all_gone(sim_cluster)

@@ -42,5 +42,5 @@ def test_the_command_refuses_an_unknown_mode_before_starting_anything() -> None:
 
     assert MODES == recovery.MODES
     result = CliRunner().invoke(cli, ["bench", "recovery", "--modes", "elastic,torchrun"])
-    assert result.exit_code == 2 and "torchrun: choose from restart, elastic, memory, horovodrun" in (
-        result.output)
+    assert result.exit_code == 2
+    assert "torchrun: choose from restart, elastic, memory, horovodrun" in result.output

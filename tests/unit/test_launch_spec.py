@@ -63,6 +63,7 @@ FULL = LaunchOptions(
     timeline_filename="/tmp/tl.json",
     timeline_mark_cycles=True,
     hvd_log_level="DEBUG",
+    gloo_timeout_seconds=7,
     output_filename="/tmp/out",
 )
 

@@ -1,6 +1,6 @@
 # A custom training loop in the style of Horovod's tensorflow2_mnist.py example
 # (tf.GradientTape + hvd.DistributedGradientTape), synthetic data instead of MNIST. The lines
-# marked "ringtrain" are the only additions.
+# marked "ringtrain" are the only additions (rt.batches: only --elastic needs it).
 import json
 import sys
 
@@ -46,7 +46,7 @@ def training_step(x, y, first_batch):
 start = rt.resume(model, opt)  # ringtrain
 first = True
 for epoch in range(start, epochs):
-    for x, y in dataset:
+    for x, y in rt.batches(dataset, epoch):  # ringtrain (under --elastic; else the dataset)
         loss_value = training_step(x, y, first)
         first = False
     if hvd.rank() == 0:
