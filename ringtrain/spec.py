@@ -179,8 +179,7 @@ class SupervisionPolicy:
 class RestartPolicy:
     """``--max-restarts`` and ``--min-np``; a failed host sits out ``cooldown_s``; after
     ``stall_restarts`` restarts in a row with no new commit the job stops (a crash loop, as
-    NVIDIA's resiliency extension stops after 3); before a restart the failed attempt's hosts
-    get ``recheck_timeout_s`` to free their GPUs (launch/recheck.py; 0: no re-check)."""
+    NVRx stops after 3); the failed attempt's hosts get ``recheck_timeout_s`` to free GPUs."""
 
     max_restarts: int = 0
     min_np: int | None = None
@@ -191,14 +190,15 @@ class RestartPolicy:
 
 @dataclass(frozen=True, slots=True)
 class ElasticPolicy:
-    """``--elastic``: Horovod's elastic driver runs the ranks (horovodrun --gloo, the hosts from
-    ringtrain's discovery script), from ``min_np`` to ``max_np`` of them; a failed host sits out
-    ``cooldown_range`` seconds; Horovod waits ``timeout_s`` for ``min_np`` slots."""
+    """``--elastic``: Horovod's elastic driver runs ``min_np`` to ``max_np`` ranks on the hosts
+    ringtrain's discovery script prints (launch/spares.py: ``spares`` held back); a failed host
+    sits out ``cooldown_range`` s; Horovod waits ``timeout_s`` for ``min_np`` slots."""
 
     min_np: int = 1
     max_np: int | None = None
     cooldown_range: tuple[int, int] = (60, 240)
     timeout_s: int = 600
+    spares: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,6 +106,7 @@ class LaunchOptions:
     max_np: int | None = None
     elastic_timeout: int = 600
     blacklist_cooldown_range: tuple[int, int] = (60, 240)
+    spares: int = 0
 
 
 def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
@@ -114,6 +115,9 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
     if opts.max_np is not None and not opts.elastic:
         raise UsageError(f"--max-np {opts.max_np} is for --elastic (a job that grows)",
                          "add --elastic, or drop --max-np")
+    if opts.spares and not opts.elastic:
+        raise UsageError(f"--spares {opts.spares} is for --elastic (a spare takes a lost "
+                         "host's place while the others go on)", "add --elastic, or drop --spares")
     entry, script, script_args, python = _entry(opts)
     return LaunchSpec(
         script=script,
@@ -176,7 +180,8 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         horovod=_tuning(opts),
         elastic=ElasticPolicy(min_np=opts.min_np or 1, max_np=opts.max_np,
                               cooldown_range=opts.blacklist_cooldown_range,
-                              timeout_s=opts.elastic_timeout) if opts.elastic else None,
+                              timeout_s=opts.elastic_timeout,
+                              spares=opts.spares) if opts.elastic else None,
     )
 
 

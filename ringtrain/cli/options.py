@@ -119,4 +119,9 @@ def elastic_options() -> Callable[[F], F]:
                      help="--elastic: seconds a failed host sits out before it may join "
                      "again: Horovod draws it between MIN and MAX and doubles it with each "
                      "failure, up to MAX (at most 3600)."),
+        click.option("--spares", type=click.IntRange(min=0), default=0, show_default=True,
+                     metavar="N",
+                     help="--elastic: hold the last N hosts the pre-flight passed (or hosts "
+                     "labelled spare: true) back as spares; a spare takes a lost host's place, "
+                     "so the job keeps its size."),
     )

@@ -294,11 +294,19 @@ class ControlServer:
             log.warning("control: dropped a hello with bad fields: %s",
                         ", ".join(f"{k}={str(msg.get(k))[:40]!r}" for k in bad))
             return False
-        conn.rank = int(msg["rank"])
+        rank, host, pid = int(msg["rank"]), str(msg.get("host", "?")), int(msg["pid"])
+        with self._lock:
+            held = self._ranks.get(rank)
+            if held is not None and (held.host, held.pid) != (host, pid):
+                # another process under a number already seen: under --elastic Horovod numbers
+                # its ranks again after each reset, so a process that joins may be given the
+                # number of one still running (or of one lost). Each process keeps its own.
+                rank = max(self._ranks) + 1
+        conn.rank = rank
         state = RankState(
             rank=conn.rank,
-            host=str(msg.get("host", "?")),
-            pid=int(msg["pid"]),
+            host=host,
+            pid=pid,
             start=_count(msg.get("start")),
             ppid=_count(msg.get("ppid")),
             parent=str(msg.get("parent", "")),

@@ -17,9 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ringtrain.hostfile import Allocation
 from ringtrain.launch.control import Snapshot
+
+if TYPE_CHECKING:
+    from ringtrain.launch.sparekeeper import SpareKeeper
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +83,10 @@ class ElasticWatch:
     report after each (the job training again)."""
 
     def __init__(self, where: Mapping[int, str], heartbeat_timeout: float,
-                 started: float) -> None:
+                 started: float, keeper: SpareKeeper | None = None) -> None:
         self.where, self.timeout, self.started = dict(where), heartbeat_timeout, started
         self.incidents: list[Absorbed] = []
+        self.keeper = keeper  # the discovery list: a lost host out, a spare in (spares.py)
 
     def tick(self, snap: Snapshot, note: Callable[[str], None]) -> None:
         known = frozenset(i.rank for i in self.incidents)
@@ -89,6 +94,10 @@ class ElasticWatch:
             note(f"elastic: rank {loss.rank} on {loss.host} {loss.why}; Horovod's elastic "
                  "driver goes on with the others from their last commit")
             self.incidents.append(loss)
+            if self.keeper is not None:
+                self.keeper.lost(loss.host)
+        if self.keeper is not None:
+            self.keeper.tick()
         if snap.progress is None:
             return
         at = snap.progress.at - self.started
@@ -97,3 +106,10 @@ class ElasticWatch:
                 self.incidents[i] = replace(loss, training_again=at)
                 note(f"elastic: training again {at - loss.at:.1f} s after rank {loss.rank} "
                      "was lost")
+
+
+def seen_hosts(alloc: Allocation, snap: Snapshot, elastic: bool) -> dict[int, str]:
+    """Each rank's host: the allocation's; under --elastic the rank's own (Horovod places
+    ranks itself, and spares join). Pure."""
+    where = {r.rank: r.host for r in alloc.ranks}
+    return where | ({r.rank: r.host for r in snap.ranks if r.host} if elastic else {})

@@ -82,3 +82,10 @@ def _refuse_foreign_parent(runs_dir: Path, mine: int) -> None:
             "and plan",
             "pass --runs-dir with a directory of your own",
         )
+
+
+def write_replacing(path: Path, text: str) -> None:
+    """Write ``path`` whole: a reader sees the old text or the new one, never a part."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -38,7 +38,7 @@ from ringtrain.launch import tfcluster
 from ringtrain.launch.commits import newest_commit, resumes_from
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.deliver import Delivery, start_with_secrets
-from ringtrain.launch.elastic import ElasticWatch
+from ringtrain.launch.elastic import ElasticWatch, seen_hosts
 from ringtrain.launch.hostrest import HostRest, check_floor, choose
 from ringtrain.launch.milestones import Milestones, observe
 from ringtrain.launch.outcome import Ending, decide, merge
@@ -47,9 +47,11 @@ from ringtrain.launch.recheck import recheck
 from ringtrain.launch.reporter import NullReporter, Reporter
 from ringtrain.launch.result import FailureKind, HostTeardown, JobResult
 from ringtrain.launch.run import Job
-from ringtrain.launch.rundir import make_run_dir
+from ringtrain.launch.rundir import make_run_dir, write_replacing
 from ringtrain.launch.server_finisher import ServerFinisher
 from ringtrain.launch.sessionenv import SessionEnv
+from ringtrain.launch.sparekeeper import keeper_for
+from ringtrain.launch.spares import without_spares
 from ringtrain.launch.straggler import StragglerWatch
 from ringtrain.launch.supervise import (
     Fault,
@@ -180,6 +182,7 @@ class Session:
         return self.spec.restart.min_np or self._first_np
 
     def _place(self, inventory: Inventory) -> Allocation:
+        inventory = without_spares(inventory, self.spec.elastic)  # --elastic --spares N
         want, floor = self.spec.np, self._floor()
         if self.results and floor is not None and inventory.total_slots < (want or floor):
             check_floor(inventory.total_slots, floor, self.rest.ever_excluded,
@@ -214,8 +217,11 @@ class Session:
             if self._stopped is not None:  # a signal arrived while starting
                 job.request_stop(self.spec.supervision.teardown_grace, signum=self._stopped)
             watch = StragglerWatch(self.spec.supervision.straggler, rank_hosts(alloc))
-            self._elastic = ElasticWatch(rank_hosts(alloc), self.spec.supervision.heartbeat_timeout,
-                                         job.started) if self.spec.elastic else None
+            el = self.spec.elastic
+            self._elastic = ElasticWatch(
+                rank_hosts(alloc), self.spec.supervision.heartbeat_timeout, job.started,
+                keeper_for(el, checked.inventory, plan.attempt_dir, self.remote,
+                           self.reporter.note)) if el else None
             fault = self._supervise(job, control, plan, watch)
             detected_at = time.time()
             result = job.wait()
@@ -234,7 +240,7 @@ class Session:
                     detected_at,
                     time.time(),
                     tails,
-                    self._rank_hosts(alloc, snap),
+                    seen_hosts(alloc, snap, self._elastic is not None),
                     finished=live_done(snap) if self._elastic else all_done(snap, alloc),
                 ),
             )
@@ -292,11 +298,6 @@ class Session:
             # be waiting on a daemon it lost, gets a short grace before SIGKILL.
             job.request_stop(FAULT_GRACE_S, by_user=False)
         return fault
-
-    def _rank_hosts(self, alloc: Allocation, snap: Snapshot) -> dict[int, str]:
-        """The allocation's; under --elastic the rank's own (Horovod places them itself)."""
-        where = {r.rank: r.host for r in alloc.ranks}
-        return where | ({r.rank: r.host for r in snap.ranks if r.host} if self._elastic else {})
 
     def _tick(self, snap: Snapshot, alloc: Allocation) -> None:
         self._marks = observe(self._marks, snap, alloc.np, time.time())  # the ledger's times
@@ -367,7 +368,8 @@ class Session:
             control_token=control.token if control else None,
             launcher_timeout=self.spec.supervision.launcher_timeout,
             ssh_program=self.env.ssh,
-            elastic_hosts=tuple((h.name, h.slots) for h in checked.inventory.hosts),
+            elastic_hosts=tuple((h.name, h.slots) for h in without_spares(
+                checked.inventory, self.spec.elastic).hosts),
         )
 
     @property
@@ -394,7 +396,5 @@ class Session:
             wall_s=time.monotonic() - self._started,
         )
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.run_dir / "result.json.tmp"
-        tmp.write_text(json.dumps(final.run_json(), indent=2))
-        os.replace(tmp, self.run_dir / "result.json")
+        write_replacing(self.run_dir / "result.json", json.dumps(final.run_json(), indent=2))
         return final

@@ -173,3 +173,25 @@ def test_custom_loop_with_rt_batches_survives_a_killed_rank(
     assert len(results) == 2 and len({r["checksum"] for r in results}) == 1, results
     assert {r["start"] for r in results} == {int(resumed[1])}, results
     _all_gone(sim_cluster)
+
+
+def test_a_spare_takes_the_lost_hosts_place_and_the_size_holds(
+    sim_cluster: sim.SimCluster, tmp_path: Path
+) -> None:
+    """--spares 1: gpu03 is held back; when the rank on gpu02 is killed, ringtrain's discovery
+    list puts gpu03 in gpu02's place, Horovod starts a rank there and the job is back at two
+    ranks, the new one taking the survivor's memory commit."""
+    status, stdout, stderr, _ = _launch_and_kill(
+        sim_cluster, tmp_path, PLAIN, ["80"], kill_after="checkpoint: committed epoch 3",
+        victim="gpu02", options=("--spares", "1", "--min-np", "1"))
+    assert status == 0, stderr[-4000:]
+    assert "elastic: gpu03 held back as spare(s)" in stderr, stderr[-3000:]
+    assert re.search(r"elastic: gpu03 \(a spare\) takes gpu02's place; gpu02 sits out 60 s",
+                     stderr), stderr[-3000:]
+    assert re.search(r"resumed in memory at epoch \d+ step \d+ from rank \d .*; 1 -> 2 ranks",
+                     stdout), stdout[-3000:]
+    results = _results(stdout)
+    assert len(results) == 2 and len({r["checksum"] for r in results}) == 1, results
+    hosts = (tmp_path / "runs").glob("*/attempt-1/elastic-hosts")
+    assert [p.read_text() for p in hosts] == ["gpu01:1\ngpu03:1\n"]
+    _all_gone(sim_cluster)

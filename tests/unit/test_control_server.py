@@ -151,3 +151,27 @@ def test_a_bad_field_is_dropped_and_logged_never_a_dead_thread() -> None:
         assert server._thread.is_alive()
     finally:
         server.close()
+
+
+def test_a_process_under_a_number_already_seen_gets_its_own() -> None:
+    """--elastic: Horovod numbers its ranks again after a reset, so a process that joins can
+    be given the number of one still running; each process keeps its own identity, and the
+    same process reconnecting keeps its number."""
+    server = ControlServer()
+    try:
+        first = _connect(server)
+        first.sendall(encode("hello", token=server.token, rank=1, host="gpu01", pid=42))
+        assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [1])
+        joiner = _connect(server)
+        joiner.sendall(encode("hello", token=server.token, rank=1, host="gpu03", pid=7))
+        assert _wait(lambda: len(server.snapshot().ranks) == 2)
+        ranks = {r.rank: (r.host, r.pid) for r in server.snapshot().ranks}
+        assert ranks == {1: ("gpu01", 42), 2: ("gpu03", 7)}
+        first.close()
+        assert _wait(lambda: not server.snapshot().ranks[0].connected)
+        again = _connect(server)
+        again.sendall(encode("hello", token=server.token, rank=1, host="gpu01", pid=42))
+        assert _wait(lambda: all(r.connected for r in server.snapshot().ranks))
+        assert len(server.snapshot().ranks) == 2
+    finally:
+        server.close()

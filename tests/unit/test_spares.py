@@ -1,0 +1,53 @@
+"""launch/spares.py: the discovery list under --elastic (active, spares, resting). Pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringtrain.errors import UsageError
+from ringtrain.hostfile import Host
+from ringtrain.launch import spares
+
+HOSTS = (Host("gpu01", 2), Host("gpu02", 2), Host("gpu03", 2))
+
+
+def test_the_last_hosts_or_the_labelled_ones_are_spares() -> None:
+    active, held = spares.split(HOSTS, 1)
+    assert [h.name for h in active] == ["gpu01", "gpu02"] and [h.name for h in held] == ["gpu03"]
+    labelled = (Host("a", 1, labels=(("spare", "true"),)), Host("b", 1), Host("c", 1))
+    active, held = spares.split(labelled, 0)
+    assert [h.name for h in held] == ["a"] and [h.name for h in active] == ["b", "c"]
+    assert spares.split(HOSTS, 0) == (HOSTS, ())
+    with pytest.raises(UsageError, match=r"all 3 host\(s\) would be spares"):
+        spares.split(HOSTS, 3)
+
+
+def test_a_lost_host_rests_and_the_first_spare_takes_its_place() -> None:
+    pool = spares.pool_of(HOSTS[:2], HOSTS[2:])
+    assert pool.text() == "gpu01:2\ngpu02:2\n" and pool.target == 4
+    pool, said = spares.lose(pool, "gpu02", 100.0, (60, 240))
+    assert pool.text() == "gpu01:2\ngpu03:2\n" and pool.spares == ()
+    assert said == "elastic: gpu03 (a spare) takes gpu02's place; gpu02 sits out 60 s (failure 1)"
+    assert spares.lose(pool, "gpu02", 101.0, (60, 240)) == (pool, None)  # already out
+    pool, said = spares.lose(pool, "gpu03", 110.0, (60, 240))
+    assert pool.text() == "gpu01:2\n"
+    assert said == "elastic: no spare left: the job goes on without gpu03; gpu03 sits out 60 s " \
+        "(failure 1)"
+    assert spares.due(pool, 159.0) == () and spares.due(pool, 160.0) == ("gpu02",)
+
+
+def test_a_rested_host_comes_back_as_needed_or_as_a_spare_and_cooldowns_double() -> None:
+    pool = spares.pool_of(HOSTS[:2], HOSTS[2:])
+    pool, _ = spares.lose(pool, "gpu02", 0.0, (60, 240))  # gpu03 in: full again
+    pool, said = spares.readmit(pool, "gpu02", True, 60.0, (60, 240))
+    assert said == "elastic: gpu02 passed its check; it is a spare again"
+    assert pool.spares == (("gpu02", 2),) and pool.text() == "gpu01:2\ngpu03:2\n"
+    pool, _ = spares.lose(pool, "gpu03", 70.0, (60, 240))  # gpu02 in
+    pool, said = spares.lose(pool, "gpu02", 80.0, (60, 240))  # second failure: 120 s
+    assert said.endswith("gpu02 sits out 120 s (failure 2)") and pool.text() == "gpu01:2\n"
+    pool, said = spares.readmit(pool, "gpu03", False, 130.0, (60, 240), "no route to host")
+    assert said == "elastic: gpu03 failed its check (no route to host); it sits out 120 s more"
+    pool, said = spares.readmit(pool, "gpu02", True, 200.0, (60, 240))
+    assert said.startswith("elastic: gpu02 passed its check and joins again (the job is short")
+    assert pool.text() == "gpu01:2\ngpu02:2\n"
+    assert [spares.cooldown(n, 60, 240) for n in (1, 2, 3, 4)] == [60, 120, 240, 240]
