@@ -188,8 +188,11 @@ def test_a_spare_takes_the_lost_hosts_place_and_the_size_holds(
     assert "elastic: gpu03 held back as spare(s)" in stderr, stderr[-3000:]
     assert re.search(r"elastic: gpu03 \(a spare\) takes gpu02's place; gpu02 sits out 60 s",
                      stderr), stderr[-3000:]
-    assert re.search(r"resumed in memory at epoch \d+ step \d+ from rank \d .*; 1 -> 2 ranks",
-                     stdout), stdout[-3000:]
+    # the survivor may form a ring of one first, or wait for the spare's rank: either way the
+    # last memory restore brings the world back to two
+    restores = re.findall(r"resumed in memory at epoch \d+ step \d+ from rank \d .*; "
+                          r"(\d) -> (\d) ranks", stdout)
+    assert restores and restores[-1][1] == "2", stdout[-3000:]
     results = _results(stdout)
     assert len(results) == 2 and len({r["checksum"] for r in results}) == 1, results
     hosts = (tmp_path / "runs").glob("*/attempt-1/elastic-hosts")
