@@ -33,6 +33,15 @@ QUEUE_LINES = 10_000
 
 
 def describe_arrivals(snap: Snapshot, alloc: Allocation) -> str:
+    if len(snap.ranks) > alloc.np:  # --elastic: ranks joined (a spare, a host back)
+        running: dict[str, int] = {}
+        for r in snap.ranks:
+            if r.connected:
+                running[r.host] = running.get(r.host, 0) + 1
+        ready = sum(r.initialized for r in snap.ranks if r.connected)
+        return (f"ranks running {sum(running.values())} (placed with {alloc.np}) ["
+                + " ".join(f"{h} {n}" for h, n in sorted(running.items())) + "]"
+                + (f", hvd.init done {ready}" if ready else ""))
     arrived = arrivals(snap, alloc, rank_hosts(alloc))
     ready = sum(r.initialized for r in snap.ranks)
     per_host = " ".join(f"{h.name} {arrived[h.name]}/{h.slots}" for h in alloc.hosts[:8])

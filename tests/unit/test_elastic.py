@@ -148,3 +148,26 @@ def test_an_exit_hang_and_a_stall_are_judged_over_the_ranks_not_lost() -> None:
     never = check(Snapshot((RankState(0, "gpu01", 100, last_heard=99),), None, now=100), ALLOC,
                   POLICY, 0, elastic=True)
     assert never is not None and never.hosts == ()  # Horovod placed the ranks: no host named
+
+
+def test_spares_are_held_back_from_the_plan_and_only_with_elastic(tmp_path: Path) -> None:
+    spec = build_spec(LaunchOptions(script="t.py", elastic=True, spares=1), tmp_path)
+    assert spec.elastic is not None and spec.elastic.spares == 1
+    with pytest.raises(UsageError, match="--spares 1 is for --elastic"):
+        build_spec(LaunchOptions(script="t.py", spares=1), tmp_path)
+    from ringtrain.hostfile import Inventory
+    from ringtrain.launch.spares import without_spares
+
+    inventory = Inventory(ALLOC.hosts, "test")
+    assert without_spares(inventory, spec.elastic).names == ("gpu01", "gpu02")
+    assert without_spares(inventory, None) == inventory
+
+
+def test_the_live_line_counts_the_ranks_running_once_more_joined_than_placed() -> None:
+    from ringtrain.cli.live import describe_arrivals
+
+    two = allocate(parse_host_spec("gpu01:1,gpu02:1"))
+    snap = Snapshot((_rank(0, "gpu01", 99), _rank(1, "gpu02", 50, connected=False),
+                     _rank(2, "gpu03", 99)), None, now=100)
+    assert describe_arrivals(snap, two) == (
+        "ranks running 2 (placed with 2) [gpu01 1 gpu03 1], hvd.init done 2")
