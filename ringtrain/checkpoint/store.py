@@ -154,7 +154,11 @@ class Store:
     def _stream_hash(self, path: str, copy_to: Path | None) -> tuple[int, str]:
         digest, size = hashlib.sha256(), 0
         with contextlib.ExitStack() as stack:
-            src = stack.enter_context(self.fs.open(path, "rb", block_size=self.chunk_bytes))
+            # hdfs-native (0.14) wraps its raw reader in io.BufferedReader when given a block
+            # size, and the raw reader has no readinto(): every read raised NotImplementedError
+            # (found against a real NameNode). Its raw reader reads by size itself.
+            block = None if self.location.protocol in ("hdfs", "viewfs") else self.chunk_bytes
+            src = stack.enter_context(self.fs.open(path, "rb", block_size=block))
             out = stack.enter_context(open(copy_to, "wb")) if copy_to is not None else None
             while chunk := src.read(self.chunk_bytes):
                 digest.update(chunk)

@@ -1,0 +1,112 @@
+// Written for ringtrain (ringtrain/sim/minihdfs.py runs it): a real HDFS in one JVM, Apache
+// Hadoop's MiniDFSCluster, for tests and `ringtrain sim up --hdfs`.
+//
+//   java -cp LIB/*:CLASSES MiniHdfs BASE_DIR HOST PORT DATANODES
+//
+// Prints "READY hdfs://HOST:PORT" once the NameNode is out of safe mode and every DataNode has
+// registered. Then reads commands, one per line, on stdin and answers "OK ..." or "ERR ...":
+//   restart-namenode            stop and start the NameNode (same port, same data)
+//   stop-namenode | start-namenode
+//   safemode enter|leave
+//   space-quota PATH BYTES      a space quota on PATH (-1: none)
+//   owned PATH USER MODE        mkdir PATH owned by USER with octal MODE (permission tests)
+//   stop-datanode N
+// End of stdin (or SIGTERM) shuts the cluster down and exits.
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.SafeModeAction;
+import org.apache.hadoop.fs.permission.FsPermission;
+import org.apache.hadoop.hdfs.DistributedFileSystem;
+import org.apache.hadoop.hdfs.HdfsConfiguration;
+import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.hdfs.protocol.HdfsConstants;
+
+public final class MiniHdfs {
+    private MiniHdfs() {}
+
+    public static void main(String[] args) throws Exception {
+        String base = args[0];
+        String host = args[1];
+        int port = Integer.parseInt(args[2]);
+        int datanodes = Integer.parseInt(args[3]);
+        Configuration conf = new HdfsConfiguration();
+        conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, base);
+        conf.set("dfs.namenode.rpc-bind-host", host);
+        conf.set("dfs.datanode.address", host + ":0");
+        conf.set("dfs.datanode.http.address", host + ":0");
+        conf.set("dfs.datanode.ipc.address", host + ":0");
+        conf.set("dfs.namenode.http-address", host + ":0");
+        conf.setInt("dfs.replication", Math.min(datanodes, 3));
+        conf.setInt("dfs.namenode.safemode.extension", 0);
+        final MiniDFSCluster cluster = new MiniDFSCluster.Builder(conf)
+                .nameNodePort(port).nameNodeHttpPort(0).numDataNodes(datanodes)
+                .checkDataNodeAddrConfig(true).format(true).build();
+        cluster.waitActive();
+        cluster.waitClusterUp();
+        Runtime.getRuntime().addShutdownHook(new Thread(cluster::shutdown));
+        System.out.println("READY hdfs://" + host + ":" + cluster.getNameNodePort());
+        System.out.flush();
+        BufferedReader in = new BufferedReader(
+                new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] w = line.trim().split("\\s+");
+            try {
+                System.out.println("OK " + run(cluster, w));
+            } catch (Exception e) {
+                System.out.println("ERR " + w[0] + ": " + String.valueOf(e.getMessage())
+                        .replace('\n', ' '));
+            }
+            System.out.flush();
+        }
+        cluster.shutdown();
+        System.exit(0);
+    }
+
+    private static String run(MiniDFSCluster cluster, String[] w) throws Exception {
+        switch (w[0]) {
+            case "restart-namenode":
+                cluster.restartNameNode(true);
+                cluster.waitActive();
+                return w[0];
+            case "stop-namenode":
+                cluster.shutdownNameNode(0);
+                return w[0];
+            case "start-namenode":
+                cluster.restartNameNode(true);
+                cluster.waitActive();
+                return w[0];
+            case "safemode": {
+                DistributedFileSystem fs = cluster.getFileSystem();
+                fs.setSafeMode("enter".equals(w[1]) ? SafeModeAction.ENTER
+                        : SafeModeAction.LEAVE);
+                return w[0] + " " + w[1];
+            }
+            case "space-quota": {
+                DistributedFileSystem fs = cluster.getFileSystem();
+                Path path = new Path(w[1]);
+                fs.mkdirs(path);
+                fs.setQuota(path, HdfsConstants.QUOTA_DONT_SET, Long.parseLong(w[2]));
+                return w[0] + " " + w[1] + " " + w[2];
+            }
+            case "owned": {
+                FileSystem fs = cluster.getFileSystem();
+                Path path = new Path(w[1]);
+                fs.mkdirs(path);
+                fs.setOwner(path, w[2], null);
+                fs.setPermission(path, new FsPermission(Short.parseShort(w[3], 8)));
+                return w[0] + " " + w[1];
+            }
+            case "stop-datanode":
+                cluster.stopDataNode(Integer.parseInt(w[1]));
+                return w[0] + " " + w[1];
+            default:
+                throw new IllegalArgumentException("unknown command " + w[0]);
+        }
+    }
+}
