@@ -21,6 +21,7 @@ import errno
 import logging
 import os
 import secrets
+import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,6 +51,8 @@ def make_filesystem(loc: Location, options: Mapping[str, Any] | None = None) -> 
             return LocalFileSystem(auto_mkdir=True)
         if loc.protocol == "s3":
             return _s3_filesystem(options or {})
+        if loc.protocol == "hdfs" and loc.host and loc.port:
+            _resolve_namenode(loc)
         return fsspec.filesystem(
             loc.protocol, host=loc.host, port=loc.port, skip_instance_cache=True,
             **dict(options or {}),
@@ -59,6 +62,20 @@ def make_filesystem(loc: Location, options: Mapping[str, Any] | None = None) -> 
         raise CheckpointError(
             f"{loc.protocol}:// checkpoints need a package that is missing ({err.name})",
             f"pip install 'ringtrain[{extra}]'",
+        ) from None
+
+
+def _resolve_namenode(loc: Location) -> None:
+    """An unknown NameNode host is a mistake in the URL, said before any call: hdfs-native
+    would wait for it for ever. Only for ``host:port`` (a name without a port may be an HA
+    nameservice of hdfs-site.xml, which only the client resolves)."""
+    try:
+        socket.getaddrinfo(loc.host, loc.port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise CheckpointError(
+            f"{loc.url}: the NameNode host {loc.host!r} cannot be resolved ({err})",
+            "fix the host in the checkpoint URL (hdfs://NAMENODE:PORT/path), or its DNS "
+            "or /etc/hosts entry",
         ) from None
 
 

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import logging
 import posixpath
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -70,6 +71,34 @@ def _hint(err: BaseException) -> str:
     return "check the checkpoint URL and the storage's health, then run again"
 
 
+HDFS_CALL_TIMEOUT_S = 60.0
+
+
+def with_deadline(fn: Callable[[], T], seconds: float) -> Callable[[], T]:
+    """``fn`` run in a daemon thread and given up on (TimeoutError: transient, retried) after
+    ``seconds``. A call that never returns keeps its thread, blocked; training goes on."""
+
+    def bounded() -> T:
+        box: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as err:  # handed to the caller's thread
+                box["error"] = err
+
+        worker = threading.Thread(target=call, name="storage-call", daemon=True)
+        worker.start()
+        worker.join(seconds)
+        if worker.is_alive():
+            raise TimeoutError(f"no answer in {seconds:.0f} s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]  # type: ignore[no-any-return]
+
+    return bounded
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     name: str  # base name
@@ -84,6 +113,9 @@ class Store:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     hook: Hook | None = None
     chunk_bytes: int = 8 * MIB
+    # HDFS: hdfs-native (0.14) waits forever for a NameNode that is down (found against a real
+    # one), so each call gets a deadline: this many seconds, plus 1 s per 5 MB it moves
+    call_timeout_s: float = HDFS_CALL_TIMEOUT_S
 
     @property
     def url(self) -> str:
@@ -99,9 +131,11 @@ class Store:
     def with_hook(self, hook: Hook | None) -> Store:
         return replace(self, hook=hook)
 
-    def _run(self, op: str, rel: str, fn: Callable[[], T]) -> T:
+    def _run(self, op: str, rel: str, fn: Callable[[], T], nbytes: int = 0) -> T:
         if self.hook:
             self.hook("before", op, rel)
+        if self.location.protocol in ("hdfs", "viewfs"):
+            fn = with_deadline(fn, self.call_timeout_s + nbytes / 5e6)
         try:
             result = call_with_retry(fn, what=f"{op} {self.url_of(rel)}", policy=self.retry)
         except CheckpointError:
@@ -120,7 +154,8 @@ class Store:
             # s3fs: one PUT below 2 chunks, else a concurrent multipart upload.
             self._run("put", rel, lambda: self.fs.put_file(str(local), path))
             return
-        self._run("put", rel, lambda: self._stream_put(rel, path, local))
+        self._run("put", rel, lambda: self._stream_put(rel, path, local),
+                  nbytes=local.stat().st_size)
 
     def _stream_put(self, rel: str, path: str, local: Path) -> None:
         with open(local, "rb") as src, self.fs.open(path, "wb") as dst:
@@ -231,6 +266,7 @@ def open_store(
     hook: Hook | None = None,
     chunk_bytes: int = 8 * MIB,
     options: Mapping[str, Any] | None = None,
+    call_timeout_s: float = HDFS_CALL_TIMEOUT_S,
 ) -> Store:
     """A Store for ``url`` (local path, file://, s3://, hdfs://, viewfs://).
 
@@ -238,4 +274,4 @@ def open_store(
     """
     location = parse_url(url)
     fs = make_filesystem(location, options)
-    return Store(location, fs, retry or RetryPolicy(), hook, chunk_bytes)
+    return Store(location, fs, retry or RetryPolicy(), hook, chunk_bytes, call_timeout_s)

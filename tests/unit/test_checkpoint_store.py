@@ -331,7 +331,7 @@ def hdfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNameno
 
 
 def test_hdfs_commit_resume_retention_and_conflict(tmp_path: Path, hdfs: FakeNamenode) -> None:
-    store = open_store("hdfs://namenode:8020/user/ml/run1", retry=FAST, chunk_bytes=16_384)
+    store = open_store("hdfs://localhost:8020/user/ml/run1", retry=FAST, chunk_bytes=16_384)
     assert type(store.fs).__mro__[1] is HdfsFileSystem
     for step in (1, 2, 3):
         commit(store, make_src(tmp_path, str(step)), step=step, epoch=step, keep=2)
@@ -439,3 +439,25 @@ def test_hostile_manifests_and_linked_data_fall_back_to_the_previous_checkpoint(
     (root / "manifests" / "ckpt-000000000010.json").write_text(json.dumps(body))
     shown = CliRunner().invoke(cli, ["ckpt", "ls", str(root)])
     assert "[bold red]" in shown.output and "\x1b" not in shown.output
+
+
+def test_a_storage_call_past_its_deadline_is_a_transient_timeout() -> None:
+    import threading
+    import time as _time
+
+    from ringtrain.checkpoint.retry import is_transient
+    from ringtrain.checkpoint.store import with_deadline
+
+    assert with_deadline(lambda: 7, 1.0)() == 7
+    release = threading.Event()
+    started = _time.monotonic()
+    with pytest.raises(TimeoutError, match="no answer in 0 s") as info:
+        with_deadline(lambda: release.wait(30), 0.2)()
+    release.set()
+    assert _time.monotonic() - started < 5 and is_transient(info.value)
+
+    def fails() -> None:
+        raise PermissionError("denied")
+
+    with pytest.raises(PermissionError, match="denied"):
+        with_deadline(fails, 1.0)()
