@@ -57,6 +57,15 @@ def make_filesystem(loc: Location, options: Mapping[str, Any] | None = None) -> 
             loc.protocol, host=loc.host, port=loc.port, skip_instance_cache=True,
             **dict(options or {}),
         )
+    except RuntimeError as err:
+        if loc.protocol in ("hdfs", "viewfs") and "No NameNode hosts found" in str(err):
+            raise CheckpointError(
+                f"{loc.url}: no NameNode for {loc.host!r}: the URL has no port, and the Hadoop "
+                "configuration (HADOOP_CONF_DIR, hdfs-site.xml) names no nameservice so called",
+                "add the NameNode's RPC port (hdfs://NAMENODE:8020/path), or point "
+                "HADOOP_CONF_DIR at the cluster's configuration",
+            ) from None
+        raise
     except ImportError as err:
         extra = "s3" if loc.protocol == "s3" else "hdfs"
         raise CheckpointError(

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ringtrain.checkpoint import hdfs_errors
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -75,12 +77,24 @@ class RetryPolicy:
         return max(0.0, base * (1 + random.uniform(-self.jitter, self.jitter)))  # noqa: S311
 
 
+def describe(err: BaseException) -> str:
+    """An error in one line: its type and text; the NameNode's exception without its stack."""
+    hdfs = hdfs_errors.remote(err)
+    if hdfs is not None:
+        return f"{hdfs[0]}: {hdfs[1][:300]}"
+    text = str(err).strip() or "no details"
+    return f"{type(err).__name__}: {text[:300]}"
+
+
 def is_transient(err: BaseException) -> bool:
     """True when retrying the same request may succeed."""
     if isinstance(err, _PERMANENT_TYPES):
         return False
     if isinstance(err, (TimeoutError, ConnectionError)):
         return True
+    hdfs = hdfs_errors.remote(err)
+    if hdfs is not None:
+        return hdfs[0] in hdfs_errors.TRANSIENT
     if any(cls.__name__ in _TRANSIENT_CLASS_NAMES for cls in type(err).__mro__):
         return True
     if isinstance(err, OSError):
@@ -105,10 +119,9 @@ def call_with_retry(
                 raise
             wait = policy.delay(attempt)
             log.warning(
-                "%s failed (%s: %s); retry %d/%d in %.1f s",
+                "%s failed (%s); retry %d/%d in %.1f s",
                 what,
-                type(err).__name__,
-                err,
+                describe(err),
                 attempt + 1,
                 policy.attempts - 1,
                 wait,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ringtrain.checkpoint import hdfs_errors
 from ringtrain.checkpoint.filesystems import (
     Location,
     create_exclusive,
@@ -26,7 +27,7 @@ from ringtrain.checkpoint.filesystems import (
     parse_url,
     sync_file,
 )
-from ringtrain.checkpoint.retry import RetryPolicy, call_with_retry, is_transient
+from ringtrain.checkpoint.retry import RetryPolicy, call_with_retry, describe, is_transient
 from ringtrain.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -47,12 +48,10 @@ class StorageError(CheckpointError):
         self.transient = is_transient(cause)
 
 
-def describe(err: BaseException) -> str:
-    text = str(err).strip() or "no details"
-    return f"{type(err).__name__}: {text[:300]}"
-
-
 def _hint(err: BaseException) -> str:
+    hdfs = hdfs_errors.remote(err)
+    if hdfs is not None and hdfs[0] in hdfs_errors.HINTS:
+        return hdfs_errors.HINTS[hdfs[0]]
     names = {cls.__name__ for cls in type(err).__mro__}
     if "NoCredentialsError" in names:
         return "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials"

@@ -214,3 +214,31 @@ def test_ckpt_ls_of_an_unknown_namenode_is_a_clear_error() -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "hdfs://nohost.invalid:8020/x" in proc.stderr, proc.stderr
 
+
+
+def test_a_user_without_write_access_gets_a_clear_refusal(
+    tmp_path: Path, hdfs_url: str, mini: minihdfs.MiniHdfs
+) -> None:
+    """Simple authentication: the client is whoever HADOOP_USER_NAME names. bob may not write
+    in alice's 755 directory; ``ckpt ls`` by bob still reads it."""
+    path = "/" + hdfs_url.split("://", 1)[1].split("/", 1)[1]
+    mini.command(f"owned {path} alice 755")
+    src = make_src(tmp_path, "a")
+    code = ("import sys; from pathlib import Path; from ringtrain.checkpoint import commit, "
+            "open_store, RetryPolicy\n"
+            "from ringtrain.errors import CheckpointError\n"
+            "try:\n"
+            f"    commit(open_store({hdfs_url!r}, retry=RetryPolicy(attempts=1)), "
+            f"Path({str(src)!r}), step=1, epoch=1)\n"
+            "except CheckpointError as err:\n"
+            "    print(err.message); print(err.hint); sys.exit(3)\n")
+    env = {**os.environ, "HADOOP_USER_NAME": "bob"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "AccessControlException: Permission denied: user=bob, access=WRITE" in proc.stdout
+    assert hdfs_url in proc.stdout and "HADOOP_USER_NAME" in proc.stdout
+    listed = subprocess.run([*RINGTRAIN, "ckpt", "ls", hdfs_url], env=env, capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert listed.returncode == 0 and "no checkpoint" in (listed.stdout + listed.stderr).lower(), (
+        listed.stdout + listed.stderr)

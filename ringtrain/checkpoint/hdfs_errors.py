@@ -1,0 +1,47 @@
+"""HDFS's own errors, as hdfs-native reports them. PURE.
+
+hdfs-native raises ``RuntimeError('RPCError("org.apache...SafeModeException", "message\\n\\tat
+...Java stack...")')``: the NameNode's exception class and its message, stack trace included.
+``remote`` reads the class and the message's first line back out; the rest of ringtrain uses
+them for a short error, a fix (``hint``) and whether waiting can help (``transient``: safe mode
+while the NameNode starts, a standby NameNode during a failover). Each was seen against a real
+NameNode (tests/integration/test_checkpoint_hdfs.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+_RPC = re.compile(r'RPCError\("(?P<cls>[\w.$]+)", "(?P<msg>.*)', re.S)
+
+TRANSIENT = frozenset({"SafeModeException", "StandbyException", "RetriableException",
+                       "ObserverRetryOnActiveException"})
+
+HINTS = {
+    "SafeModeException": (
+        "the NameNode is in safe mode (starting up, or put there by an administrator): a "
+        "short one is waited out within --checkpoint-grace; `hdfs dfsadmin -safemode get` says "
+        "why; the previous checkpoint is intact"),
+    "DSQuotaExceededException": (
+        "the directory's HDFS space quota is full (HDFS reserves a whole block for a file "
+        "being written): raise it (`hdfs dfsadmin -setSpaceQuota`), free space, keep fewer "
+        "checkpoints (keep=N), or pass another --checkpoint; the previous checkpoint is intact"),
+    "NSQuotaExceededException": (
+        "the directory's HDFS name quota (files and directories) is full: raise it (`hdfs "
+        "dfsadmin -setQuota`) or keep fewer checkpoints (keep=N)"),
+    "AccessControlException": (
+        "this HDFS user may not write there: run as one who may (HADOOP_USER_NAME under simple "
+        "authentication, your Kerberos principal otherwise) or fix the directory's owner and "
+        "mode (`hdfs dfs -chown`, `-chmod`), or pass another --checkpoint"),
+    "StandbyException": "the NameNode is a standby: name the active one, or the nameservice",
+}
+
+
+def remote(err: BaseException) -> tuple[str, str] | None:
+    """(exception class without its package, first line of its message), or None when
+    ``err`` is not an error the NameNode or a DataNode returned."""
+    match = _RPC.search(str(err))
+    if match is None:
+        return None
+    message = match["msg"].split("\\n", 1)[0].split("\n", 1)[0].rstrip('")')
+    return match["cls"].rsplit(".", 1)[-1], message.strip()

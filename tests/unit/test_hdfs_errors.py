@@ -1,0 +1,44 @@
+"""checkpoint/hdfs_errors.py on the errors hdfs-native raised against a real NameNode (texts
+captured from tests/integration/test_checkpoint_hdfs.py's minicluster)."""
+
+from __future__ import annotations
+
+from ringtrain.checkpoint import hdfs_errors
+from ringtrain.checkpoint.retry import describe, is_transient
+from ringtrain.checkpoint.store import StorageError
+
+SAFE_MODE = RuntimeError(
+    'RPCError("org.apache.hadoop.hdfs.server.namenode.SafeModeException", "Cannot create file'
+    '/sm/data/x/ckpt.data-00000-of-00001. Name node is in safe mode.\\nIt was turned on '
+    'manually. Use \\"hdfs dfsadmin -safemode leave\\" to turn safe mode off.\\n\\tat org.'
+    'apache.hadoop.hdfs.server.namenode.FSNamesystem.newSafemodeException(FSNamesystem.java:1)")')
+QUOTA = RuntimeError(
+    'RPCError("org.apache.hadoop.hdfs.protocol.DSQuotaExceededException", "The DiskSpace quota '
+    'of /q is exceeded: quota = 1 B = 1 B but diskspace consumed = 134217728 B = 128 MB\\n\\tat '
+    'org.apache.hadoop.hdfs.server.namenode.DirectoryWithQuotaFeature.verifyStoragespaceQuota")')
+DENIED = RuntimeError(
+    'RPCError("org.apache.hadoop.security.AccessControlException", "Permission denied: user=bob,'
+    ' access=WRITE, inode=\\"/alice\\":alice:supergroup:drwxr-xr-x\\n\\tat org.apache.hadoop")')
+
+
+def test_the_namenodes_exception_is_read_back_without_its_stack() -> None:
+    assert hdfs_errors.remote(SAFE_MODE) == (
+        "SafeModeException",
+        "Cannot create file/sm/data/x/ckpt.data-00000-of-00001. Name node is in safe mode.")
+    assert hdfs_errors.remote(QUOTA) == (
+        "DSQuotaExceededException",
+        "The DiskSpace quota of /q is exceeded: quota = 1 B = 1 B but diskspace consumed = "
+        "134217728 B = 128 MB")
+    assert hdfs_errors.remote(ValueError("plain")) is None
+    assert describe(DENIED).startswith("AccessControlException: Permission denied: user=bob")
+    assert "\\tat" not in describe(DENIED)
+
+
+def test_safe_mode_is_waited_out_a_full_quota_and_a_refusal_are_not() -> None:
+    assert is_transient(SAFE_MODE)
+    assert not is_transient(QUOTA) and not is_transient(DENIED)
+    err = StorageError("put", "hdfs://nn:8020/q/run/data/x", QUOTA)
+    assert err.message.startswith("put hdfs://nn:8020/q/run/data/x failed: "
+                                  "DSQuotaExceededException: The DiskSpace quota of /q")
+    assert "hdfs dfsadmin -setSpaceQuota" in err.hint and not err.transient
+    assert "HADOOP_USER_NAME" in StorageError("put", "hdfs://x", DENIED).hint
