@@ -3,7 +3,7 @@ NameNode and DataNodes in one JVM), started by ``minihdfs/MiniHdfs.java``.
 
 ``build()`` fetches the pinned Hadoop client artifacts with Maven (``minihdfs/pom.xml``; Maven
 verifies their checksums) and compiles the launcher, once, into a cache directory
-(``$RINGTRAIN_CACHE`` or ``~/.cache/ringtrain``); it needs Java 17 and Maven. ``start()`` runs
+(``$RINGTRAIN_SIM_CACHE`` or ``~/.cache/ringtrain``); it needs Java 17 and Maven. ``start()`` runs
 the cluster on an address and port, waits until it is out of safe mode with every DataNode
 registered, and returns a ``MiniHdfs``: its ``url``, ``command()`` for faults (restart or stop
 the NameNode, safe mode, a space quota, a directory owned by another user, a DataNode
@@ -34,7 +34,7 @@ COMMAND_TIMEOUT_S = 120.0
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("RINGTRAIN_CACHE") or str(Path.home() / ".cache" / "ringtrain")
+    root = os.environ.get("RINGTRAIN_SIM_CACHE") or str(Path.home() / ".cache" / "ringtrain")
     return Path(root) / f"minihdfs-{HADOOP_VERSION}"
 
 
