@@ -1,5 +1,8 @@
-"""A real HDFS for tests and ``ringtrain sim up --hdfs``: Apache Hadoop's MiniDFSCluster (a
-NameNode and DataNodes in one JVM), started by ``minihdfs/MiniHdfs.java``.
+"""A real HDFS for the tests: Apache Hadoop's MiniDFSCluster (a NameNode and DataNodes in one
+JVM), started by ``minihdfs/MiniHdfs.java``, on 127.0.0.1. (Not yet on the simulated cluster's
+bridge address: MiniDFSCluster's DataNodes reach its NameNode at 127.0.0.1 whatever it is bound
+to, and a DataNode registers with the address it came from, so the hosts' namespaces would be
+sent to 127.0.0.1; that needs the NameNode on every address and datanode hostnames.)
 
 ``build()`` fetches the pinned Hadoop client artifacts with Maven (``minihdfs/pom.xml``; Maven
 verifies their checksums) and compiles the launcher, once, into a cache directory
@@ -13,6 +16,7 @@ stopped) and ``stop()``, which ends it by PID.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import queue
@@ -43,21 +47,26 @@ def build(cache: Path | None = None) -> Path:
     and compiled on first use, then reused."""
     cache = cache or cache_dir()
     lib, classes = cache / "lib", cache / "classes"
-    if (classes / "MiniHdfs.class").is_file() and any(lib.glob("hadoop-client-minicluster-*")):
+    source = hashlib.sha256((SOURCE / "MiniHdfs.java").read_bytes()).hexdigest()
+    fetched = any(lib.glob("hadoop-client-minicluster-*"))
+    stamp = classes / "source.sha256"
+    if fetched and stamp.is_file() and stamp.read_text() == source:
         return cache
     for tool in ("mvn", "javac", "java"):
         if shutil.which(tool) is None:
             raise SetupError(f"the test HDFS needs {tool} (Java 17 and Maven)",
                              "apt-get install openjdk-17-jdk-headless maven")
     cache.mkdir(parents=True, exist_ok=True)
-    log.warning("fetching Apache Hadoop %s's minicluster with Maven into %s (once)",
-                HADOOP_VERSION, cache)
-    _run(["mvn", "-q", "-B", "-f", str(SOURCE / "pom.xml"), "dependency:copy-dependencies",
-          f"-DoutputDirectory={lib}"], "fetch Hadoop's minicluster with Maven")
+    if not fetched:
+        log.warning("fetching Apache Hadoop %s's minicluster with Maven into %s (once)",
+                    HADOOP_VERSION, cache)
+        _run(["mvn", "-q", "-B", "-f", str(SOURCE / "pom.xml"), "dependency:copy-dependencies",
+              f"-DoutputDirectory={lib}"], "fetch Hadoop's minicluster with Maven")
     tmp = cache / "classes.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     _run(["javac", "-d", str(tmp), "-cp", f"{lib}/*", str(SOURCE / "MiniHdfs.java")],
          "compile the minicluster launcher")
+    (tmp / "source.sha256").write_text(source)
     shutil.rmtree(classes, ignore_errors=True)
     tmp.rename(classes)
     return cache
@@ -115,16 +124,15 @@ class MiniHdfs:
 def start(base: Path, host: str = "127.0.0.1", port: int = 0, datanodes: int = 1,
           timeout: float = START_TIMEOUT_S) -> MiniHdfs:
     """Start a minicluster keeping its data under ``base`` (port 0: a free one) and wait until
-    it is ready."""
+    it is ready. It takes commands (``MiniHdfs.command``) and ends with this process's
+    ``stop()`` or exit."""
     cache = build()
     base.mkdir(parents=True, exist_ok=True)
     log_path = base / "minihdfs.log"
-    log_file = log_path.open("a")
-    argv = ["java", "-Xmx512m", "-cp", f"{cache / 'lib'}/*:{cache / 'classes'}", "MiniHdfs",
-            str(base / "data"), host, str(port), str(datanodes)]
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=log_file, text=True, start_new_session=True)
-    log_file.close()
+    with log_path.open("a") as log_file:
+        proc = subprocess.Popen(_argv(cache, base, host, port, datanodes), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=log_file, text=True,
+                                start_new_session=True)
     cluster = MiniHdfs("", proc, base, log_path)
     ready: queue.Queue[str] = queue.Queue()
 
@@ -147,6 +155,15 @@ def start(base: Path, host: str = "127.0.0.1", port: int = 0, datanodes: int = 1
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             cluster.stop(timeout=5)
-            tail = log_path.read_text(errors="replace")[-2000:]
-            raise SetupError(f"the test HDFS did not start in {timeout:.0f} s "
-                             f"(exit {proc.returncode}): {tail}", f"see {log_path}")
+            _failed(timeout, proc.returncode, log_path)
+
+
+def _argv(cache: Path, base: Path, host: str, port: int, datanodes: int) -> list[str]:
+    return ["java", "-Xmx512m", "-cp", f"{cache / 'lib'}/*:{cache / 'classes'}", "MiniHdfs",
+            str(base / "data"), host, str(port), str(datanodes)]
+
+
+def _failed(timeout: float, status: int | None, log_path: Path) -> None:
+    tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+    raise SetupError(f"the test HDFS did not start in {timeout:.0f} s (exit {status}): {tail}",
+                     f"see {log_path}")

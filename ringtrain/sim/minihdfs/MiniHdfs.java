@@ -1,5 +1,5 @@
 // Written for ringtrain (ringtrain/sim/minihdfs.py runs it): a real HDFS in one JVM, Apache
-// Hadoop's MiniDFSCluster, for tests and `ringtrain sim up --hdfs`.
+// Hadoop's MiniDFSCluster, for the tests.
 //
 //   java -cp LIB/*:CLASSES MiniHdfs BASE_DIR HOST PORT DATANODES
 //
