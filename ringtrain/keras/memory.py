@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ringtrain.rank import rerun
+from ringtrain.rank import agent, rerun
 
 DEFAULT_COMMIT_EVERY = 10
 _OPS = ("HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast")
@@ -298,6 +298,8 @@ def restore(model: Any, optimizer: Any) -> int | None:
     MEMORY.commit = Commit(commit.count, commit.epoch, commit.batch, hvd.size(), lr)
     MEMORY.pending = (commit.epoch, commit.batch)
     if hvd.rank() == 0:
+        _tell("elastic_restored", source=source, epoch=commit.epoch, step=commit.batch,
+              size=int(hvd.size()), nbytes=int(sum(a.nbytes for a in MEMORY.values)))
         print(describe(commit, source=source, size=hvd.size(), lr=lr,
                        nbytes=sum(a.nbytes for a in MEMORY.values),
                        took_s=time.monotonic() - began,
@@ -336,6 +338,7 @@ def reset(exc: BaseException) -> bool:
     import horovod.tensorflow as hvd  # noqa: PLC0415
 
     rank = _rank_or_none(hvd)
+    _tell("elastic_reset")
     MEMORY.resets += 1
     MEMORY.reset_at = time.monotonic()
     sys.stderr.write(f"ringtrain: elastic: rank {rank} (pid {os.getpid()}): {why}; forming "
@@ -347,6 +350,13 @@ def reset(exc: BaseException) -> bool:
         MEMORY.state.on_reset()  # host updates queued before the reset are covered by it
     tf.keras.backend.clear_session()
     return True
+
+
+def _tell(kind: str, **fields: Any) -> None:
+    """Tell the launcher (its ledger's elastic stages), when one supervises this rank."""
+    line = agent.agent()
+    if line is not None:
+        line.send(kind, **fields)
 
 
 def _rank_or_none(hvd: Any) -> int | None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import secrets
 import selectors
 import socket
@@ -30,40 +29,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ringtrain.rank.events import HEARTBEAT_S, MAX_LINE, RankEvent, decode, encode, to_event
+from ringtrain.launch.steptimes import StepTimes
+from ringtrain.rank.events import (
+    HEARTBEAT_S,
+    MAX_LINE,
+    RankEvent,
+    count,
+    decode,
+    encode,
+    number,
+    to_event,
+)
 
 log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 10.0
 MAX_PENDING = 64
-
-
-@dataclass(frozen=True, slots=True)
-class StepTimes:
-    """A rank's step times: the latest window's mean compute (its own part of a step, before
-    the all-reduce) and whole step in seconds, when it came, and running totals of compute
-    seconds and steps measured (a reader that skips windows still gets exact means)."""
-
-    compute: float | None
-    wall: float | None
-    at: float
-    total_compute: float = 0.0
-    total_steps: int = 0
-
-    def then(self, msg: dict[str, Any], now: float) -> StepTimes:
-        compute, wall = _seconds(msg.get("compute")), _seconds(msg.get("wall"))
-        n = msg.get("n")
-        n = n if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 1_000_000 else 1
-        if compute is None:
-            return StepTimes(None, wall, now, self.total_compute, self.total_steps)
-        return StepTimes(
-            compute, wall, now, self.total_compute + compute * n, self.total_steps + n
-        )
-
-
-def _seconds(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        return None
-    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +83,23 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
+class Restored:
+    """--elastic: rank 0 restored the state from a rank's memory commit after a reset."""
+    at: float
+    source: int | None
+    epoch: int | None
+    step: int | None
+    size: int | None  # ranks after it
+    nbytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     ranks: tuple[RankState, ...]
     progress: Progress | None
     now: float
+    resets: tuple[float, ...] = ()  # --elastic: when ranks began a reset (ringtrain.keras)
+    restores: tuple[Restored, ...] = ()  # ... and when the state was restored
 
 
 @dataclass(eq=False)
@@ -134,6 +127,8 @@ class ControlServer:
         self._on_event = on_event
         self._ranks: dict[int, RankState] = {}
         self._progress: Progress | None = None
+        self._resets: list[float] = []  # bounded (ELASTIC_KEPT): a peer cannot grow them
+        self._restores: list[Restored] = []
         self._conns: set[_Conn] = set()
         self._pending: set[_Conn] = set()  # connections that have not said hello yet
         self.refused = 0  # connections closed unheard: over max_pending, silent, bad token
@@ -164,6 +159,8 @@ class ControlServer:
                 tuple(sorted(self._ranks.values(), key=lambda r: r.rank)),
                 self._progress,
                 self._clock(),
+                tuple(self._resets),
+                tuple(self._restores),
             )
 
     def close(self) -> None:
@@ -285,9 +282,9 @@ class ControlServer:
         if msg.get("t") != "hello" or not secrets.compare_digest(str(msg.get("token")), self.token):
             log.warning("control: dropped a connection without the job's token")
             return False
-        bad = [k for k in ("rank", "pid") if _count(msg.get(k)) is None]
+        bad = [k for k in ("rank", "pid") if count(msg.get(k)) is None]
         bad += [k for k in ("start", "ppid", "parent_start")
-                if msg.get(k) is not None and _count(msg.get(k)) is None]
+                if msg.get(k) is not None and count(msg.get(k)) is None]
         bad += [k for k in ("host", "parent") if not isinstance(msg.get(k, ""), str)
                 or len(msg.get(k, "")) > MAX_NAME]
         if bad:
@@ -307,10 +304,10 @@ class ControlServer:
             rank=conn.rank,
             host=host,
             pid=pid,
-            start=_count(msg.get("start")),
-            ppid=_count(msg.get("ppid")),
+            start=count(msg.get("start")),
+            ppid=count(msg.get("ppid")),
             parent=str(msg.get("parent", "")),
-            parent_start=_count(msg.get("parent_start")),
+            parent_start=count(msg.get("parent_start")),
             last_heard=self._clock(),
         )
         with self._lock:
@@ -339,14 +336,21 @@ class ControlServer:
                 self._ranks[conn.rank] = state
             if kind == "progress":  # a field of the wrong type is left out, never trusted
                 self._progress = Progress(
-                    epoch=_count(msg.get("epoch")),
-                    epochs=_count(msg.get("epochs")),
-                    step=_count(msg.get("step")),
-                    steps=_count(msg.get("steps")),
-                    loss=_number(msg.get("loss")),
-                    samples_per_s=_number(msg.get("samples_per_s")),
+                    epoch=count(msg.get("epoch")),
+                    epochs=count(msg.get("epochs")),
+                    step=count(msg.get("step")),
+                    steps=count(msg.get("steps")),
+                    loss=number(msg.get("loss")),
+                    samples_per_s=number(msg.get("samples_per_s")),
                     at=now,
                 )
+            elif kind == "elastic_reset":
+                self._resets = [*self._resets, now][-ELASTIC_KEPT:]
+            elif kind == "elastic_restored":  # numbers only, as for progress
+                self._restores = [*self._restores, Restored(
+                    now, count(msg.get("source")), count(msg.get("epoch")),
+                    count(msg.get("step")), count(msg.get("size")),
+                    count(msg.get("nbytes")))][-ELASTIC_KEPT:]
         if self._on_event is not None and kind not in ("hb", "steps"):
             self._on_event(to_event(msg, conn.rank))
 
@@ -366,20 +370,7 @@ class ControlServer:
 
 _NO_STEPS = StepTimes(None, None, 0.0)
 MAX_NAME = 255
-
-
-def _count(value: Any) -> int | None:
-    """A whole number >= 0 as the protocol carries it (a bool or a string is not one)."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
-        return value
-    return None
-
-
-def _number(value: Any) -> float | None:
-    """A finite number (loss, samples/s), else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+ELASTIC_KEPT = 64
 
 
 def _api_parts(known: tuple[str, ...], msg: dict[str, Any]) -> tuple[str, ...]:

@@ -20,10 +20,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ringtrain.hostfile import Allocation
-from ringtrain.launch.control import Snapshot
+from ringtrain.launch.control import Restored, Snapshot
 
 if TYPE_CHECKING:
     from ringtrain.launch.sparekeeper import SpareKeeper
+
+
+RESET_LEAD_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,27 +38,55 @@ class Absorbed:
     why: str
     at: float  # seconds into the attempt
     training_again: float | None = None  # ditto
+    reset: float | None = None  # the first rank began its reset (ringtrain.keras), ditto
+    restored: float | None = None  # rank 0 restored the state after it, ditto
+    restored_from: str | None = None  # "rank 0's memory commit (epoch 3 step 10, 0.22 MB)"
 
     @property
     def ttta_s(self) -> float | None:
         return None if self.training_again is None else self.training_again - self.at
 
+    def stages(self) -> tuple[tuple[str, float | None], ...]:
+        """Each step back as seconds after the loss (the ledger's elastic row)."""
+        def since(t: float | None) -> float | None:
+            return None if t is None else t - self.at
+        return (("reset", since(self.reset)), ("restored", since(self.restored)),
+                ("training again", since(self.training_again)))
+
     def describe(self) -> str:
-        back = (f"; training again {self.ttta_s:.1f} s later" if self.ttta_s is not None
-                else "; no training progress reported after it")
-        return f"rank {self.rank} on {self.host} {self.why}{back}"
+        steps = ", ".join(f"{name} {s:.1f} s" for name, s in self.stages() if s is not None)
+        back = f"; {steps}" if steps else "; no training progress reported after it"
+        where = f"; state from {self.restored_from}" if self.restored_from else ""
+        return f"rank {self.rank} on {self.host} {self.why}{back}{where}"
 
     def to_json(self) -> dict[str, Any]:
         ttta = self.ttta_s
         return {"rank": self.rank, "host": self.host, "why": self.why, "at_s": round(self.at, 3),
-                "ttta_s": None if ttta is None else round(ttta, 3)}
+                "ttta_s": None if ttta is None else round(ttta, 3),
+                "stages_s": {k: None if v is None else round(v, 3) for k, v in self.stages()},
+                "restored_from": self.restored_from}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Absorbed:
-        ttta = d.get("ttta_s")
         at = float(d["at_s"])
+        stages = d.get("stages_s") or {}
+
+        def back(key: str, value: Any) -> float | None:
+            return None if value is None else at + float(value)
+
         return cls(int(d["rank"]), str(d["host"]), str(d["why"]), at,
-                   None if ttta is None else at + float(ttta))
+                   back("ttta", d.get("ttta_s")), back("reset", stages.get("reset")),
+                   back("restored", stages.get("restored")), d.get("restored_from"))
+
+
+def restored_text(r: Restored) -> str:
+    """Where a memory restore took the state from. Pure."""
+    at = (f"epoch {r.epoch} step {r.step}" if r.epoch is not None and r.step is not None
+          else "its last commit")
+    size = f", {r.nbytes / 1e6:.2f} MB" if r.nbytes is not None else ""
+    world = f"; world of {r.size}" if r.size is not None else ""
+    who = f"rank {r.source}'s" if r.source is not None else "a rank's"
+    return f"{who} memory commit ({at}{size}{world})"
 
 
 def lost(snap: Snapshot, where: Mapping[int, str], heartbeat_timeout: float,
@@ -98,6 +129,7 @@ class ElasticWatch:
                 self.keeper.lost(loss.host)
         if self.keeper is not None:
             self.keeper.tick()
+        self._stages(snap, note)
         if snap.progress is None:
             return
         at = snap.progress.at - self.started
@@ -106,6 +138,29 @@ class ElasticWatch:
                 self.incidents[i] = replace(loss, training_again=at)
                 note(f"elastic: training again {at - loss.at:.1f} s after rank {loss.rank} "
                      "was lost")
+
+    def _stages(self, snap: Snapshot, note: Callable[[str], None]) -> None:
+        """Each loss's reset and restore, named once. A survivor's collective can fail before
+        the launcher sees the lost rank's connection close, so a reset up to RESET_LEAD_S
+        before the loss counts (a negative stage), unless an earlier incident took it."""
+        resets = [t - self.started for t in snap.resets]
+        restores = [(r.at - self.started, r) for r in snap.restores]
+        taken = -1.0e18
+        for i, loss in enumerate(self.incidents):
+            first = next((t for t in resets if t >= loss.at - RESET_LEAD_S and t > taken),
+                         None)
+            taken = max(taken, loss.reset if loss.reset is not None else first or taken)
+            if loss.reset is None and first is not None:
+                self.incidents[i] = replace(loss, reset=first)
+            if self.incidents[i].restored is None:
+                found: tuple[float, Restored] | None = next(
+                    ((t, r) for t, r in restores if t >= loss.at), None)
+                if found is not None:
+                    text = restored_text(found[1])
+                    self.incidents[i] = replace(self.incidents[i], restored=found[0],
+                                                restored_from=text)
+                    note(f"elastic: state restored from {text} {found[0] - loss.at:.1f} s "
+                         f"after rank {loss.rank} was lost")
 
 
 def seen_hosts(alloc: Allocation, snap: Snapshot, elastic: bool) -> dict[int, str]:

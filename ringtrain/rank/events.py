@@ -26,6 +26,7 @@ alive after the launcher gave up on it.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,3 +72,17 @@ def decode(line: bytes) -> dict[str, Any] | None:
 def to_event(data: dict[str, Any], rank: int) -> RankEvent:
     fields = tuple(sorted((k, v) for k, v in data.items() if k not in ("t", "token")))
     return RankEvent(kind=str(data["t"]), rank=rank, fields=fields)
+
+
+def count(value: Any) -> int | None:
+    """A whole number >= 0 as the protocol carries it (a bool or a string is not one)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+        return value
+    return None
+
+
+def number(value: Any) -> float | None:
+    """A finite number (loss, samples/s), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None

@@ -198,4 +198,10 @@ def test_a_spare_takes_the_lost_hosts_place_and_the_size_holds(
     assert len(results) == 2 and len({r["checksum"] for r in results}) == 1, results
     hosts = (tmp_path / "runs").glob("*/attempt-1/elastic-hosts")
     assert [p.read_text() for p in hosts] == ["gpu01:1\ngpu03:1\n"]
+    # the ledger: the survivor's reset, rank 0's restore from memory, training again
+    (absorbed,) = run_result(tmp_path)["attempts"][0]["absorbed"]
+    assert absorbed["host"] == "gpu02" and absorbed["restored_from"].startswith(
+        "rank 0's memory commit (epoch "), absorbed
+    assert all(absorbed["stages_s"][k] is not None for k in ("reset", "restored",
+                                                            "training again")), absorbed
     _all_gone(sim_cluster)

@@ -175,3 +175,29 @@ def test_a_process_under_a_number_already_seen_gets_its_own() -> None:
         assert len(server.snapshot().ranks) == 2
     finally:
         server.close()
+
+
+def test_elastic_stages_are_kept_as_numbers_only_and_bounded() -> None:
+    from ringtrain.launch.control import ELASTIC_KEPT
+
+    server = ControlServer()
+    try:
+        rank = _connect(server)
+        rank.sendall(encode("hello", token=server.token, rank=0, host="gpu01", pid=42))
+        rank.sendall(encode("elastic_reset"))
+        rank.sendall(encode("elastic_restored", source=1, epoch=3, step=10, size=2,
+                            nbytes=220_000))
+        rank.sendall(encode("elastic_restored", source="x", epoch=-1, step=True, size=2.5))
+        assert _wait(lambda: len(server.snapshot().restores) == 2)
+        snap = server.snapshot()
+        assert len(snap.resets) == 1
+        first, forged = snap.restores
+        assert (first.source, first.epoch, first.step, first.size, first.nbytes) == (
+            1, 3, 10, 2, 220_000)
+        assert (forged.source, forged.epoch, forged.step, forged.size, forged.nbytes) == (
+            None, None, None, None, None)
+        for _ in range(ELASTIC_KEPT + 5):
+            rank.sendall(encode("elastic_reset"))
+        assert _wait(lambda: len(server.snapshot().resets) == ELASTIC_KEPT)
+    finally:
+        server.close()

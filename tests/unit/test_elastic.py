@@ -98,7 +98,34 @@ def test_each_lost_rank_is_named_once_with_its_own_host_and_time_to_training_aga
     assert incident.ttta_s == pytest.approx(4.5) and notes[-1] == (
         "elastic: training again 4.5 s after rank 1 was lost")
     assert Absorbed.from_json(incident.to_json()) == incident
-    assert "training again 4.5 s later" in incident.describe()
+    assert incident.describe().endswith("(killed or crashed); training again 4.5 s")
+
+
+def test_the_ledger_shows_each_elastic_step_after_a_loss() -> None:
+    """ringtrain.keras's ranks say when they reset and rank 0 where it restored the state from;
+    each incident keeps the first of each, as seconds after the loss (a survivor's collective
+    may fail just before the launcher sees the lost connection: a negative reset)."""
+    from ringtrain.launch.control import Restored
+
+    where = {0: "gpu01", 1: "gpu02"}
+    ranks = (_rank(0, "gpu01", 99), _rank(1, "gpu02", 60, connected=False))
+    notes: list[str] = []
+    watch = ElasticWatch(where, 10, started=40)
+    early = Restored(90.0, 0, 1, 0, 2, 1000)  # before the loss: not this incident's
+    restored = Restored(100.8, 0, 3, 10, 1, 220_000)
+    watch.tick(Snapshot(ranks, None, now=100, resets=(50.0, 99.8, 100.2), restores=(early,)),
+               notes.append)
+    watch.tick(Snapshot(ranks, Progress(epoch=3, at=101.5), now=102, resets=(50.0, 99.8, 100.2),
+                        restores=(early, restored)), notes.append)
+    (incident,) = watch.incidents
+    assert [(k, None if v is None else round(v, 1)) for k, v in incident.stages()] == [
+        ("reset", -0.2), ("restored", 0.8), ("training again", 1.5)]
+    text = "rank 0's memory commit (epoch 3 step 10, 0.22 MB; world of 1)"
+    assert incident.restored_from == text
+    assert f"elastic: state restored from {text} 0.8 s after rank 1 was lost" in notes
+    assert incident.describe().endswith(
+        f"reset -0.2 s, restored 0.8 s, training again 1.5 s; state from {text}")
+    assert Absorbed.from_json(incident.to_json()) == incident
 
 
 def test_the_discovery_script_lists_every_host_the_pre_flight_passed(tmp_path: Path) -> None:

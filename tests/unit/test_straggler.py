@@ -14,9 +14,10 @@ import pytest
 from ringtrain.assembly import LaunchOptions, build_spec
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
-from ringtrain.launch.control import RankState, Snapshot, StepTimes
+from ringtrain.launch.control import RankState, Snapshot
 from ringtrain.launch.outcome import decide
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, Straggler
+from ringtrain.launch.steptimes import StepTimes
 from ringtrain.launch.straggler import StragglerWatch, leave_one_out_median
 from ringtrain.launch.supervise import Fault, rank_hosts, usage_warnings
 from ringtrain.rank.progress import StepWindow
