@@ -21,6 +21,7 @@ from ringtrain.hostfile import Host
 
 _BAD = set('"\n\r\t\\')
 SYSTEM_CONFIG = "/etc/ssh/ssh_config"  # read by a plain ssh after the user's; -F skips it
+ALIVE_INTERVAL_S, ALIVE_COUNT = 5, 3  # ssh's defaults when nobody set them: see render
 
 
 def needs_ssh_config(hosts: tuple[Host, ...]) -> bool:
@@ -51,6 +52,11 @@ def render_ssh_config(
     included = base.absolute() if base is not None else Path("~/.ssh/config")
     lines.append(f'    Include "{_checked(str(included), "ssh config")}"')
     lines.append(f'    Include "{SYSTEM_CONFIG}"')
+    # last, so any value the user's or the system's config sets wins: a session to a host
+    # whose link is gone ends in 15 s instead of hanging until TCP gives up (hours), so
+    # horovodrun's elastic driver (and mpirun) learn that its ranks are lost
+    lines += ["", "Host *", f"    ServerAliveInterval {ALIVE_INTERVAL_S}",
+              f"    ServerAliveCountMax {ALIVE_COUNT}"]
     return "\n".join(lines) + "\n"
 
 

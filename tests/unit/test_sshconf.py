@@ -26,7 +26,9 @@ def test_render_puts_host_settings_before_the_users_config() -> None:
     assert text.index("Host gpu01") < text.index("Host gpu02") < text.index("Include")
     assert "    User train\n" in text and "    Port 2222\n" in text
     assert '    IdentityFile "/keys/id_ed25519"\n' in text
-    assert text.rstrip().endswith('Include "/etc/rt/ssh_config"\n    Include "/etc/ssh/ssh_config"')
+    assert 'Include "/etc/rt/ssh_config"\n    Include "/etc/ssh/ssh_config"\n' in text
+    # dead-link detection last: the user's and the system's values come first and win
+    assert text.rstrip().endswith("Host *\n    ServerAliveInterval 5\n    ServerAliveCountMax 3")
     # host keys strictly, before the user's config (ssh takes the first value it finds)
     assert text.index("    StrictHostKeyChecking yes") < text.index("Include")
 
@@ -80,7 +82,8 @@ def test_mpiruns_ssh_checks_keys_even_when_the_users_config_says_no(tmp_path: Pa
                          timeout=30).stdout
     got = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
     assert got["stricthostkeychecking"] == "true" and got["port"] == "2222"
-    assert got["serveraliveinterval"] == "17"
+    assert got["serveraliveinterval"] == "17"  # the user's value wins over ringtrain's 5
+    assert got["serveralivecountmax"] == "3"  # ringtrain's, where nobody set one
     system = Path("/etc/ssh/ssh_config")
     if system.exists() and "HashKnownHosts yes" in system.read_text():  # Debian's, say
         assert got["hashknownhosts"] == "yes"  # OpenSSH's default is no
