@@ -45,11 +45,11 @@ def _job_processes(cluster: sim.SimCluster) -> dict[str, list[str]]:
 
 def _launch_and_kill(
     cluster: sim.SimCluster, tmp_path: Path, script: Path, args: list[str], kill_after: str,
-    victim: str = "gpu03", options: tuple[str, ...] = (),
+    victim: str = "gpu03", options: tuple[str, ...] = (), link_down: bool = False,
 ) -> tuple[int, str, str, dict[str, int]]:
     """Launch ``script`` with --elastic on gpu01..gpu03 from gpu01, SIGKILL ``victim``'s rank
-    once stdout shows ``kill_after``; the exit status, stdout, stderr and the rank PIDs seen
-    on the other hosts just before the kill."""
+    (``link_down``: take its host's link down instead) once stdout shows ``kill_after``; the
+    exit status, stdout, stderr and the rank PIDs seen on the other hosts just before."""
     argv = [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
             "--elastic", "--min-np", "2", "-H", "gpu01:1,gpu02:1,gpu03:1", *options,
             "--ssh-config", str(cluster.ssh_config),
@@ -77,7 +77,11 @@ def _launch_and_kill(
             if pid is not None:
                 survivors[host] = pid
         assert victim in survivors, (victim, sim.host_processes(cluster.config, victim))
-        os.kill(survivors.pop(victim), signal.SIGKILL)
+        pid = survivors.pop(victim)
+        if link_down:
+            sim.set_link(cluster.config, victim, up=False)
+        else:
+            os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=240)
     finally:
         if proc.poll() is None:
@@ -204,4 +208,29 @@ def test_a_spare_takes_the_lost_hosts_place_and_the_size_holds(
         "rank 0's memory commit (epoch "), absorbed
     assert all(absorbed["stages_s"][k] is not None for k in ("reset", "restored",
                                                             "training again")), absorbed
+    _all_gone(sim_cluster)
+
+
+def test_plain_keras_script_survives_a_lost_host(
+    sim_cluster: sim.SimCluster, tmp_path: Path
+) -> None:
+    """gpu03's link goes down mid-training (its rank lives on, cut off): the survivors' ring
+    fails after Gloo's timeout (5 s here), ringtrain names the host silent and drops it from
+    the discovery list, and the two others finish from their memory commit."""
+    try:
+        status, stdout, stderr, survivors = _launch_and_kill(
+            sim_cluster, tmp_path, PLAIN, ["60"], kill_after="checkpoint: committed epoch 3",
+            options=("--gloo-timeout-seconds", "5"), link_down=True)
+    finally:
+        sim.set_link(sim_cluster.config, "gpu03", up=True)
+    assert status == 0, stderr[-4000:]
+    assert re.search(r"elastic: rank \d on gpu03 silent for \d+ s", stderr), stderr[-3000:]
+    resets = re.findall(r"rank \d \(pid (\d+)\): a collective failed", stderr)
+    assert set(int(p) for p in resets) == set(survivors.values()), stderr[-3000:]
+    assert re.search(r"resumed in memory at epoch \d+ step \d+ from rank \d .*; 3 -> 2 ranks",
+                     stdout), stdout[-3000:]
+    results = _results(stdout)
+    assert len(results) == 2 and len({r["checksum"] for r in results}) == 1, results
+    (absorbed,) = run_result(tmp_path)["attempts"][0]["absorbed"]
+    assert absorbed["host"] == "gpu03" and absorbed["why"].startswith("silent")
     _all_gone(sim_cluster)
