@@ -34,7 +34,12 @@ from ringtrain.checkpoint import (
 )
 from ringtrain.checkpoint.store import StorageError
 from ringtrain.sim import minihdfs
-from tests.unit.test_checkpoint_store import corrupt_one_byte, make_src, same_tree
+from tests.unit.test_checkpoint_store import (
+    at_put,
+    make_src,
+    same_tree,
+    two_commits_second_corrupted,
+)
 
 pytestmark = pytest.mark.slow
 RINGTRAIN = [sys.executable, "-m", "ringtrain"]
@@ -123,14 +128,7 @@ def test_two_writers_of_one_step_exactly_one_wins(tmp_path: Path, hdfs_url: str)
 
 def test_corrupted_file_fails_verify_and_resume_falls_back(tmp_path: Path, hdfs_url: str) -> None:
     store = _store(hdfs_url)
-    commit(store, make_src(tmp_path, "a"), step=1, epoch=1)
-    second = commit(store, make_src(tmp_path, "b"), step=2, epoch=2)
-    key = f"{second.manifest.data}/ckpt.data-00000-of-00001"
-    local_copy = tmp_path / "obj"
-    local_copy.write_bytes(store.read_bytes(key))
-    corrupt_one_byte(local_copy)
-    store.remove(key)
-    store.put_file(key, local_copy)  # same size, other bytes: only sha256 can tell
+    two_commits_second_corrupted(store, tmp_path)
     verify = subprocess.run([*RINGTRAIN, "ckpt", "verify", hdfs_url], capture_output=True,
                             text=True, timeout=120, check=False)
     assert verify.returncode == 6, verify.stdout + verify.stderr
@@ -149,13 +147,7 @@ def test_namenode_down_mid_commit_fails_clearly_and_the_last_checkpoint_survives
 ) -> None:
     store = _store(hdfs_url, call_timeout_s=3)  # hdfs-native waits for ever on its own
     commit(store, make_src(tmp_path, "a"), step=1, epoch=1)
-    puts: list[str] = []
-
-    def outage_at_second_put(phase: str, op: str, rel: str) -> None:
-        if phase == "before" and op == "put":
-            puts.append(rel)
-            if len(puts) == 2:
-                mini.command("stop-namenode")
+    outage_at_second_put = at_put(2, lambda: mini.command("stop-namenode"))
 
     started = time.monotonic()
     try:

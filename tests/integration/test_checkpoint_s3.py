@@ -28,7 +28,12 @@ from ringtrain.rank import procfs
 from ringtrain.sim.s3server import S3Server, start_s3_server
 from tests.integration import s3_fixture
 from tests.integration.s3_fixture import client_env, needs_weed
-from tests.unit.test_checkpoint_store import corrupt_one_byte, make_src, same_tree
+from tests.unit.test_checkpoint_store import (
+    at_put,
+    make_src,
+    same_tree,
+    two_commits_second_corrupted,
+)
 
 pytestmark = [pytest.mark.s3, needs_weed]
 s3_server = s3_fixture.s3_server
@@ -141,13 +146,7 @@ def test_corrupted_object_fails_verify_and_resume_falls_back(
     tmp_path: Path, s3_server: S3Server, s3_store: Callable[..., Store], s3_url: str
 ) -> None:
     store = s3_store()
-    commit(store, make_src(tmp_path, "a"), step=1, epoch=1)
-    second = commit(store, make_src(tmp_path, "b"), step=2, epoch=2)
-    key = f"{second.manifest.data}/ckpt.data-00000-of-00001"
-    local_copy = tmp_path / "obj"
-    local_copy.write_bytes(store.read_bytes(key))
-    corrupt_one_byte(local_copy)
-    store.put_file(key, local_copy)  # same size, other bytes: only sha256 can tell
+    two_commits_second_corrupted(store, tmp_path)
     verify = subprocess.run([*RINGTRAIN, "ckpt", "verify", s3_url],
                             env=client_env(s3_server, dict(os.environ)), capture_output=True,
                             text=True, timeout=60, check=False)
@@ -168,13 +167,7 @@ def test_s3_outage_during_commit_retries_then_fails_clearly(
         retry = RetryPolicy(attempts=4, initial_s=0.1, factor=2, max_s=0.5)
         store = open_store(url, options=server.client_options(), retry=retry)
         commit(store, make_src(tmp_path, "a"), step=1, epoch=1)
-        puts: list[str] = []
-
-        def outage_at_second_put(phase: str, op: str, rel: str) -> None:
-            if phase == "before" and op == "put":
-                puts.append(rel)
-                if len(puts) == 2:
-                    server.kill()
+        outage_at_second_put = at_put(2, server.kill)
 
         started = time.monotonic()
         with pytest.raises(StorageError) as info:

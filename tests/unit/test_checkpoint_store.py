@@ -10,7 +10,7 @@ import json
 import os
 import posixpath
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -140,13 +140,11 @@ def test_a_retried_create_that_had_succeeded_is_our_commit(
 
 def test_a_failed_upload_never_makes_a_checkpoint_visible(tmp_path: Path, local: Store) -> None:
     commit(local, make_src(tmp_path, "a"), step=1, epoch=1)
-    puts: list[str] = []
 
-    def deny_second_put(phase: str, op: str, rel: str) -> None:
-        if phase == "before" and op == "put":
-            puts.append(rel)
-            if len(puts) == 2:
-                raise CheckpointError("injected: storage refused the upload", "none")
+    def refuse() -> None:
+        raise CheckpointError("injected: storage refused the upload", "none")
+
+    deny_second_put = at_put(2, refuse)
 
     with pytest.raises(CheckpointError, match="injected"):
         commit(local.with_hook(deny_second_put), make_src(tmp_path, "b"), step=2, epoch=2)
@@ -184,6 +182,33 @@ def test_permanent_errors_are_not_retried_and_say_how_to_fix(tmp_path: Path) -> 
         commit(store, make_src(tmp_path, "a"), step=1, epoch=1)
     assert len(attempts) == 1
     assert "credentials" in info.value.hint
+
+
+def two_commits_second_corrupted(store: Store, tmp_path: Path) -> None:
+    """Steps 1 and 2 committed from sources ``a`` and ``b``; then one byte of step 2's data
+    file changed in place (same size, other bytes: only sha256 can tell)."""
+    commit(store, make_src(tmp_path, "a"), step=1, epoch=1)
+    second = commit(store, make_src(tmp_path, "b"), step=2, epoch=2)
+    key = f"{second.manifest.data}/ckpt.data-00000-of-00001"
+    local_copy = tmp_path / "obj"
+    local_copy.write_bytes(store.read_bytes(key))
+    corrupt_one_byte(local_copy)
+    if store.location.protocol == "hdfs":
+        store.remove(key)  # HDFS files are written once
+    store.put_file(key, local_copy)
+
+
+def at_put(n: int, action: Callable[[], object]) -> Callable[[str, str, str], None]:
+    """A store hook that runs ``action`` just before the ``n``-th upload (a fault mid-commit)."""
+    puts: list[str] = []
+
+    def hook(phase: str, op: str, rel: str) -> None:
+        if phase == "before" and op == "put":
+            puts.append(rel)
+            if len(puts) == n:
+                action()
+
+    return hook
 
 
 def corrupt_one_byte(path: Path) -> None:
