@@ -55,6 +55,11 @@ def callbacks(
     timer = [StepTimer(every_s=progress_every_s)] if world.kind != keras_world.PS else []
     if world.kind == keras_world.HOROVOD and memory.enabled():
         timer.append(memory.MemoryCommit(commit_every))  # last: the checkpoint commits first
+    if world.kind == keras_world.HOROVOD and os.environ.get("HOROVOD_ELASTIC") == "1":
+        # a script in hvd.elastic.run keeps these callbacks across resets, and rank 0 may then
+        # be another process: every rank holds them, whichever is rank 0 at the time acts
+        return [CommitCheckpoint(where, keep=keep, meta=meta, rank0_now=True),
+                ProgressCallback(batch_size, every_s=progress_every_s, rank0_now=True), *timer]
     if world.rank() != 0:
         if not world.all_write:
             return timer
@@ -100,15 +105,18 @@ class CommitCheckpoint(tf.keras.callbacks.Callback):  # type: ignore[misc]
     ``commit=False``, only write it: the other workers of a MultiWorkerMirroredStrategy)."""
 
     def __init__(self, url: str, *, keep: int = 3, meta: dict[str, Any] | None = None,
-                 commit: bool = True) -> None:
+                 commit: bool = True, rank0_now: bool = False) -> None:
         super().__init__()
         self.url = url
         self.keep = keep
         self.meta = dict(meta or {})
         self.commit = commit  # False: write only (MultiWorkerMirrored's other workers)
+        self.rank0_now = rank0_now  # act only while this process is rank 0 (--elastic)
         self.last_committed: int | None = None
 
     def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
+        if self.rank0_now and keras_world.world().rank() != 0:
+            return
         optimizer = self.model.optimizer
         step = int(optimizer.iterations.numpy())
         meta = {**self.meta, **{k: _number(v) for k, v in (logs or {}).items()}}
@@ -123,9 +131,11 @@ class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
     ``batch_size`` is the per-rank batch, ``world_size`` the number of ranks (global samples/s
     = both multiplied); without a batch size, samples/s is not reported."""
 
-    def __init__(self, batch_size: int | None, world_size: int = 1, every_s: float = 1.0) -> None:
+    def __init__(self, batch_size: int | None, world_size: int = 1, every_s: float = 1.0,
+                 rank0_now: bool = False) -> None:
         super().__init__()
-        self.samples_per_step = batch_size * world_size if batch_size else None
+        self.batch_size, self.world_size = batch_size, world_size
+        self.rank0_now = rank0_now  # only while rank 0, world size read then (--elastic)
         self.every_s = every_s
         self._epoch = 0
         self._last = 0.0
@@ -149,9 +159,16 @@ class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
     def _send(
         self, step: int | None, logs: dict[str, Any] | None, now: float, epoch_done: bool = False
     ) -> None:
+        size = self.world_size
+        if self.rank0_now:
+            world = keras_world.world()
+            if world.rank() != 0:
+                return
+            size = world.size()
         rate = None
-        if self.samples_per_step:
-            rate = self._window_steps * self.samples_per_step / max(now - self._window_start, 1e-9)
+        if self.batch_size:
+            rate = (self._window_steps * self.batch_size * size
+                    / max(now - self._window_start, 1e-9))
         loss = (logs or {}).get("loss")
         progress(
             epoch=self._epoch + (1 if epoch_done else 0),

@@ -130,3 +130,44 @@ def test_the_public_api_keeps_its_names() -> None:
         assert callable(getattr(rt, name)) and not isinstance(getattr(rt, name), type(rt)), name
     assert rt.ResumePoint(step=1, epoch=1, manifest="m").epoch == 1
     assert set(rt.__all__) <= set(dir(rt))
+
+
+def test_under_horovods_elastic_driver_whichever_process_is_rank_0_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script in hvd.elastic.run keeps its callbacks across resets, while rank 0 may become
+    another process: every rank holds the commit, and acts only while it is rank 0. (One real
+    Horovod process here; the world seam says which rank it is.)"""
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    from ringtrain.keras import world as keras_world
+
+    hvd.init()
+    monkeypatch.setenv("HOROVOD_ELASTIC", "1")
+    url = str(tmp_path / "store")
+    monkeypatch.setattr(state, "_STATE", state._State())
+    model = tf.keras.Sequential([tf.keras.layers.Input(shape=(2,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    rank = [1]
+
+    class Seen:
+        kind = keras_world.HOROVOD
+        all_write = False
+
+        def rank(self) -> int:
+            return rank[0]
+
+        def size(self) -> int:
+            return 2
+
+    monkeypatch.setattr(keras_world, "world", lambda model=None: Seen())
+    found = rt.callbacks(url=url)
+    commit = next(c for c in found if isinstance(c, rt.CommitCheckpoint))
+    commit.set_model(model)
+    commit.on_epoch_end(0)  # rank 1 now: nothing written
+    assert list_checkpoints(open_store(url)) == ()
+    rank[0] = 0  # after a reset this process is rank 0
+    commit.on_epoch_end(1)
+    (listed,) = list_checkpoints(open_store(url))
+    assert listed.ok and listed.manifest is not None and listed.manifest.epoch == 2
