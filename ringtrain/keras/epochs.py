@@ -55,7 +55,7 @@ def callbacks(
     timer = [StepTimer(every_s=progress_every_s)] if world.kind != keras_world.PS else []
     if world.kind == keras_world.HOROVOD and memory.enabled():
         timer.append(memory.MemoryCommit(commit_every))  # last: the checkpoint commits first
-    if world.kind == keras_world.HOROVOD and os.environ.get("HOROVOD_ELASTIC") == "1":
+    if world.kind == keras_world.HOROVOD and memory.under_elastic_driver():
         # a script in hvd.elastic.run keeps these callbacks across resets, and rank 0 may then
         # be another process: every rank holds them, whichever is rank 0 at the time acts
         return [CommitCheckpoint(where, keep=keep, meta=meta, rank0_now=True),

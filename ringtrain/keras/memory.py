@@ -37,16 +37,28 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ringtrain.errors import UsageError
 from ringtrain.rank import agent, rerun
 
 DEFAULT_COMMIT_EVERY = 10
 _OPS = ("HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast")
 
 
+def under_elastic_driver(environ: Any = os.environ) -> bool:
+    """Horovod's elastic driver started this process (ranks may change at a reset)."""
+    return bool(environ.get("HOROVOD_ELASTIC") == "1")
+
+
 def enabled(environ: Any = os.environ) -> bool:
     """Horovod's elastic driver started this process, and ringtrain's rank entry runs the
     script (it is what runs it again after a reset: ``ringtrain.rank.rerun``)."""
-    return environ.get("HOROVOD_ELASTIC") == "1" and rerun.enabled()
+    return under_elastic_driver(environ) and rerun.enabled()
+
+
+def _check_every(every: int, name: str) -> None:
+    if every < 1:
+        raise UsageError(f"{name} must be at least 1, not {every}",
+                         f"pass {name}=N: steps between in-memory commits")
 
 
 def world_changed(exc: BaseException) -> str | None:
@@ -121,10 +133,13 @@ class Memory:
             notification_manager.register_listener(self.state)
         return self.state
 
-    def save(self, variables: list[Any], epoch: int, batch: int, size: int,
-             lr: float | None) -> None:
+    def keep(self, variables: list[Any], commit: Commit) -> None:
         self.values = [np.array(v.numpy(), copy=True) for v in variables]
-        self.commit = Commit(self.commit.count + 1, epoch, batch, size, lr)
+        self.commit = commit
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in self.values))
 
 
 MEMORY = Memory()
@@ -149,11 +164,7 @@ class MemoryCommit(tf.keras.callbacks.Callback):  # type: ignore[misc]
 
     def __init__(self, every: int = DEFAULT_COMMIT_EVERY) -> None:
         super().__init__()
-        if every < 1:
-            from ringtrain.errors import UsageError  # noqa: PLC0415
-
-            raise UsageError(f"commit_every must be at least 1, not {every}",
-                             "pass commit_every=N: steps between in-memory commits")
+        _check_every(every, "commit_every")
         self.every = every
         self._epoch = 0
         self._since = 0
@@ -188,13 +199,8 @@ class MemoryCommit(tf.keras.callbacks.Callback):  # type: ignore[misc]
             self.model._training_state = None
 
     def _commit(self, epoch: int, batch: int) -> None:
-        import horovod.tensorflow as hvd  # noqa: PLC0415
-
         self._since = 0
-        optimizer = self.model.optimizer
-        MEMORY.save(state_variables(self.model, optimizer), epoch, batch, hvd.size(),
-                    learning_rate(optimizer))
-        MEMORY.listen().check_host_updates()  # every rank, same step: raises together
+        _commit(self.model, self.model.optimizer, epoch, batch)
 
 
 def batches(dataset: Any, epoch: int, every: int = DEFAULT_COMMIT_EVERY) -> Any:
@@ -205,22 +211,14 @@ def batches(dataset: Any, epoch: int, every: int = DEFAULT_COMMIT_EVERY) -> Any:
     (before the next batch is read: the step before it has run)."""
     if not enabled():
         return dataset
-    if every < 1:
-        from ringtrain.errors import UsageError  # noqa: PLC0415
-
-        raise UsageError(f"every must be at least 1, not {every}",
-                         "pass every=N: steps between in-memory commits")
+    _check_every(every, "every")
     if MEMORY.bound is None:
-        from ringtrain.errors import UsageError  # noqa: PLC0415
-
         raise UsageError("ringtrain.keras.batches: call rt.resume(model, optimizer) first",
                          "resume names the model and optimizer whose state is committed")
     return _committing(dataset, epoch, every)
 
 
 def _committing(dataset: Any, epoch: int, every: int) -> Any:
-    import horovod.tensorflow as hvd  # noqa: PLC0415
-
     step = 0
     if MEMORY.pending is not None and MEMORY.pending[0] == epoch:
         step = MEMORY.pending[1]
@@ -233,20 +231,24 @@ def _committing(dataset: Any, epoch: int, every: int) -> Any:
         since += 1
         if since >= every:
             since = 0
-            commit_now(epoch, step, hvd)
+            commit_now(epoch, step)
 
 
-def commit_now(epoch: int, step: int, hvd: Any = None) -> None:
-    """Commit the bound model and optimizer to memory at (epoch, step) and check for host
-    updates (every rank, at the same point). ``rt.save`` calls it at each epoch end."""
-    if hvd is None:
-        import horovod.tensorflow  # noqa: PLC0415
-
-        hvd = horovod.tensorflow
+def commit_now(epoch: int, step: int) -> None:
+    """Commit the model and optimizer given to ``rt.resume`` to memory at (epoch, step).
+    ``rt.batches`` calls it every N steps, ``rt.save`` at each epoch end."""
     assert MEMORY.bound is not None
-    model, optimizer = MEMORY.bound
-    MEMORY.save(state_variables(model, optimizer), epoch, step, hvd.size(),
-                learning_rate(optimizer))
+    _commit(*MEMORY.bound, epoch, step)
+
+
+def _commit(model: Any, optimizer: Any, epoch: int, step: int) -> None:
+    """One memory commit, then Horovod's host-update check (every rank at the same step: a
+    change raises on all of them together)."""
+    import horovod.tensorflow as hvd  # noqa: PLC0415
+
+    MEMORY.keep(state_variables(model, optimizer),
+                Commit(MEMORY.commit.count + 1, epoch, step, hvd.size(),
+                       learning_rate(optimizer)))
     MEMORY.listen().check_host_updates()
 
 
@@ -285,8 +287,6 @@ def restore(model: Any, optimizer: Any) -> int | None:
     if hvd.rank() == source:
         if len(MEMORY.values) != len(variables) or any(
                 tuple(v.shape) != a.shape for v, a in zip(variables, MEMORY.values, strict=False)):
-            from ringtrain.errors import UsageError  # noqa: PLC0415
-
             raise UsageError("ringtrain.keras: after the reset the script built another model "
                              "than the one committed to memory",
                              "build the same model on every run of the script")
@@ -294,14 +294,12 @@ def restore(model: Any, optimizer: Any) -> int | None:
             var.assign(value)
     hvd.broadcast_variables(variables, root_rank=source)
     lr = learning_rate(optimizer)
-    MEMORY.save(variables, commit.epoch, commit.batch, hvd.size(), lr)
-    MEMORY.commit = Commit(commit.count, commit.epoch, commit.batch, hvd.size(), lr)
+    MEMORY.keep(variables, Commit(commit.count, commit.epoch, commit.batch, hvd.size(), lr))
     MEMORY.pending = (commit.epoch, commit.batch)
     if hvd.rank() == 0:
         _tell("elastic_restored", source=source, epoch=commit.epoch, step=commit.batch,
-              size=int(hvd.size()), nbytes=int(sum(a.nbytes for a in MEMORY.values)))
-        print(describe(commit, source=source, size=hvd.size(), lr=lr,
-                       nbytes=sum(a.nbytes for a in MEMORY.values),
+              size=int(hvd.size()), nbytes=MEMORY.nbytes)
+        print(describe(commit, source=source, size=hvd.size(), lr=lr, nbytes=MEMORY.nbytes,
                        took_s=time.monotonic() - began,
                        since_reset_s=(None if MEMORY.reset_at is None
                                       else time.monotonic() - MEMORY.reset_at)), flush=True)
