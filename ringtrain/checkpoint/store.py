@@ -127,13 +127,17 @@ class Store:
         root = self.location.root.rstrip("/")
         return f"{root}/{rel}" if rel else root
 
+    @property
+    def is_hdfs(self) -> bool:
+        return self.location.protocol in ("hdfs", "viewfs")
+
     def with_hook(self, hook: Hook | None) -> Store:
         return replace(self, hook=hook)
 
     def _run(self, op: str, rel: str, fn: Callable[[], T], nbytes: int = 0) -> T:
         if self.hook:
             self.hook("before", op, rel)
-        if self.location.protocol in ("hdfs", "viewfs"):
+        if self.is_hdfs:
             fn = with_deadline(fn, self.call_timeout_s + nbytes / 5e6)
         try:
             result = call_with_retry(fn, what=f"{op} {self.url_of(rel)}", policy=self.retry)
@@ -191,7 +195,7 @@ class Store:
             # hdfs-native (0.14) wraps its raw reader in io.BufferedReader when given a block
             # size, and the raw reader has no readinto(): every read raised NotImplementedError
             # (found against a real NameNode). Its raw reader reads by size itself.
-            block = None if self.location.protocol in ("hdfs", "viewfs") else self.chunk_bytes
+            block = None if self.is_hdfs else self.chunk_bytes
             src = stack.enter_context(self.fs.open(path, "rb", block_size=block))
             out = stack.enter_context(open(copy_to, "wb")) if copy_to is not None else None
             while chunk := src.read(self.chunk_bytes):
