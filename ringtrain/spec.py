@@ -1,10 +1,9 @@
 """LaunchSpec: everything one launch was asked, each field once, frozen. Pure.
 
-A user's launch builds it with ``assembly/launch_spec.build_spec`` (from either door) or reads
-it back from a run directory's plan.json (``ringtrain launch --from runs/<id>``). Everything
-after it (``Session``, ``make_plan``, the pre-flight) reads this value and nothing else the
-user said: the request, the allocation, pre-flight, supervision and restart policies, and the
-checkpoint location already parsed (``checkpoint.location.Location``).
+Built by ``assembly/launch_spec.build_spec`` (either door) or read back from plan.json
+(``ringtrain launch --from runs/<id>``). All after it (``Session``, ``make_plan``, the pre-flight)
+reads this value and nothing else the user said: the request, the allocation, pre-flight,
+supervision and restart policies, the checkpoint location parsed (``checkpoint.location``).
 """
 
 from __future__ import annotations
@@ -104,6 +103,7 @@ class PreflightSpec:
     enabled: bool = True
     gpus: GpuRule = GpuRule.AUTO
     on_bad_host: Literal["fail", "exclude"] = "fail"
+    doctor_actions: tuple[tuple[str, str], ...] = ()  # --on-bad-host CODE=ACTION (probe/doctor)
     require_same_versions: bool = True
     timeout_s: float = 30.0
     ring_check: bool = False
@@ -393,8 +393,8 @@ def _decode_field(cls: type, name: str, raw: Any) -> Any:  # noqa: PLR0911 - one
         return _ENUMS[name](raw)
     if name in ("runs_dir", "working_dir", "config", "known_hosts"):
         return Path(raw)
-    if name == "slot_overrides":
-        return tuple((str(p), int(n)) for p, n in raw)
+    if name in ("slot_overrides", "doctor_actions"):  # (pattern, slots), (code, action)
+        return tuple((str(p), int(n) if name == "slot_overrides" else str(n)) for p, n in raw)
     if isinstance(raw, list):
         return tuple(raw)
     return raw

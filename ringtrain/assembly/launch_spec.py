@@ -11,12 +11,12 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Literal
 
 from ringtrain.checkpoint.location import Location
 from ringtrain.errors import CheckpointError, UsageError
 from ringtrain.hostfile import AllocationPolicy
 from ringtrain.hvd_tuning import HorovodTuning
+from ringtrain.probe.doctor_policy import parse_on_bad_host
 from ringtrain.ringcheck.outliers import parse_link_rate
 from ringtrain.spec import (
     Backend,
@@ -65,7 +65,7 @@ class LaunchOptions:
     slow_ratio: float = 0.5
     on_slow_host: str = "warn"
     gpu_mode: str | None = None
-    on_bad_host: str = "fail"
+    on_bad_host: str | tuple[str, ...] = "fail"  # fail|exclude, and CODE=ACTION per code
     min_hosts: int = 1
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
@@ -111,7 +111,8 @@ class LaunchOptions:
 
 def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
     """The LaunchSpec the options ask for; ``working_dir`` is where the launch was typed."""
-    on_bad: Literal["fail", "exclude"] = "exclude" if opts.on_bad_host == "exclude" else "fail"
+    bad = parse_on_bad_host((opts.on_bad_host,) if isinstance(opts.on_bad_host, str)
+                            else opts.on_bad_host)
     if opts.max_np is not None and not opts.elastic:
         raise UsageError(f"--max-np {opts.max_np} is for --elastic (a job that grows)",
                          "add --elastic, or drop --max-np")
@@ -159,7 +160,8 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         preflight=PreflightSpec(
             enabled=not opts.no_probe,
             gpus=GpuRule(opts.gpu_mode or GpuRule.AUTO.value),
-            on_bad_host=on_bad,
+            on_bad_host=bad.general,
+            doctor_actions=bad.per_code,
             require_same_versions=not opts.allow_mixed_versions,
             ring_check=opts.ring_check,
             expect_link_Bps=(parse_link_rate(opts.expect_link)

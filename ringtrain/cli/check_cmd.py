@@ -11,11 +11,18 @@ import click
 
 from ringtrain.cli import ring_view
 from ringtrain.cli.context import SshOptions, cli_context
-from ringtrain.cli.options import ring_check_options
-from ringtrain.cli.verdict_view import print_verdict, verdict_to_dict
+from ringtrain.cli.options import on_bad_host_option, ring_check_options
+from ringtrain.cli.verdict_view import (
+    doctor_to_dict,
+    print_doctor,
+    print_verdict,
+    verdict_to_dict,
+)
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
 from ringtrain.launch.hosts import mark_this_machine
+from ringtrain.probe.doctor import CHECKS
+from ringtrain.probe.doctor_policy import parse_on_bad_host
 from ringtrain.probe.gate import gpu_rule
 from ringtrain.probe.hostprobe import probe
 from ringtrain.probe.verdict import PreflightPolicy, evaluate
@@ -28,6 +35,8 @@ Examples:
   ringtrain check -H gpu01:4,gpu02:4 --ssh-config ~/.ssh/cluster_config -np 8
   ringtrain check --hosts gpu.txt --on-bad-host exclude --min-hosts 3 --json
   ringtrain check -H localhost:2 --cpu
+  ringtrain check --hosts gpu.txt --doctor
+  ringtrain check --hosts gpu.txt --on-bad-host exclude --on-bad-host pcie-width=exclude
 
 Exit code: 0 when a launch would go ahead (warnings allowed), 4 when it would be refused,
 2 for bad flags or host files.
@@ -46,8 +55,11 @@ Exit code: 0 when a launch would go ahead (warnings allowed), 4 when it would be
 @click.option("--accept-new-host-keys", is_flag=True,
               help="Trust hosts seen for the first time (OpenSSH accept-new); changed keys are "
               "always refused.")
-@click.option("--on-bad-host", type=click.Choice(["fail", "exclude"]), default="fail",
-              show_default=True, help="Refuse the launch, or leave bad hosts out.")
+@on_bad_host_option
+@click.option("--doctor", is_flag=True,
+              help="Show the GPU and NIC doctor's findings alone: one row per finding, with "
+              "its reason code, the value measured, the one expected and the fix. Codes: "
+              + "; ".join(f"{c.code} ({c.severity}): {c.what}" for c in CHECKS) + ".")
 @click.option("--min-hosts", type=click.IntRange(min=1), default=1, show_default=True,
               help="Refuse when fewer usable hosts are left.")
 @click.option("--on-busy", type=click.Choice(["warn", "exclude"]), default="warn",
@@ -76,7 +88,8 @@ Exit code: 0 when a launch would go ahead (warnings allowed), 4 when it would be
 def command(
     hosts_file: str | None, host_spec: str | None, hosts_format: str | None, np: int | None,
     ssh_config: Path | None, known_hosts: Path | None, accept_new_host_keys: bool,
-    on_bad_host: str, min_hosts: int, on_busy: str, busy_memory_mib: int, busy_util: int,
+    on_bad_host: tuple[str, ...], doctor: bool, min_hosts: int, on_busy: str,
+    busy_memory_mib: int, busy_util: int,
     gpu_mode: str | None, allow_mixed_versions: bool, python: str | None,
     network_interface: str | None,
     timeout: float, connect_timeout: float, concurrency: int, ring_check: bool,
@@ -89,8 +102,9 @@ def command(
     """
     inventory = mark_this_machine(resolve_hosts(hosts_file, host_spec, hosts_format) or Inventory(
         (Host("localhost", 1),), source="localhost", format="local"))
+    bad = parse_on_bad_host(on_bad_host)
     policy = PreflightPolicy(
-        on_bad_host="exclude" if on_bad_host == "exclude" else "fail",
+        on_bad_host=bad.general, doctor_actions=bad.per_code,
         min_hosts=min_hosts, np=np, busy_memory_mib=busy_memory_mib, busy_util_pct=busy_util,
         on_busy="exclude" if on_busy == "exclude" else "warn",
         require_same_versions=not allow_mixed_versions, network_interface=network_interface)
@@ -108,7 +122,11 @@ def command(
     policy = gpu_rule(GpuRule(gpu_mode or "auto"), report, policy, note)
     verdict = evaluate(inventory, report, policy)
     data = verdict_to_dict(inventory, report, verdict)
-    if not as_json:
+    if doctor:
+        data = doctor_to_dict(verdict)
+        if not as_json:
+            print_doctor(inventory, verdict)
+    elif not as_json:
         print_verdict(inventory, report, verdict, policy)
     err: RingtrainError | None = verdict.error()
     if err is None and ring_check:

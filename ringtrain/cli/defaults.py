@@ -57,6 +57,8 @@ KEYS: dict[str, tuple[str, type, str]] = {
     "stall_timeout": ("stall_timeout", float, "seconds without progress (--stall-timeout)"),
     "heartbeat_timeout": ("heartbeat_timeout", float, "seconds of silence (--heartbeat-timeout)"),
     "exit_grace": ("exit_grace", float, "seconds to exit after the script (--exit-grace)"),
+    "on_bad_host": ("on_bad_host", tuple, 'what a bad host does (--on-bad-host), a list or '
+                    '"exclude,xid=warn"'),
 }
 
 
@@ -201,9 +203,14 @@ def _convert(key: str, value: Any, where: str) -> Any:
             return float(value)
         if kind is str and isinstance(value, str | int | float):
             return str(value)
+        if kind is tuple and isinstance(value, str):
+            return tuple(v.strip() for v in value.split(",") if v.strip())
+        if kind is tuple and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
     except (TypeError, ValueError):
         pass
-    what = {Path: "a path", int: "an integer", float: "a number", str: "a string"}[kind]
+    what = {Path: "a path", int: "an integer", float: "a number", str: "a string",
+            tuple: "a list of strings"}[kind]
     raise UsageError(
         f"{where}: {value!r} is not {what}",
         f"{key} is the {KEYS[key][2]}",

@@ -21,6 +21,7 @@ from ringtrain.cli.live import LiveView
 from ringtrain.cli.options import (
     elastic_options,
     horovod_tuning_options,
+    on_bad_host_option,
     restart_options,
     ring_check_options,
 )
@@ -146,13 +147,7 @@ def _env_specs(
     help="Require GPUs (default: required unless no host has an NVIDIA driver).",
 )
 @click.option("--cpu", "gpu_mode", flag_value="ignored", help="CPU job: GPUs do not matter.")
-@click.option(
-    "--on-bad-host",
-    type=click.Choice(["fail", "exclude"]),
-    default="fail",
-    show_default=True,
-    help="A host failing the probe stops the launch, or is left out.",
-)
+@on_bad_host_option
 @click.option(
     "--min-hosts",
     type=click.IntRange(min=1),

@@ -125,3 +125,18 @@ def elastic_options() -> Callable[[F], F]:
                      "labelled spare: true) back as spares; a spare takes a lost host's place, "
                      "so the job keeps its size."),
     )
+
+
+BAD_HOST_HELP = (
+    "What a bad host does: fail (refuse the launch) or exclude (leave it out); repeat with "
+    "CODE=fail|exclude|warn|ignore for one doctor reason code (pcie-width=exclude, xid=ignore). "
+    "Codes: `ringtrain check --doctor --help`.")
+
+
+def on_bad_host_option(func: Any) -> Any:
+    """``--on-bad-host``, repeatable and comma-separated (``exclude,xid=warn``)."""
+    return click.option(
+        "--on-bad-host", multiple=True, metavar="fail|exclude|CODE=ACTION", help=BAD_HOST_HELP,
+        callback=lambda _ctx, _param, values: tuple(
+            v.strip() for value in values for v in value.split(",") if v.strip()),
+    )(func)

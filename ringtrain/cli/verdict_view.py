@@ -87,7 +87,8 @@ def verdict_to_dict(inventory: Inventory, report: ProbeReport,
         hosts.append({
             "host": hv.host, "status": hv.status.value, "slots_asked": hv.slots_asked,
             "slots_usable": hv.slots_usable, "problems": list(hv.problems),
-            "warnings": list(hv.warnings), "reachable": r.reachable, "error": r.error,
+            "warnings": list(hv.warnings), "doctor": _findings(hv),
+            "reachable": r.reachable, "error": r.error,
             "hostname": r.hostname, "gpu_status": r.gpu.status.value,
             "gpu_message": r.gpu.message, "driver_version": r.driver_version,
             "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid,
@@ -109,3 +110,40 @@ def verdict_to_dict(inventory: Inventory, report: ProbeReport,
             "include": list(net.include), "ifnames": list(net.ifnames),
             "mca": dict(net.mca), "env": dict(net.env), "reason": net.reason},
     }
+
+
+def _findings(hv: HostVerdict) -> list[dict[str, Any]]:
+    return [{"code": j.finding.code, "gpu": j.finding.gpu, "severity": j.finding.severity,
+             "measured": j.finding.measured, "expected": j.finding.expected,
+             "fix": j.finding.check.fix, "action": j.action} for j in hv.findings]
+
+
+def doctor_to_dict(verdict: PreflightVerdict) -> dict[str, Any]:
+    """``ringtrain check --doctor --json``: each host's findings and its status."""
+    return {"refused": verdict.refused, "hosts": [
+        {"host": hv.host, "status": hv.status.value, "findings": _findings(hv)}
+        for hv in verdict.hosts]}
+
+
+def print_doctor(inventory: Inventory, verdict: PreflightVerdict) -> None:
+    """``ringtrain check --doctor``: one row per finding (a healthy host: one "ok" row)."""
+    console = Console(soft_wrap=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)
+    table = Table(title=f"ringtrain doctor: {inventory.source} ({len(inventory.hosts)} hosts)",
+                  header_style="bold")
+    for col in ("HOST", "CODE", "GPU", "MEASURED", "EXPECTED", "ACTION", "FIX"):
+        table.add_column(col, overflow="fold")
+    for hv in verdict.hosts:
+        if not hv.findings:
+            said = "ok" if hv.usable else (hv.problems[0] if hv.problems else hv.status.value)
+            table.add_row(hv.host, "-", "-", Text(said), "", "", "")
+        for j in hv.findings:
+            f = j.finding
+            style = "bold red" if j.action in ("fail", "exclude") else "yellow"
+            table.add_row(hv.host, Text(f.code, style=style), "-" if f.gpu is None else str(f.gpu),
+                          Text(f.measured), Text(f.expected), j.action, Text(f.check.fix))
+    console.print(table)
+    sick = sum(bool(hv.findings) for hv in verdict.hosts)
+    console.print(Text(f"{sick} of {len(verdict.hosts)} hosts with findings", style=(
+        "yellow" if sick else "green")))

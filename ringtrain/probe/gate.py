@@ -58,6 +58,7 @@ def policy_for(spec: LaunchSpec, need: int | None) -> PreflightPolicy:
     the restart's floor on a later one), before the GPU rule is applied."""
     return PreflightPolicy(
         on_bad_host=spec.preflight.on_bad_host,
+        doctor_actions=spec.preflight.doctor_actions,
         min_hosts=spec.allocation.min_hosts,
         np=need,
         require_same_versions=spec.preflight.require_same_versions,

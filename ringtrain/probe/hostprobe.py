@@ -14,6 +14,8 @@ never pasted into the script. Its output is a series of delimited sections::
     @@ringtrain:begin python@@       "name version" lines; "-" when not installed
     @@ringtrain:begin mpi@@          mpirun --version
     @@ringtrain:begin net@@          ip -o addr show
+    @@ringtrain:begin health@@ ...    the doctor's sections (doctor_script: GPU health, compute
+                                     apps, PCIe replays, NVLink, topology, Xid, links, jobs)
     @@ringtrain:done@@
 
 Parsing is in ``probe_parse`` (pure, golden-file tested).
@@ -26,6 +28,7 @@ import sys
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile.model import Inventory
+from ringtrain.probe import doctor_script
 from ringtrain.probe.probe_parse import (
     Gpu,
     GpuQuery,
@@ -34,9 +37,9 @@ from ringtrain.probe.probe_parse import (
     ProbeReport,
     ProbeResult,
     Versions,
-    clip,
     parse_probe_output,
 )
+from ringtrain.probe.sections import clip
 from ringtrain.remote import CmdResult, Remote
 from ringtrain.spec import PYTHON_PATH_RE
 
@@ -103,13 +106,13 @@ section() {{
   if [ -n "$out" ]; then printf '%s\\n' "$out"; fi
   printf '@@ringtrain:end %s@@\\n' "$rc"
 }}
-echo '@@ringtrain:probe 1@@'
+{doctor_script.FUNCTIONS}echo '@@ringtrain:probe 1@@'
 section host uname -n
 section gpu nvidia-smi {NVIDIA_SMI_QUERY} --format=csv,noheader,nounits
 section python "$PY" -c "$PYCODE"
 section mpi mpirun --version
 section net ip -o addr show
-echo '@@ringtrain:done@@'
+{doctor_script.SECTIONS}echo '@@ringtrain:done@@'
 """
 
 
@@ -121,7 +124,8 @@ def probe_argv(python: str) -> tuple[str, ...]:
             f"python path {python!r} has characters that are not allowed",
             "pass --python as a plain path such as /opt/venv/bin/python",
         )
-    return ("sh", "-c", PROBE_SCRIPT, "ringtrain-probe", python, VERSIONS_PY)
+    return ("sh", "-c", PROBE_SCRIPT, "ringtrain-probe", python, VERSIONS_PY,
+            doctor_script.JOBS_PY)
 
 
 def probe(

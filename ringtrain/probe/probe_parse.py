@@ -12,22 +12,19 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-BEGIN = "@@ringtrain:begin "
-END = "@@ringtrain:end "
-HEADER = "@@ringtrain:probe 1@@"
-DONE = "@@ringtrain:done@@"
+from ringtrain.probe.doctor_parse import HostHealth, parse_doctor
+from ringtrain.probe.sections import INT_RE, clip, split_sections
+
 SECTIONS = ("host", "gpu", "python", "mpi", "net")
 
 _UNSUPPORTED = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", ""}
 _LIMIT = 2**53  # numbers nvidia-smi prints are far below; anything above is garbage, not a value
-_INT_RE = re.compile(r"[0-9]{1,15}")  # ASCII digits only: str.isdigit() also takes '²'
 # Lines where nvidia-smi says a GPU it knows of could not be read: it fell off the bus, is lost,
 # needs a reset. nvidia-smi may still exit 0 and print the other GPUs' rows beside them, e.g.
 # "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error".
 _LOST_RE = re.compile(
     r"device handle|gpu is lost|fallen off the bus|requires? (?:a )?reset|recover this gpu",
     re.IGNORECASE)
-_SHOWN = 300  # characters of one line of remote text kept in a message
 _SHOWN_LINES = 10
 _NVSMI_EXIT = {
     2: "invalid argument",
@@ -133,6 +130,7 @@ class ProbeResult:
     versions: Versions = field(default_factory=Versions)
     interfaces: tuple[Interface, ...] = ()
     duration_s: float = 0.0
+    health: HostHealth | None = None  # the doctor's sections (None: the host sent none)
 
     @property
     def gpus(self) -> tuple[Gpu, ...]:
@@ -156,34 +154,6 @@ class ProbeReport:
     @property
     def unreachable(self) -> tuple[ProbeResult, ...]:
         return tuple(r for r in self.results if not r.reachable)
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    name: str
-    body: str
-    exit_code: int | None  # None: the section never ended (output cut off)
-
-
-def split_sections(text: str) -> dict[str, Section]:
-    """Cut the probe output into its sections; text before the header (a chatty bashrc) is
-    ignored."""
-    sections: dict[str, Section] = {}
-    name: str | None = None
-    lines: list[str] = []
-    for line in text.splitlines():
-        if line.startswith(BEGIN) and line.endswith("@@"):
-            name, lines = line[len(BEGIN):-2], []
-        elif line.startswith(END) and line.endswith("@@") and name is not None:
-            code = line[len(END):-2]
-            sections[name] = Section(name, "\n".join(lines),
-                                     int(code) if _INT_RE.fullmatch(code) else None)
-            name = None
-        elif name is not None:
-            lines.append(line)
-    if name is not None:
-        sections[name] = Section(name, "\n".join(lines), None)
-    return sections
 
 
 def parse_nvidia_smi(text: str, exit_code: int | None) -> GpuQuery:
@@ -220,15 +190,10 @@ def parse_nvidia_smi(text: str, exit_code: int | None) -> GpuQuery:
     return GpuQuery(GpuStatus.OK, tuple(gpus), driver, said or None, lost)
 
 
-def clip(text: str, limit: int = _SHOWN) -> str:
-    """Remote text as shown in a message: at most ``limit`` characters."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _parse_gpu_row(line: str) -> tuple[Gpu | None, str | None]:
     raw = line.split(",")
     fields = [f.strip() for f in raw]
-    if len(fields) < 7 or not _INT_RE.fullmatch(fields[0]):
+    if len(fields) < 7 or not INT_RE.fullmatch(fields[0]):
         return None, None
     name = ",".join(raw[1:-5]).strip()
     uuid, total, used, util, driver = fields[-5:]
@@ -315,7 +280,7 @@ def parse_ip_addr(text: str) -> tuple[Interface, ...]:
         plen = m.group("plen") or m.group("peerlen")
         default = 32 if m.group("fam") == "inet" else 128
         scope = re.search(r"\bscope (\S+)", m.group("rest"))
-        if not _ifname_ok(m.group("name")) or (plen and not _INT_RE.fullmatch(plen)):
+        if not _ifname_ok(m.group("name")) or (plen and not INT_RE.fullmatch(plen)):
             continue
         try:
             iface = Interface(m.group("name"), m.group("addr"), int(plen or default),
@@ -362,5 +327,6 @@ def parse_probe_output(host: str, text: str, python: str = "python",
         versions=replace(versions, mpi=parse_mpirun_version(mpi_text, mpi_rc)),
         interfaces=parse_ip_addr(body("net")[0]),
         duration_s=duration_s,
+        health=parse_doctor(sections),
     )
 

@@ -15,6 +15,8 @@ from typing import Literal
 
 from ringtrain.errors import ProbeError
 from ringtrain.hostfile.model import Host, Inventory
+from ringtrain.probe.doctor import Baseline
+from ringtrain.probe.doctor_policy import BadHostPolicy, Judged, judge
 from ringtrain.probe.netif import NetworkChoice, choose_network
 from ringtrain.probe.probe_parse import Gpu, GpuStatus, ProbeReport, ProbeResult
 
@@ -32,6 +34,14 @@ class PreflightPolicy:
     require_same_versions: bool = True
     require_gpus: bool = True  # False (--cpu): GPU count and nvidia-smi do not matter
     network_interface: str | None = None
+    doctor: bool = True  # the GPU and NIC doctor's findings count (doctor.py)
+    doctor_actions: tuple[tuple[str, str], ...] = ()  # --on-bad-host CODE=ACTION
+    run_id: str | None = None  # this run: its own ranks on a host are not "another job"
+    baselines: tuple[tuple[str, Baseline], ...] = ()  # host -> what its last check saw
+
+    @property
+    def bad_host(self) -> BadHostPolicy:
+        return BadHostPolicy(self.on_bad_host, self.doctor_actions)  # type: ignore[arg-type]
 
 
 class HostStatus(enum.Enum):
@@ -49,6 +59,7 @@ class HostVerdict:
     slots_usable: int
     problems: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    findings: tuple[Judged, ...] = ()  # the doctor's, each with the action taken
 
     @property
     def usable(self) -> bool:
@@ -127,7 +138,9 @@ def evaluate(inventory: Inventory, report: ProbeReport,
     version_problems, version_warnings, job_warnings = _version_diff(reachable)
     _add(warnings, version_warnings)
     _add(problems if policy.require_same_versions else warnings, version_problems)
-    verdicts = tuple(_host_verdict(h, problems[h.name], warnings[h.name], h.name in busy, policy)
+    judged = _doctor(inventory, results, reachable, policy)
+    verdicts = tuple(_host_verdict(h, problems[h.name], warnings[h.name], h.name in busy, policy,
+                                   judged.get(h.name, ()))
                      for h in inventory.hosts)
     usable = [results[v.host] for v in verdicts if v.usable]
     by_name = {h.name: h for h in inventory.hosts}  # one lookup table, not a scan per host
@@ -292,12 +305,31 @@ def _gpu_warnings(usable: Sequence[ProbeResult], by_name: Mapping[str, Host]) ->
     return out
 
 
+def _doctor(inventory: Inventory, results: Mapping[str, ProbeResult],
+            reachable: Sequence[ProbeResult], policy: PreflightPolicy
+            ) -> dict[str, tuple[Judged, ...]]:
+    """The doctor's findings per host, judged with ``--on-bad-host``. The NIC checks look at
+    the interface the job would use, as chosen from every reachable host."""
+    if not policy.doctor:
+        return {}
+    iface = dict(choose_network({r.host: r.interfaces for r in reachable},
+                                policy.network_interface).per_host)
+    return judge(inventory.hosts, results, policy.bad_host, iface, run_id=policy.run_id,
+                 baselines=dict(policy.baselines), gpus=policy.require_gpus)
+
+
 def _host_verdict(host: Host, problems: list[str], warnings: list[str], busy: bool,
-                  policy: PreflightPolicy) -> HostVerdict:
+                  policy: PreflightPolicy, judged: Sequence[Judged] = ()) -> HostVerdict:
+    hard = [j for j in judged if j.action in ("fail", "exclude")]
+    problems = [*problems, *(j.finding.text() for j in hard)]
+    warnings = [*warnings, *(j.finding.text() for j in judged if j.action == "warn")]
     if problems:
-        status = HostStatus.FAILED if policy.on_bad_host == "fail" else HostStatus.EXCLUDED
+        fail = (len(problems) > len(hard) and policy.on_bad_host == "fail") or any(
+            j.action == "fail" for j in hard)
+        status = HostStatus.FAILED if fail else HostStatus.EXCLUDED
+        named = [j.finding.code for j in hard if j.finding.code in dict(policy.doctor_actions)]
         fix = ("fix the host or pass --on-bad-host exclude" if status is HostStatus.FAILED
-               else "excluded (--on-bad-host exclude)")
+               else f"excluded (--on-bad-host {named[0] + '=' if named else ''}exclude)")
         problems = [*problems[:-1], f"{problems[-1]}; {fix}"]
     elif busy and policy.on_busy == "exclude":
         status = HostStatus.EXCLUDED
@@ -305,7 +337,8 @@ def _host_verdict(host: Host, problems: list[str], warnings: list[str], busy: bo
     else:
         status = HostStatus.WARN if warnings else HostStatus.OK
     usable = host.slots if status in (HostStatus.OK, HostStatus.WARN) else 0
-    return HostVerdict(host.name, status, host.slots, usable, tuple(problems), tuple(warnings))
+    return HostVerdict(host.name, status, host.slots, usable, tuple(problems), tuple(warnings),
+                       tuple(judged))
 
 
 def _job_problems(verdicts: Sequence[HostVerdict], policy: PreflightPolicy) -> list[str]:

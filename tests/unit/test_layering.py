@@ -59,7 +59,7 @@ LAYERS: dict[str, set[str]] = {
     "checkpoint": {"errors"},
     "schedulers": {"errors", "hostfile", "remote", "spec"},
     # the pre-flight group: probe, verdict, network, names, the gate of an attempt
-    "probe": {"errors", "hostfile", "remote", "spec"},
+    "probe": {"errors", "hostfile", "remote", "rank", "spec"},  # rank: its variable names
     "launch": {"errors", "hostfile", "remote", "rank", "spec", "checkpoint", "schedulers",
                "probe"},
     "keras": {"errors", "checkpoint", "rank"},

@@ -6,6 +6,7 @@ import pytest
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile.model import Host, Inventory
+from ringtrain.probe.doctor_script import JOBS_PY
 from ringtrain.probe.hostprobe import PROBE_SCRIPT, VERSIONS_PY, probe, probe_argv
 from ringtrain.probe.probe_parse import GpuStatus
 from tests.fakes import FakeRemote, gpu_rows, probe_stdout
@@ -19,7 +20,7 @@ def inventory(*names: str, slots: int = 4) -> Inventory:
 
 
 def test_argv_passes_python_and_snippet_as_arguments_not_text() -> None:
-    assert ARGV == ("sh", "-c", PROBE_SCRIPT, "ringtrain-probe", PY, VERSIONS_PY)
+    assert ARGV == ("sh", "-c", PROBE_SCRIPT, "ringtrain-probe", PY, VERSIONS_PY, JOBS_PY)
     assert PY not in PROBE_SCRIPT
     assert "--query-gpu=index,name,uuid,memory.total,memory.used,utilization.gpu,driver_version" \
         in PROBE_SCRIPT and "--format=csv,noheader,nounits" in PROBE_SCRIPT

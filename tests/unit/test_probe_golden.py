@@ -22,6 +22,8 @@ def _jsonable(value: Any) -> Any:
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, tuple | list):
         return [_jsonable(v) for v in value]
+    if isinstance(value, dict):  # the doctor's maps: bus -> count, (GPU, NIC) -> relation
+        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=str)}
     return value
 
 

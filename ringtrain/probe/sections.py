@@ -1,0 +1,46 @@
+"""The probe output's frame: its delimited sections, and how remote text is clipped. PURE."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+BEGIN = "@@ringtrain:begin "
+END = "@@ringtrain:end "
+HEADER = "@@ringtrain:probe 1@@"
+DONE = "@@ringtrain:done@@"
+INT_RE = re.compile(r"[0-9]{1,15}")  # ASCII digits only: str.isdigit() also takes '²'
+_SHOWN = 300  # characters of one line of remote text kept in a message
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    name: str
+    body: str
+    exit_code: int | None  # None: the section never ended (output cut off)
+
+
+def split_sections(text: str) -> dict[str, Section]:
+    """Cut the probe output into its sections; text before the header (a chatty bashrc) is
+    ignored."""
+    sections: dict[str, Section] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(BEGIN) and line.endswith("@@"):
+            name, lines = line[len(BEGIN):-2], []
+        elif line.startswith(END) and line.endswith("@@") and name is not None:
+            code = line[len(END):-2]
+            sections[name] = Section(name, "\n".join(lines),
+                                     int(code) if INT_RE.fullmatch(code) else None)
+            name = None
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        sections[name] = Section(name, "\n".join(lines), None)
+    return sections
+
+
+def clip(text: str, limit: int = _SHOWN) -> str:
+    """Remote text as shown in a message: at most ``limit`` characters."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
