@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ringtrain import sim
+from ringtrain.sim import gpufaults
 from ringtrain.sim.config import DEFAULT_MODEL, DEFAULT_NAME
 from ringtrain.sim.gpus import parse_count
 from ringtrain.sim.s3server import start_s3_server, stop_s3_server
@@ -146,6 +147,57 @@ def set_gpus_cmd(host: str, count: str, model: str | None, name: str,
     """Set HOST's GPU count, make its nvidia-smi fail, or make it work again."""
     sim.set_gpus(_cfg(name, state_dir), host, parse_count(count), model)
     click.echo(f"{host}: {count}" + (f" x {model}" if model else ""))
+
+
+@command.command("gpu-fault", epilog="""\b
+Examples:
+  ringtrain sim gpu-fault gpu03 --gpu 1 --pcie-width 8
+  ringtrain sim gpu-fault gpu02 --gpu 0 --xid 79 --ecc 2
+  ringtrain sim gpu-fault gpu04 --ib-port-down
+  ringtrain sim gpu-fault gpu03 --clear
+then: ringtrain check --hosts <sim hostfile> --doctor""")
+@click.argument("host")
+@click.option("--gpu", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The GPU (nvidia-smi index) the GPU faults are made on.")
+@click.option("--pcie-width", type=click.IntRange(1, 32), help="PCIe link width now (max 16).")
+@click.option("--pcie-gen", type=click.IntRange(1, 6),
+              help="PCIe generation now (max 4), with the GPU busy so it is judged.")
+@click.option("--slowdown", type=click.Choice(sorted(gpufaults.SLOWDOWNS)),
+              help="A clocks event reason that holds the clocks down.")
+@click.option("--ecc", type=click.IntRange(min=0), help="Uncorrected volatile ECC errors.")
+@click.option("--retired-pending", is_flag=True, help="Retired pages pending.")
+@click.option("--remap-pending", is_flag=True, help="Row remapping pending.")
+@click.option("--remap-failed", is_flag=True, help="Row remapping failed.")
+@click.option("--reset-required", is_flag=True, help="The driver asks for a GPU reset.")
+@click.option("--drain", is_flag=True, help="The driver recommends drain and reset.")
+@click.option("--nvlink-down", metavar="LINKS|all",
+              help="NVLink links inactive on the GPU (the host's GPUs get 18 links each).")
+@click.option("--xid", type=click.IntRange(1, 999), help="An Xid line in the kernel log.")
+@click.option("--replays", type=click.IntRange(min=0), help="PCIe replays since reset.")
+@click.option("--nic-far", is_flag=True,
+              help="The GPU reaches the job's NIC across the CPU interconnect (topo -m SYS).")
+@click.option("--ib-port-down", is_flag=True, help="The RDMA port behind eth0 is DOWN.")
+@click.option("--ib-rate", type=click.IntRange(min=1), metavar="GBPS",
+              help="The RDMA port's rate.")
+@click.option("--link-downed", type=click.IntRange(min=0), help="The port's link_downed count.")
+@click.option("--eth-speed", type=click.IntRange(min=1), metavar="MBPS",
+              help="eth0's link speed (others: 10000).")
+@click.option("--clear", is_flag=True, help="Every fault on the host cleared.")
+@_name
+@_state_dir
+def gpu_fault_cmd(host: str, gpu: int, clear: bool, name: str, state_dir: Path | None,
+                  **faults: object) -> None:
+    """Make a GPU or NIC fault on HOST that `ringtrain check --doctor` should name: the fake
+    nvidia-smi, dmesg and sysfs there show it in the real tools' formats."""
+    if faults.get("nvlink_down") not in (None, "all") and not all(
+            x.strip().isdigit() for x in str(faults["nvlink_down"]).split(",")):
+        raise click.BadParameter("links are numbers like 3,5 or 'all'", param_hint="--nvlink-down")
+    fault = sim.Fault(**faults)  # type: ignore[arg-type]
+    if clear == (not fault.empty()):
+        raise click.UsageError("give faults to make, or --clear (not both)")
+    sim.gpu_fault(_cfg(name, state_dir), host, gpu, None if clear else fault)
+    click.echo(f"{host}: " + ("faults cleared" if clear else f"GPU {gpu}: " + ", ".join(
+        f"{k.replace('_', '-')}={v}" for k, v in faults.items() if v not in (None, False))))
 
 
 @command.command("link")

@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 OTHER_MODEL = "belongs to another model"  # ringtrain.keras.resume's words for a mismatch
+_DOCTOR_KEYS = ("host", "code", "gpu", "measured", "action")
 RESULT_SCHEMA = 2  # result.json: 2 adds schema, decision/excluded per attempt, total_s
 
 
@@ -158,6 +159,8 @@ class JobResult:
     milestones: Milestones | None = None  # when it started, arrived, initialised, trained
     recheck: Recheck | None = None  # before the restart that followed: GPUs freed, left out
     absorbed: tuple[Absorbed, ...] = ()  # --elastic: ranks lost while the others went on
+    # the pre-flight doctor's findings before this attempt: (host, code, GPU, measured, action)
+    doctor: tuple[tuple[str, str, int | None, str, str], ...] = ()
     # the run, on its last attempt's result: the attempts before it, the restarts asked, the
     # ranks asked (-np), why no restart followed
     earlier: tuple[JobResult, ...] = ()
@@ -220,6 +223,7 @@ class JobResult:
             "milestones": self.milestones.to_json() if self.milestones else None,
             "recheck": self.recheck.to_json() if self.recheck else None,
             "absorbed": [a.to_json() for a in self.absorbed],
+            "doctor": [dict(zip(_DOCTOR_KEYS, d, strict=True)) for d in self.doctor],
         }
 
     def run_json(self) -> dict[str, Any]:
@@ -278,6 +282,8 @@ class JobResult:
             milestones=Milestones.from_json(d.get("milestones")),
             recheck=Recheck.from_json(d.get("recheck")),
             absorbed=tuple(Absorbed.from_json(a) for a in d.get("absorbed") or ()),
+            doctor=tuple((str(x["host"]), str(x["code"]), x.get("gpu"), str(x["measured"]),
+                          str(x["action"])) for x in d.get("doctor") or ()),
         )
 
     def what_ringtrain_did(self) -> str:

@@ -257,7 +257,7 @@ class Session:
                 self.reporter.note(f"rank {root.rank} is TensorFlow task {task}")
             return replace(
                 merged, warnings=merged.warnings + warnings, stragglers=watch.found,
-                failed_task=task, milestones=self._marks,
+                failed_task=task, milestones=self._marks, doctor=checked.doctor,
                 absorbed=tuple(self._elastic.incidents) if self._elastic else (),
             )
         finally:

@@ -298,7 +298,8 @@ def _nic_findings(h: HostHealth, used: set[int], iface: str | None, baseline: Ba
     if column is not None and topo is not None:
         far = sorted(g for g in used if topo.relation.get((g, column)) == "SYS")
         if far:
-            out.append(Finding("gpu-nic-far", None, f"GPU {_list(far)} reach {rdma} ({iface}) "
+            verb = "reaches" if len(far) == 1 else "reach"
+            out.append(Finding("gpu-nic-far", None, f"GPU {_list(far)} {verb} {rdma} ({iface}) "
                                "across the CPU interconnect (SYS)", "NODE, PHB, PXB or PIX"))
     return out
 

@@ -51,6 +51,8 @@ class Preflight:
     env: tuple[tuple[str, str], ...] = ()
     control_host: str = "127.0.0.1"
     busy: frozenset[str] = frozenset()  # hosts whose GPUs were busy before the attempt
+    # the doctor's findings: (host, code, GPU, measured, action), for result.json
+    doctor: tuple[tuple[str, str, int | None, str, str], ...] = ()
 
 
 def policy_for(spec: LaunchSpec, need: int | None) -> PreflightPolicy:
@@ -86,6 +88,8 @@ def run_gate(
         env=net.env if net is not None else (),
         control_host=control_host(inventory, net, reporter.note),
         busy=verdict.busy,
+        doctor=tuple((h.host, j.finding.code, j.finding.gpu, j.finding.measured, j.action)
+                     for h in verdict.hosts for j in h.findings),
     )
 
 

@@ -25,10 +25,12 @@ holder (about 12 MB RSS) and an sshd (about 9 MB).
 
 from ringtrain.sim.cluster import cluster, down, load, up
 from ringtrain.sim.config import SimCluster, SimConfig, SimHost
+from ringtrain.sim.gpufaults import Fault
 from ringtrain.sim.ops import (
     HostStatus,
     SimStatus,
     clear_versions,
+    gpu_fault,
     host_processes,
     rotate_host_key,
     set_gpus,
@@ -40,6 +42,7 @@ from ringtrain.sim.ops import (
 )
 
 __all__ = [
+    "Fault",
     "HostStatus",
     "SimCluster",
     "SimConfig",
@@ -48,6 +51,7 @@ __all__ = [
     "clear_versions",
     "cluster",
     "down",
+    "gpu_fault",
     "host_processes",
     "load",
     "rotate_host_key",

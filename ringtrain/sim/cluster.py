@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ringtrain.errors import SimError
-from ringtrain.sim import etc_hosts, netns, sshd
+from ringtrain.sim import etc_hosts, gpufaults, netns, sshd
 from ringtrain.sim.config import (
     SimCluster,
     SimConfig,
@@ -147,7 +147,9 @@ def _build(c: SimCluster) -> None:
             d.mkdir()
         _write(h.dir / "hosts", etc)
         _write(h.sshd_config, sshd.render_sshd_config(c, h, cfg.resolved_python_bin))
-        write_state(h.gpu_state_file, make_state(c.name, h.name, cfg.gpus_per_host, cfg.gpu_model))
+        state = make_state(c.name, h.name, cfg.gpus_per_host, cfg.gpu_model)
+        write_state(h.gpu_state_file, state)
+        gpufaults.write_sysfs(h.sysfs_dir, state)
     netns.create(c)
     if cfg.hosts_in_etc_hosts:
         etc_hosts.add(c.name, c.addresses)

@@ -154,6 +154,11 @@ class SimHost:
         return self.dir / "bin"
 
     @property
+    def sysfs_dir(self) -> Path:
+        """The host's fake /sys (``$RINGTRAIN_SIM_SYSFS``): its interfaces and RDMA ports."""
+        return self.dir / "sys"
+
+    @property
     def site_dir(self) -> Path:
         """On the host's PYTHONPATH: fake ``*.dist-info`` dirs live here (see set_versions)."""
         return self.dir / "site"

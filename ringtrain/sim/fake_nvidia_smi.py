@@ -39,6 +39,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+try:
+    from ringtrain.sim import fake_gpu_health as health
+except ImportError:  # copied to <state_dir>/bin beside it and run with -IS: import it from there
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import fake_gpu_health as health  # type: ignore[no-redef,import-not-found]
+
 DRIVER_FAILED = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running.\n\n"
@@ -85,6 +91,8 @@ PROCS_DIR = "gpu-procs"
 
 
 def _value(gpu: dict[str, Any], state: dict[str, Any], field: str, units: bool) -> str:
+    if field in health.HEALTH:
+        return health.health_value(gpu, field)
     key, unit = _FIELDS[field]
     if key == "timestamp":
         now = time.time()
@@ -110,7 +118,7 @@ def _query(
     fields = []
     for raw in fields_arg.split(","):
         name = _ALIASES.get(raw.strip(), raw.strip())
-        if name not in _FIELDS:
+        if name not in _FIELDS and name not in health.HEALTH:
             return f'Field "{raw.strip()}" is not a valid field to query.\n\n', 2
         fields.append(name)
     opts = {o.strip() for o in fmt.split(",")}
@@ -118,7 +126,8 @@ def _query(
         return '"--format" option must be "csv".\n', 2
     lines = []
     if "noheader" not in opts:
-        lines.append(", ".join(f"{f} [{_FIELDS[f][1]}]" if _FIELDS[f][1] else f for f in fields))
+        lines.append(", ".join(f"{f} [{_FIELDS[f][1]}]" if _FIELDS.get(f, ("", ""))[1] else f
+                               for f in fields))
     units = "nounits" not in opts
     lines.extend(", ".join(_value(g, state, f, units) for f in fields) for g in gpus)
     return "".join(line + "\n" for line in lines), 0
@@ -175,7 +184,8 @@ def _parse(argv: list[str]) -> dict[str, str]:
         if arg.startswith("--") and "=" in arg:
             key, _, val = arg.partition("=")
             opts[key] = val
-        elif arg in ("--query-gpu", "--query-compute-apps", "--format", "-i", "--id"):
+        elif arg in ("--query-gpu", "--query-compute-apps", "--query-remapped-rows", "--format",
+                     "-i", "--id"):
             opts[arg] = next(it, "")
         else:
             opts[arg] = ""
@@ -208,6 +218,9 @@ def _render_gpus(opts: dict[str, str], state: dict[str, Any]) -> tuple[str, int]
         return NO_DEVICES, 6
     if "--query-gpu" in opts or "--query-compute-apps" in opts:
         return _render_query(opts, gpus, state)
+    answer = health.render(opts, gpus, state)
+    if answer is not None:
+        return answer
     if "-L" in opts or "--list-gpus" in opts:
         return "".join(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})\n" for g in gpus), 0
     if any(a.startswith("-") for a in opts):
@@ -276,6 +289,9 @@ def _alive(pid: int) -> bool:
 
 
 def main() -> int:
+    if os.path.basename(sys.argv[0]) == "dmesg":  # the same file stands in for the kernel log
+        sys.stdout.write(health.dmesg(load_state()))
+        return 0
     out, rc = render(sys.argv[1:], load_state())
     sys.stdout.write(out)
     sys.stdout.flush()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ringtrain.errors import SimError
 from ringtrain.rank.procfs import cmdline
-from ringtrain.sim import netns, sshd
+from ringtrain.sim import gpufaults, netns, sshd
 from ringtrain.sim.cluster import cluster, load, require_root
 from ringtrain.sim.config import SimConfig
 from ringtrain.sim.gpus import (
@@ -86,7 +86,25 @@ def set_gpus(cfg: SimConfig, host: str, count: int | str, model: str | None = No
     state = updated_state(read_state(h.gpu_state_file), c.name, h.name, count, model,
                           c.config.gpu_model)
     write_state(h.gpu_state_file, state)
+    gpufaults.write_sysfs(h.sysfs_dir, state)
     log.info("%s: %d x %s, driver %s", host, len(state["gpus"]), state["model"], state["mode"])
+
+
+def gpu_fault(cfg: SimConfig, host: str, gpu: int, fault: gpufaults.Fault | None) -> None:
+    """Make ``fault`` on ``host``'s GPU ``gpu`` (None: every fault cleared), as the doctor
+    will read it: fake nvidia-smi, dmesg and sysfs (gpufaults.py)."""
+    h = cluster(cfg).host(host)
+    state = read_state(h.gpu_state_file)
+    if state is None:
+        raise SimError(f"{host} has no GPU state", hint=f"ringtrain sim set-gpus {host} 8")
+    if fault is None:
+        state = gpufaults.healthy(state)
+    else:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        state = gpufaults.apply(state, gpu, fault, uptime)
+    write_state(h.gpu_state_file, state)
+    gpufaults.write_sysfs(h.sysfs_dir, state)
+    log.info("%s: GPU %d faults %s", host, gpu, fault or "cleared")
 
 
 def set_link(cfg: SimConfig, host: str, up: bool) -> None:

@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,6 +68,7 @@ def render_sshd_config(cluster: SimCluster, host: SimHost, python_bin: Path) -> 
         "PATH": path,
         "PYTHONPATH": str(host.site_dir),
         "RINGTRAIN_SIM_GPU_STATE": str(host.gpu_state_file),
+        "RINGTRAIN_SIM_SYSFS": str(host.sysfs_dir),
         "RINGTRAIN_SIM_HOST": host.name,
     }
     return "\n".join([
@@ -239,13 +241,17 @@ def _tail(path: Path, lines: int = 3) -> str:
 
 
 def install_fake_nvidia_smi(bin_dir: Path) -> Path:
-    """Copy fake_nvidia_smi.py to ``bin_dir/nvidia-smi`` behind a fast-starting interpreter line."""
+    """Copy fake_nvidia_smi.py to ``bin_dir/nvidia-smi`` (and ``dmesg``, which it also plays)
+    behind a fast-starting interpreter line, with fake_gpu_health.py beside it."""
     python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
     src = Path(__file__).with_name("fake_nvidia_smi.py").read_text()
     body = src.split("\n", 1)[1] if src.startswith("#!") else src
     target = bin_dir / "nvidia-smi"
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(f"#!{python} -IS\n{body}")
-    tmp.chmod(0o755)
-    tmp.replace(target)
+    helper = Path(__file__).with_name("fake_gpu_health.py")
+    shutil.copyfile(helper, bin_dir / helper.name)
+    for name in ("nvidia-smi", "dmesg"):  # one file: it reads argv[0]
+        tmp = (bin_dir / name).with_suffix(".tmp")
+        tmp.write_text(f"#!{python} -IS\n{body}")
+        tmp.chmod(0o755)
+        tmp.replace(bin_dir / name)
     return target

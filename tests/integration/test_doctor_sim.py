@@ -1,0 +1,125 @@
+"""The doctor on the simulated cluster, over SSH: faults made with ``ringtrain sim gpu-fault``
+are named by ``ringtrain check --doctor`` with their codes on the right host and GPU, and
+``ringtrain launch --on-bad-host exclude`` runs the job without the sick hosts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from ringtrain.cli import cli
+
+pytestmark = [
+    pytest.mark.ssh,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the simulated cluster needs root"),
+]
+
+sim = pytest.importorskip("ringtrain.sim")
+
+HOSTS = "gpu01:4,gpu02:4,gpu03:4,gpu04:4"
+FAULTS = [  # (host, gpu, sim gpu-fault flags)
+    ("gpu02", 1, ["--pcie-width", "8"]),
+    ("gpu02", 2, ["--slowdown", "power-brake"]),
+    ("gpu03", 0, ["--xid", "79"]),
+    ("gpu03", 3, ["--remap-pending"]),
+    ("gpu04", 0, ["--ib-port-down"]),
+]
+
+
+def sim_cli(cluster: Any, *args: str) -> None:
+    result = CliRunner().invoke(cli, ["sim", *args, "--name", cluster.name,
+                                      "--state-dir", str(cluster.state_dir)])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.fixture()
+def sick(sim_cluster: Any) -> Iterator[Any]:
+    for host, gpu, flags in FAULTS:
+        sim_cli(sim_cluster, "gpu-fault", host, "--gpu", str(gpu), *flags)
+    try:
+        yield sim_cluster
+    finally:
+        for host in ("gpu02", "gpu03", "gpu04"):
+            sim_cli(sim_cluster, "gpu-fault", host, "--clear")
+
+
+def check(cluster: Any, *extra: str) -> tuple[int, dict[str, Any]]:
+    result = CliRunner().invoke(cli, ["check", "-H", HOSTS, "--ssh-config",
+                                      str(cluster.ssh_config), "--json", "--timeout", "30",
+                                      *extra])
+    assert result.stdout.strip().startswith("{"), result.output
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_check_doctor_names_each_fault_with_its_code_host_and_gpu(sick: Any) -> None:
+    code, data = check(sick, "--doctor")
+    got = {h["host"]: [(f["code"], f["gpu"], f["action"]) for f in h["findings"]]
+           for h in data["hosts"]}
+    assert got == {
+        "gpu01": [],
+        "gpu02": [("pcie-width", 1, "warn"), ("clock-slowdown", 2, "warn")],
+        "gpu03": [("row-remap-pending", 3, "fail"), ("xid-fatal", 0, "fail")],
+        "gpu04": [("ib-port-down", None, "fail")],
+    }
+    assert code == 4 and data["refused"]
+    f = next(f for h in data["hosts"] if h["host"] == "gpu03" for f in h["findings"]
+             if f["code"] == "xid-fatal")
+    assert f["measured"] == "Xid 79 since boot" and f["fix"].startswith("reset the GPU")
+
+
+def test_check_takes_each_codes_action(sick: Any) -> None:
+    code, data = check(sick, "--on-bad-host", "exclude,pcie-width=exclude",
+                       "--on-bad-host", "ib-port-down=warn")
+    status = {h["host"]: h["status"] for h in data["hosts"]}
+    assert status == {"gpu01": "ok", "gpu02": "excluded", "gpu03": "excluded", "gpu04": "warn"}
+    assert code == 0 and data["usable_slots"] == {"gpu01": 4, "gpu04": 4}
+
+
+def test_the_table_shows_the_code_and_the_fix(sick: Any) -> None:
+    result = CliRunner().invoke(cli, ["check", "-H", HOSTS, "--ssh-config",
+                                      str(sick.ssh_config), "--doctor"])
+    assert result.exit_code == 4
+    out = " ".join(result.stdout.split())
+    for text in ("pcie-width", "PCIe x8", "xid-fatal", "Xid 79 since boot", "ib-port-down",
+                 "mlx5_0/1 (eth0) is DOWN", "4 of 4 hosts" if False else "3 of 4 hosts"):
+        assert text in out, text
+
+
+SCRIPT = """\
+import os, socket
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf
+import horovod.tensorflow as hvd
+hvd.init()
+total = hvd.allreduce(tf.constant(1.0), op=hvd.Sum)
+print("HOST", hvd.rank(), socket.gethostname(), int(total.numpy()), flush=True)
+"""
+
+
+def test_launch_on_bad_host_exclude_leaves_the_sick_hosts_out(sick: Any, tmp_path: Path
+                                                               ) -> None:
+    script = tmp_path / "where.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
+         "-H", "gpu01:2,gpu02:2,gpu03:2,gpu04:2", "--ssh-config", str(sick.ssh_config),
+         "--known-hosts", str(sick.known_hosts), "--on-bad-host", "exclude", str(script)],
+        capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    hosts = sorted({line.split()[3] for line in proc.stdout.splitlines()
+                    if line.startswith("[") and " HOST " in line})
+    assert hosts == ["gpu01", "gpu02"]
+    assert "[xid-fatal] GPU 0 Xid 79 since boot" in proc.stderr
+    assert "[ib-port-down]" in proc.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    result = json.loads((run / "result.json").read_text())
+    text = json.dumps(result)
+    assert "xid-fatal" in text and "ib-port-down" in text
