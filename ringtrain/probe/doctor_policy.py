@@ -70,6 +70,7 @@ def _hint() -> str:
 class Judged:
     finding: Finding
     action: Action
+    said: bool = False  # already among the host's problems or warnings in its own words
 
 
 def judge(hosts: Sequence[Host], results: Mapping[str, ProbeResult], policy: BadHostPolicy,

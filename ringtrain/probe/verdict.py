@@ -15,7 +15,8 @@ from typing import Literal
 
 from ringtrain.errors import ProbeError
 from ringtrain.hostfile.model import Host, Inventory
-from ringtrain.probe.doctor import Baseline
+from ringtrain.probe.doctor import Baseline, Finding
+from ringtrain.probe.doctor_parse import ComputeApp
 from ringtrain.probe.doctor_policy import BadHostPolicy, Judged, judge
 from ringtrain.probe.netif import NetworkChoice, choose_network
 from ringtrain.probe.probe_parse import Gpu, GpuStatus, ProbeReport, ProbeResult
@@ -124,13 +125,20 @@ def evaluate(inventory: Inventory, report: ProbeReport,
     problems: dict[str, list[str]] = {h.name: [] for h in inventory.hosts}
     warnings: dict[str, list[str]] = {h.name: [] for h in inventory.hosts}
     busy: set[str] = set()
+    said_before: dict[str, list[Judged]] = {h.name: [] for h in inventory.hosts}
     for host in inventory.hosts:
         result = results.get(host.name) or ProbeResult(host.name, False, "not probed")
         problems[host.name] += _host_problems(host, result, policy)
-        busy_notes = _busy_gpus(host, result, policy)
-        if busy_notes:
+        said_before[host.name] += _count_finding(host, result, policy)
+        busy_now = _busy_gpus(host, result, policy)
+        if busy_now:
             busy.add(host.name)
-            warnings[host.name] += busy_notes
+            warnings[host.name] += [f"GPU {i} busy ({said}): another job may be running"
+                                    for i, said in busy_now]
+            said_before[host.name] += [Judged(
+                Finding("gpu-busy", i, said, "no other job's memory or process"),
+                "exclude" if policy.on_busy == "exclude" else "warn", said=True)
+                for i, said in busy_now]
         warnings[host.name] += _gpu_health_notes(host, result, policy)  # after busy: see verdict
     reachable = [results[h.name] for h in inventory.hosts
                  if h.name in results and results[h.name].reachable]
@@ -140,7 +148,7 @@ def evaluate(inventory: Inventory, report: ProbeReport,
     _add(problems if policy.require_same_versions else warnings, version_problems)
     judged = _doctor(inventory, results, reachable, policy)
     verdicts = tuple(_host_verdict(h, problems[h.name], warnings[h.name], h.name in busy, policy,
-                                   judged.get(h.name, ()))
+                                   (*said_before[h.name], *judged.get(h.name, ())))
                      for h in inventory.hosts)
     usable = [results[v.host] for v in verdicts if v.usable]
     by_name = {h.name: h for h in inventory.hosts}  # one lookup table, not a scan per host
@@ -165,6 +173,16 @@ def _host_problems(host: Host, r: ProbeResult, policy: PreflightPolicy) -> list[
     if policy.require_gpus:
         out += _gpu_problems(host, r)
     return out
+
+
+def _count_finding(host: Host, r: ProbeResult, policy: PreflightPolicy) -> list[Judged]:
+    """The GPU count as a doctor finding (its words are already among the problems)."""
+    healthy = len(r.gpu.healthy)
+    if not (policy.require_gpus and r.reachable and healthy < host.slots):
+        return []
+    seen = f"{healthy} healthy GPUs" + (f" ({r.gpu.message})" if r.gpu.message else "")
+    return [Judged(Finding("gpu-count", None, seen, f"{host.slots}"), policy.on_bad_host,
+                   said=True)]
 
 
 def _gpu_problems(host: Host, r: ProbeResult) -> list[str]:
@@ -209,23 +227,33 @@ def _gpu_health_notes(host: Host, r: ProbeResult, policy: PreflightPolicy) -> li
     return out
 
 
-def _busy_gpus(host: Host, r: ProbeResult, policy: PreflightPolicy) -> list[str]:
+def _busy_gpus(host: Host, r: ProbeResult, policy: PreflightPolicy) -> list[tuple[int, str]]:
     if not (r.reachable and policy.require_gpus):
         return []
-    return [f"{busy}: another job may be running"
-            for busy in busy_gpus(r.gpu.healthy, host.slots, policy)]
+    ours = {pid for pid, run in r.health.runs if run == policy.run_id} if r.health else set()
+    apps = [a for a in r.health.apps if a.pid not in ours] if r.health else []
+    return busy_of(r.gpu.healthy, host.slots, policy, apps)
 
 
 def busy_gpus(gpus: Sequence[Gpu], slots: int, policy: PreflightPolicy) -> list[str]:
     """Each GPU, of the ``slots`` a host's ranks use, that is busy under ``policy``:
     ``GPU 0 busy (31000 MiB used, 0% utilization)``."""
+    return [f"GPU {i} busy ({said})" for i, said in busy_of(gpus, slots, policy)]
+
+
+def busy_of(gpus: Sequence[Gpu], slots: int, policy: PreflightPolicy,
+            apps: Sequence[ComputeApp] = ()) -> list[tuple[int, str]]:
+    """(GPU index, what makes it busy): memory or utilization over the policy's thresholds, or
+    another job's compute process on it (``apps``: nvidia-smi --query-compute-apps)."""
     busy = []
     for g in sorted(gpus, key=lambda g: g.index)[:slots]:
         mem = g.memory_used_mib is not None and g.memory_used_mib > policy.busy_memory_mib
         util = g.utilization_pct is not None and g.utilization_pct > policy.busy_util_pct
-        if mem or util:
-            busy.append(f"GPU {g.index} busy ({g.memory_used_mib} MiB used, "
-                        f"{g.utilization_pct}% utilization)")
+        procs = [f"{a.name} pid {a.pid}" for a in apps if a.gpu_uuid == g.uuid]
+        if mem or util or procs:
+            busy.append((g.index, f"{g.memory_used_mib} MiB used, {g.utilization_pct}% "
+                         "utilization" + (f"; {', '.join(procs[:3])}" if procs else "")
+                         + (" ..." if len(procs) > 3 else "")))
     return busy
 
 
@@ -320,9 +348,10 @@ def _doctor(inventory: Inventory, results: Mapping[str, ProbeResult],
 
 def _host_verdict(host: Host, problems: list[str], warnings: list[str], busy: bool,
                   policy: PreflightPolicy, judged: Sequence[Judged] = ()) -> HostVerdict:
-    hard = [j for j in judged if j.action in ("fail", "exclude")]
+    hard = [j for j in judged if j.action in ("fail", "exclude") and not j.said]
     problems = [*problems, *(j.finding.text() for j in hard)]
-    warnings = [*warnings, *(j.finding.text() for j in judged if j.action == "warn")]
+    warnings = [*warnings, *(j.finding.text() for j in judged if j.action == "warn"
+                             and not j.said)]
     if problems:
         fail = (len(problems) > len(hard) and policy.on_bad_host == "fail") or any(
             j.action == "fail" for j in hard)

@@ -333,3 +333,26 @@ def test_verdict_takes_each_codes_action() -> None:
     assert [(j.finding.code, j.action) for j in v.host("gpu02").findings] == [
         ("pcie-width", "warn")]
     assert evaluate(inv, report, PreflightPolicy(doctor=False)).host("gpu03").usable
+
+
+def test_a_foreign_compute_process_makes_a_gpu_busy_and_count_and_busy_are_findings() -> None:
+    from ringtrain.probe.doctor_parse import ComputeApp
+
+    inv = Inventory((Host("gpu01", 2), Host("gpu02", 2)), source="t", format="t")
+    text = _probe_text("gpu01", "0, 00000000:3B:00.0, 16, 16, 0")
+    one = parse_probe_output("gpu01", text)
+    assert one.health is not None
+    uuid = one.gpus[0].uuid
+    busy = replace(one, health=replace(one.health, apps=(ComputeApp(4242, "python3", uuid, 300),
+                                                         ComputeApp(77, "python3", uuid, 200)),
+                                       runs=((77, "mine"),)))
+    v = evaluate(inv, ProbeReport((busy, replace(one, host="gpu02"))),
+                 PreflightPolicy(run_id="mine"))
+    h1 = v.host("gpu01")
+    # 300 MiB is under the memory threshold: the process alone makes it busy; our own (77) not
+    assert h1.warnings[0] == ("GPU 0 busy (0 MiB used, 0% utilization; python3 pid 4242): "
+                              "another job may be running")
+    found = [(j.finding.code, j.finding.gpu, j.action, j.said) for j in h1.findings]
+    assert found == [("gpu-count", None, "fail", True), ("gpu-busy", 0, "warn", True)]
+    assert h1.problems == ("expected 2 GPUs, nvidia-smi saw 1; fix the host or pass "
+                           "--on-bad-host exclude",)  # said once, not again as a finding
