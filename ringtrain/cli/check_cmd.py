@@ -4,6 +4,7 @@ go ahead. One table row per host; exit 0 when it would, 4 (ProbeError) when it w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -21,9 +22,10 @@ from ringtrain.cli.verdict_view import (
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
 from ringtrain.launch.hosts import mark_this_machine
+from ringtrain.probe import baselines
 from ringtrain.probe.doctor import CHECKS
 from ringtrain.probe.doctor_policy import parse_on_bad_host
-from ringtrain.probe.gate import gpu_rule
+from ringtrain.probe.gate import gpu_rule, remember
 from ringtrain.probe.hostprobe import probe
 from ringtrain.probe.verdict import PreflightPolicy, evaluate
 from ringtrain.remote import LocalRemote, Remote
@@ -120,7 +122,10 @@ def command(
         click.echo(f"ringtrain: {text}", err=True)
 
     policy = gpu_rule(GpuRule(gpu_mode or "auto"), report, policy, note)
-    verdict = evaluate(inventory, report, policy)
+    known = baselines.default_path()
+    verdict = evaluate(inventory, report, dataclasses.replace(
+        policy, baselines=tuple(baselines.load(known).items())))
+    remember(known, verdict, report)
     data = verdict_to_dict(inventory, report, verdict)
     if doctor:
         data = doctor_to_dict(verdict)

@@ -14,12 +14,13 @@ import ipaddress
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import psutil
 
 from ringtrain.hostfile import Inventory
-from ringtrain.probe import names
+from ringtrain.probe import baselines, names
 from ringtrain.probe.hostprobe import probe
 from ringtrain.probe.netif import NetworkChoice
 from ringtrain.probe.probe_parse import GpuStatus, ProbeReport
@@ -77,8 +78,11 @@ def run_gate(
         reporter.note("pre-flight probe skipped (--no-probe)")
         return Preflight(inventory, control_host=control_host(inventory, None, reporter.note))
     report = probe(inventory, remote, python=spec.python, timeout=spec.preflight.timeout_s)
+    known = baselines.default_path()
     policy = gpu_rule(spec.preflight.gpus, report, policy_for(spec, need), reporter.note)
-    verdict = evaluate(inventory, report, policy)
+    verdict = evaluate(inventory, report, dataclasses.replace(
+        policy, baselines=tuple(baselines.load(known).items())))
+    remember(known, verdict, report)
     reporter.verdict(inventory, report, verdict, policy)
     verdict.raise_if_refused()
     net = verdict.network
@@ -91,6 +95,13 @@ def run_gate(
         doctor=tuple((h.host, j.finding.code, j.finding.gpu, j.finding.measured, j.action)
                      for h in verdict.hosts for j in h.findings),
     )
+
+
+def remember(path: Path, verdict: PreflightVerdict, report: ProbeReport) -> None:
+    """Keep what the clean hosts' doctor sections saw, for "since the last check"."""
+    clean = verdict.clean_hosts()
+    baselines.save(path, baselines.recordable(
+        {r.host: (r.host in clean, r.health) for r in report.results}))
 
 
 def gpu_rule(

@@ -87,6 +87,11 @@ class PreflightVerdict:
     def usable_slots(self) -> tuple[tuple[str, int], ...]:
         return tuple((h.host, h.slots_usable) for h in self.hosts if h.usable)
 
+    def clean_hosts(self) -> frozenset[str]:
+        """Hosts the doctor found nothing fatal on (their checks may become baselines)."""
+        return frozenset(h.host for h in self.hosts if h.usable and not any(
+            j.action in ("fail", "exclude") for j in h.findings))
+
     def host(self, name: str) -> HostVerdict:
         for h in self.hosts:
             if h.host == name:

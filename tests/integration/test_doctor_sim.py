@@ -123,3 +123,28 @@ def test_launch_on_bad_host_exclude_leaves_the_sick_hosts_out(sick: Any, tmp_pat
     result = json.loads((run / "result.json").read_text())
     text = json.dumps(result)
     assert "xid-fatal" in text and "ib-port-down" in text
+
+
+def test_xid_since_the_last_check_and_a_fatal_one_until_a_clean_check(
+        sim_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    try:
+        sim_cli(sim_cluster, "gpu-fault", "gpu02", "--gpu", "0", "--xid", "13")
+        sim_cli(sim_cluster, "gpu-fault", "gpu03", "--gpu", "0", "--xid", "79")
+
+        def findings() -> dict[str, list[tuple[str, str]]]:
+            _, data = check(sim_cluster, "--doctor")
+            return {h["host"]: [(f["code"], f["measured"]) for f in h["findings"]]
+                    for h in data["hosts"] if h["findings"]}
+
+        assert findings() == {"gpu02": [("xid", "Xid 13 since boot")],
+                              "gpu03": [("xid-fatal", "Xid 79 since boot")]}
+        # gpu02's check was clean of fatal findings: its Xid 13 is now behind the baseline;
+        # gpu03's was not, so its Xid 79 stays fatal, still counted since boot
+        assert findings() == {"gpu03": [("xid-fatal", "Xid 79 since boot")]}
+        sim_cli(sim_cluster, "gpu-fault", "gpu02", "--gpu", "1", "--xid", "31")
+        assert findings() == {"gpu02": [("xid", "Xid 31 since the last check")],
+                              "gpu03": [("xid-fatal", "Xid 79 since boot")]}
+    finally:
+        for host in ("gpu02", "gpu03"):
+            sim_cli(sim_cluster, "gpu-fault", host, "--clear")

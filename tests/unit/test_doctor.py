@@ -3,7 +3,9 @@ the H200 probe captures), and each check against a value that trips it and one t
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -356,3 +358,49 @@ def test_a_foreign_compute_process_makes_a_gpu_busy_and_count_and_busy_are_findi
     assert found == [("gpu-count", None, "fail", True), ("gpu-busy", 0, "warn", True)]
     assert h1.problems == ("expected 2 GPUs, nvidia-smi saw 1; fix the host or pass "
                            "--on-bad-host exclude",)  # said once, not again as a finding
+
+
+# -- baselines kept between runs ----------------------------------------------------------------
+
+def test_baselines_round_trip_and_bad_entries_are_dropped(tmp_path: Path) -> None:
+    from ringtrain.probe import baselines
+
+    path = tmp_path / "state" / "ringtrain" / "doctor.json"
+    assert baselines.load(path) == {}
+    b = Baseline("b-1", 100.5, {"3b:00": 4}, {"mlx5_0/1": 2})
+    baselines.save(path, {"gpu01": b})
+    assert baselines.load(path) == {"gpu01": b}
+    assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    baselines.save(path, {"gpu02": replace(b, boot_id="b-2")})
+    assert set(baselines.load(path)) == {"gpu01", "gpu02"}
+    path.write_text(json.dumps({"gpu01": {"boot_id": "b", "uptime_s": "soon"},
+                                "gpu02": {"boot_id": "b", "uptime_s": 5, "replays": {"x": -1,
+                                                                                   "y": 3}},
+                                "bad host!": {"boot_id": "b", "uptime_s": 5}, "gpu03": []}))
+    assert baselines.load(path) == {"gpu02": Baseline("b", 5.0, {"y": 3}, {})}
+    path.write_text("[1, 2")
+    assert baselines.load(path) == {}
+
+
+def test_baselines_never_follow_a_link(tmp_path: Path) -> None:
+    from ringtrain.probe import baselines
+
+    target = tmp_path / "elsewhere.json"
+    target.write_text(json.dumps({"gpu01": {"boot_id": "b", "uptime_s": 1}}))
+    path = tmp_path / "doctor.json"
+    path.symlink_to(target)
+    assert baselines.load(path) == {}
+    baselines.save(path, {"gpu02": Baseline("b", 2.0)})  # replaces the link, not its target
+    assert not path.is_symlink() and json.loads(target.read_text()) == {
+        "gpu01": {"boot_id": "b", "uptime_s": 1}}
+
+
+def test_only_hosts_without_a_fatal_finding_are_remembered() -> None:
+    from ringtrain.probe import baselines
+
+    h = HostHealth(gpus=(HEALTHY,), boot_id="b", uptime_s=50.0, replays={"3b:00": 1})
+    assert baselines.recordable({"gpu01": (True, h), "gpu02": (False, h),
+                                 "gpu03": (True, None),
+                                 "gpu04": (True, replace(h, boot_id=None))}) == {
+        "gpu01": Baseline("b", 50.0, {"3b:00": 1}, {})}
