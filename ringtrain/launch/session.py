@@ -220,7 +220,7 @@ class Session:
             el = self.spec.elastic
             self._elastic = ElasticWatch(
                 rank_hosts(alloc), self.spec.supervision.heartbeat_timeout, job.started,
-                keeper_for(el, checked.inventory, plan.attempt_dir, self.remote,
+                keeper_for(self.spec, checked.inventory, plan.attempt_dir, self.remote,
                            self.reporter.note)) if el else None
             fault = self._supervise(job, control, plan, watch)
             detected_at = time.time()

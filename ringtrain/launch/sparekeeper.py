@@ -7,15 +7,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from ringtrain.hostfile import Inventory
 from ringtrain.launch.launchers import ELASTIC_HOSTS
-from ringtrain.launch.recheck import DEFAULT_POLICY, look
 from ringtrain.launch.rundir import write_private
 from ringtrain.launch.spares import Pool, due, lose, pool_of, readmit, split
+from ringtrain.probe import baselines
+from ringtrain.probe.gate import gpu_rule, policy_for, remember
+from ringtrain.probe.hostprobe import probe
+from ringtrain.probe.verdict import evaluate
 from ringtrain.remote import Remote
-from ringtrain.spec import ElasticPolicy
+from ringtrain.spec import LaunchSpec
 
 
 class SpareKeeper:
@@ -58,10 +62,13 @@ class SpareKeeper:
             self._publish(text)
 
 
-def keeper_for(el: ElasticPolicy, inventory: Inventory, attempt_dir: Path, remote: Remote,
+def keeper_for(spec: LaunchSpec, inventory: Inventory, attempt_dir: Path, remote: Remote,
                note: Callable[[str], None]) -> SpareKeeper:
     """The attempt's keeper: publishes to its discovery list (``launchers.ELASTIC_HOSTS``),
-    and checks a rested host with one ``nvidia-smi`` over SSH (recheck.look)."""
+    and checks a rested host with the pre-flight's own probe, doctor included, over SSH: a
+    host with a fatal Xid or a pending row remap is not taken back."""
+    el = spec.elastic
+    assert el is not None  # only an --elastic launch has a keeper
     active, spares = split(inventory.hosts, el.spares)
     by_name = {h.name: h for h in inventory.hosts}
 
@@ -69,10 +76,17 @@ def keeper_for(el: ElasticPolicy, inventory: Inventory, attempt_dir: Path, remot
         write_private(attempt_dir / ELASTIC_HOSTS, text)
 
     def check(name: str) -> str | None:
-        busy, unknown = look(remote, (by_name[name],), DEFAULT_POLICY)
-        if name in unknown:
-            return unknown[name]
-        return f"GPUs busy: {busy[name][0]}" if busy.get(name) else None
+        one = replace(inventory, hosts=(by_name[name],))
+        report = probe(one, remote, python=spec.python, timeout=spec.preflight.timeout_s)
+        policy = gpu_rule(spec.preflight.gpus, report, policy_for(spec, None), lambda _: None)
+        known = baselines.default_path()
+        verdict = evaluate(one, report, replace(policy, on_bad_host="exclude",
+                                                baselines=tuple(baselines.load(known).items())))
+        remember(known, verdict, report)
+        (hv,) = verdict.hosts
+        if not hv.usable:
+            return hv.problems[0] if hv.problems else hv.status.value
+        return f"GPUs busy: {hv.warnings[0]}" if name in verdict.busy else None
 
     if spares:
         note(f"elastic: {', '.join(h.name for h in spares)} held back as spare(s)")

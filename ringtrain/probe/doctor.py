@@ -100,8 +100,9 @@ CHECKS: tuple[Check, ...] = (
     Check("xid", WARN, "other Xid events in the kernel log", "none since the last check",
           "dmesg \"NVRM: Xid\"", "usually the application's fault: read the code in NVIDIA's "
           "Xid catalog"),
-    Check("gpu-nic-far", WARN, "GPU to the job's NIC", "not SYS (across the CPU interconnect)",
-          "nvidia-smi topo -m", "pin ranks to GPUs near the NIC, or use the NIC near each GPU"),
+    Check("gpu-nic-far", WARN, "GPU to the nearest RDMA NIC, when the job's interface is one",
+          "not SYS (across the CPU interconnect) for every NIC",
+          "nvidia-smi topo -m", "pin ranks to GPUs near a NIC, or add a NIC on that socket"),
     Check("ib-port-down", FATAL, "InfiniBand/RoCE port of the job's interface", "ACTIVE",
           "/sys/class/infiniband/*/ports/*/state", "check the cable and the switch port "
           "(ibstat), or choose another interface"),
@@ -296,10 +297,15 @@ def _nic_findings(h: HostHealth, used: set[int], iface: str | None, baseline: Ba
     topo = h.topology
     column = topo.nic_of.get(rdma) if topo is not None and rdma else None
     if column is not None and topo is not None:
-        far = sorted(g for g in used if topo.relation.get((g, column)) == "SYS")
+        # NCCL takes, for each GPU, the nearest of the host's active RDMA NICs: a GPU is far
+        # when every one of them is across the CPU interconnect
+        cols = sorted({topo.nic_of[p.device] for p in h.ports
+                       if p.state == "ACTIVE" and p.device in topo.nic_of} | {column})
+        far = sorted(g for g in used if all(topo.relation.get((g, c)) == "SYS" for c in cols))
         if far:
             verb = "reaches" if len(far) == 1 else "reach"
-            out.append(Finding("gpu-nic-far", None, f"GPU {_list(far)} {verb} {rdma} ({iface}) "
+            nics = rdma if len(cols) == 1 else f"every RDMA NIC ({len(cols)})"
+            out.append(Finding("gpu-nic-far", None, f"GPU {_list(far)} {verb} {nics} "
                                "across the CPU interconnect (SYS)", "NODE, PHB, PXB or PIX"))
     return out
 

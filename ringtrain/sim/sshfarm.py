@@ -5,7 +5,9 @@ file it writes. The launcher's real SSH path (strict host keys, ssh_config, fan-
 unchanged against it; only the commands are answered from a table instead of run:
 
 * the probe (``@@ringtrain:probe``): the host's name, 8 GPUs (every ``--fail-every``-th host:
-  nvidia-smi failing, as with a lost GPU), the Python stack, Open MPI and an interface;
+  nvidia-smi failing, as with a lost GPU), the Python stack, Open MPI and an interface, and the
+  doctor's sections of an 8 x H100 host with 8 InfiniBand NICs (every 10th host: a GPU on a
+  x8 link and an Xid 79);
 * the reaper (``ringtrain.rank.reaper``): nothing found, nothing left;
 * ``true``: exit 0 (horovodrun's SSH check runs it on every host);
 * anything else: exit 127.
@@ -70,8 +72,48 @@ mpirun (Open MPI) 4.1.4
 1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever
 2: eth0    inet 10.{hi}.{lo}.11/8 brd 10.255.255.255 scope global eth0\\       valid_lft forever
 @@ringtrain:end 0@@
-@@ringtrain:done@@
+{doctor}@@ringtrain:done@@
 """
+SICK_EVERY = 10  # every 10th host: GPU 5 on a PCIe x8 link and an Xid 79 on GPU 2 (the doctor)
+_HEALTH = ("#fields index,pci.bus_id,pcie.link.gen.current,pcie.link.gen.max,"
+           "pcie.link.width.current,pcie.link.width.max,clocks_event_reasons.active,"
+           "clocks_throttle_reasons.active,ecc.mode.current,"
+           "ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,"
+           "remapped_rows.failure,gpu_recovery_action,temperature.gpu,utilization.gpu")
+_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+
+
+def doctor_sections(i: int) -> str:
+    """The doctor's sections of an 8 x H100 host with 8 NICs (NV18, R580), in the formats of
+    the real captures (tests/unit/golden/probe/doctor/); every SICK_EVERY-th host is sick."""
+    sick = i % SICK_EVERY == SICK_EVERY - 1
+    rows = [f"{g}, 00000000:{b}:00.0, 5, 5, {8 if sick and g == 5 else 16}, 16, "
+            "0x0000000000000001, 0x0000000000000001, Enabled, 0, [N/A], No, No, None, 33, 0"
+            for g, b in enumerate(_BUSES)]
+    pcie = "".join(f"GPU 00000000:{b}:00.0\n        Replays Since Reset"
+                   f"{' ' * 28}: 0\n        Replay Number Rollovers{' ' * 24}: 0\n"
+                   for b in _BUSES)
+    links = "".join(f"GPU {g}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08x}-0000-0000-0000-{g:012x})"
+                    "\n" + "".join(f"\t Link {n}: 26.562 GB/s\n" for n in range(18))
+                    for g in range(8))
+    cols = [f"GPU{g}" for g in range(8)] + [f"NIC{n}" for n in range(8)]
+    topo = "\t" + "\t".join([*cols, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]) + "\n"
+    topo += "".join("\t".join([f"GPU{g}", *(" X " if o == g else "NV18" for o in range(8)),
+                               *("PIX" if n == g else "SYS" for n in range(8)),
+                               "0-55" if g < 4 else "56-111", str(g // 4), "", "N/A"]) + "\n"
+                    for g in range(8))
+    topo += "\nNIC Legend:\n\n" + "".join(f"  NIC{n}: mlx5_{n}\n" for n in range(8))
+    xid = ("[ 5211.304115] NVRM: Xid (PCI:0000:3a:00): 79, pid=0, name=, GPU has fallen off "
+           "the bus.\n") if sick else ""
+    ports = "".join(f"port mlx5_{n} 1|4: ACTIVE|5: LinkUp|400 Gb/sec (4X NDR)|InfiniBand|0\n"
+                    for n in range(8))
+    nets = "net eth0|25000|up|\n" + "".join(f"net ib{n}||up|mlx5_{n}\n" for n in range(8))
+    sections = (("health", _HEALTH + "\n" + "\n".join(rows) + "\n"), ("apps", ""),
+                ("pcie", pcie), ("nvlink", links), ("topo", topo),
+                ("xid", f"#boot 6f1c2a4e-{i:04x}\n#uptime 86400.12\n" + xid),
+                ("links", ports + nets), ("jobs", ""))
+    return "".join(f"@@ringtrain:begin {name}@@\n{body}@@ringtrain:end 0@@\n"
+                   for name, body in sections)
 
 
 def probe_output(i: int, fail_every: int) -> str:
@@ -83,7 +125,7 @@ def probe_output(i: int, fail_every: int) -> str:
             "550.54.15" for g in range(8))
         code = 0
     return PROBE_TEMPLATE.format(name=name(i), gpus=gpus, gpu_exit=code, hi=i // 250,
-                                 lo=i % 250)
+                                 lo=i % 250, doctor=doctor_sections(i))
 
 
 def answer(i: int, command: str, fail_every: int) -> tuple[str, int]:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -148,3 +150,47 @@ def test_xid_since_the_last_check_and_a_fatal_one_until_a_clean_check(
     finally:
         for host in ("gpu02", "gpu03"):
             sim_cli(sim_cluster, "gpu-fault", host, "--clear")
+
+
+LOOP = """\
+import os, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf
+import horovod.tensorflow as hvd
+hvd.init()
+while True:
+    hvd.allreduce(tf.constant([1.0]))
+    time.sleep(0.1)
+"""
+
+
+def test_a_second_job_on_the_same_hosts_hears_of_the_first(sim_cluster: Any, tmp_path: Path
+                                                            ) -> None:
+    """Two launches on the same slots both ran with no word of it (issue 25): now the second
+    one's pre-flight names the first run's ranks on each host."""
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
+         "-H", "gpu01:2,gpu02:2", "--ssh-config", str(sim_cluster.ssh_config),
+         "--known-hosts", str(sim_cluster.known_hosts), str(script)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        found: dict[str, list[str]] = {}
+        while time.monotonic() < deadline and len(found) < 2:
+            time.sleep(2)
+            _, data = check(sim_cluster, "--doctor")
+            found = {h["host"]: [f["measured"] for f in h["findings"]
+                                 if f["code"] == "other-job"] for h in data["hosts"]}
+            found = {h: m for h, m in found.items() if m}
+        (run,) = (tmp_path / "runs").iterdir()
+        assert sorted(found) == ["gpu01", "gpu02"]
+        assert all(m[0].startswith(f"ranks of run {run.name} (pid ") for m in found.values())
+    finally:
+        os.killpg(first.pid, signal.SIGINT)
+        try:
+            first.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()

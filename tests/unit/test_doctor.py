@@ -133,6 +133,20 @@ def test_gpu_far_from_the_jobs_nic_is_named_with_the_gpus() -> None:
     assert f.code == "gpu-nic-far" and f.measured.startswith("GPU 2, 3, 4, 5, 6, 7 reach mlx5_2")
     assert examine(h, 2, iface="ib0") == ()  # the two GPUs the ranks use are near it
     assert examine(h, 8, iface="eth0") == ()  # not an RDMA interface: nothing to compare
+    # with every NIC active, each GPU has one behind its own PCIe switch (PXB): nothing far
+    ports = tuple(IbPort(dev, "1", "ACTIVE", "LinkUp", 200.0, "InfiniBand", 0)
+                  for dev in t.nic_of)  # type: ignore[union-attr]
+    assert examine(replace(h, ports=ports), 8, iface="ib0") == ()
+
+
+def test_an_h100_with_a_nic_far_from_every_gpu_is_not_a_false_alarm() -> None:
+    t = parse_topology(_read("topo_h100x8_570.txt"), 0)
+    assert t is not None
+    ports = tuple(IbPort(dev, "1", "ACTIVE", "LinkUp", 400.0, "InfiniBand", 0)
+                  for dev in t.nic_of)
+    h = HostHealth(gpus=tuple(GpuHealth(i) for i in range(8)), topology=t, ports=ports,
+                   nets=(NetLink("ib0", None, "up", "mlx5_0"),))
+    assert examine(h, 8, iface="ib0") == ()
 
 
 def test_nvlink_real_outputs() -> None:
@@ -404,3 +418,11 @@ def test_only_hosts_without_a_fatal_finding_are_remembered() -> None:
                                  "gpu03": (True, None),
                                  "gpu04": (True, replace(h, boot_id=None))}) == {
         "gpu01": Baseline("b", 50.0, {"3b:00": 1}, {})}
+
+
+def test_the_readme_table_is_the_checks() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for c in CHECKS:
+        default = "exclude or fail" if c.severity == "fatal" else "warn"
+        row = f"| `{c.code}` | {default} | {c.what} | {c.threshold} | {c.source} |"
+        assert row in readme, row

@@ -9,6 +9,9 @@ Per host count N:
   time) and the real probe parser against N SSH hosts served by one process
   (``ringtrain.sim.sshfarm``, its own host key per address): wall time, this process's CPU per
   host, and the farm's CPU apart (it plays N sshds and shells);
+* the doctor (issue 25): every farm host answers with the doctor's sections of an 8 x H100 host
+  (every 10th sick); the verdict's CPU with and without the doctor, and the parser's with and
+  without those sections, side by side on the same hosts, and the sick hosts it names;
 * teardown fan-out: the reaper command on every host through the same path;
 * supervision with 8N simulated ranks over real sockets (``control_scale.run_size``): the
   control server's CPU, one supervision tick, the time to name one silent rank and one lost
@@ -50,6 +53,8 @@ from ringtrain.bench.launcher import control_scale, plan_scale
 from ringtrain.hostfile import Host, Inventory
 from ringtrain.launch.teardown import reaper_argv
 from ringtrain.probe.hostprobe import GpuStatus, probe
+from ringtrain.probe.probe_parse import ProbeReport, parse_probe_output
+from ringtrain.probe.verdict import PreflightPolicy, evaluate
 from ringtrain.remote.ssh import SshRemote
 from ringtrain.sim import sshfarm
 
@@ -86,6 +91,7 @@ def ssh_phase(n: int, workdir: Path) -> dict[str, Any]:
         report = probe(inventory, remote, python=sys.executable, timeout=120)
         probe_s, probe_cpu = time.perf_counter() - wall0, _cpu_self() - cpu0
         probe_farm = _farm_cpu(watched) - farm0
+        doctor = doctor_costs(inventory, report)
         unreachable = [r.host for r in report.results if not r.reachable]
         lost = sum(r.gpu.status is GpuStatus.FAILED for r in report.results)
         if unreachable:
@@ -105,7 +111,32 @@ def ssh_phase(n: int, workdir: Path) -> dict[str, Any]:
             "probe_farm_cpu_s": probe_farm, "lost_gpu_hosts": lost,
             "expected_lost_gpu_hosts": n // FAIL_EVERY,
             "teardown_s": reap_s, "teardown_cpu_ms_per_host": reap_cpu / n * 1e3,
-            "teardown_farm_cpu_s": reap_farm, "teardown_clean": clean, **anchor}
+            "teardown_farm_cpu_s": reap_farm, "teardown_clean": clean, **doctor, **anchor}
+
+
+def doctor_costs(inventory: Inventory, report: ProbeReport) -> dict[str, Any]:
+    """The doctor's share of the launcher's CPU, side by side on the same hosts: the verdict
+    with and without it, and the parse of the probe output with and without its sections."""
+    n = len(inventory.hosts)
+    out: dict[str, Any] = {}
+    for doctor in (False, True):
+        cpu0 = _cpu_self()
+        verdict = evaluate(inventory, report, PreflightPolicy(doctor=doctor))
+        out[f"verdict_cpu_ms_per_host_{'with' if doctor else 'without'}_doctor"] = (
+            (_cpu_self() - cpu0) / n * 1e3)
+    out["doctor_sick_hosts"] = sum({"xid-fatal", "pcie-width"} <= {j.finding.code
+                                                                  for j in h.findings}
+                                   for h in verdict.hosts)
+    out["doctor_expected_sick_hosts"] = sum(i % sshfarm.SICK_EVERY == sshfarm.SICK_EVERY - 1
+                                            for i in range(n))
+    texts = [sshfarm.probe_output(i, FAIL_EVERY) for i in range(min(n, 1000))]
+    for label, strip in (("with", False), ("without", True)):
+        cpu0 = _cpu_self()
+        for i, text in enumerate(texts):
+            parse_probe_output(sshfarm.name(i), text.replace(sshfarm.doctor_sections(i), "")
+                               if strip else text)
+        out[f"parse_cpu_ms_per_host_{label}_doctor"] = (_cpu_self() - cpu0) / len(texts) * 1e3
+    return out
 
 
 # Runs horovodrun's own check; prints its wall time and CPU (with its ssh processes) as JSON.
@@ -170,6 +201,12 @@ def run(sizes: list[int], out: Path) -> list[dict[str, Any]]:
                   f"{_secs(ctl['detect_s']):>7} {_secs(ctl['host_detect_s']):>6} "
                   f"{row['plan_openmpi_s']:>9.3f}s/{row['plan_yaml_s']:.3f}s "
                   f"{_anchor_cell(row):>17}", flush=True)
+            print(f"      doctor: verdict {row['verdict_cpu_ms_per_host_with_doctor']:.2f} ms/host "
+                  f"with it, {row['verdict_cpu_ms_per_host_without_doctor']:.2f} without; parse "
+                  f"{row['parse_cpu_ms_per_host_with_doctor']:.2f} ms/host with its sections, "
+                  f"{row['parse_cpu_ms_per_host_without_doctor']:.2f} without; sick hosts found "
+                  f"{row['doctor_sick_hosts']} of {row['doctor_expected_sick_hosts']}",
+                  flush=True)
             if row.get("horovod_check_failed_hosts"):
                 print(f"      horovodrun's check failed on {row['horovod_check_failed_hosts']} "
                       f"hosts: {row['horovod_check_why']}", flush=True)
