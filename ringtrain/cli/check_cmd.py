@@ -46,10 +46,12 @@ Exit code: 0 when a launch would go ahead (warnings allowed), 4 when it would be
 
 
 @click.command("check", epilog=_EPILOG)
-@click.option("--hosts", "hosts_file", metavar="SOURCE", help="Inventory file (any format).")
+@click.option("--hosts", "--hostfile", "hosts_file", metavar="SOURCE",
+              help="Inventory file (any format); --hostfile as horovodrun spells it.")
 @click.option("-H", "host_spec", metavar="h1:N,h2:N", help="Hosts inline, horovodrun style.")
 @click.option("--hosts-format", help="Force the inventory format instead of detecting it.")
-@click.option("-np", "--np", "np", type=click.IntRange(min=1), help="Ranks the launch would ask.")
+@click.option("-np", "--np", "--num-proc", "np", type=click.IntRange(min=1),
+              help="Ranks the launch would ask.")
 @click.option("-F", "--ssh-config", type=click.Path(path_type=Path),
               help="ssh_config (like ssh -F).")
 @click.option("--known-hosts", type=click.Path(path_type=Path),
@@ -102,8 +104,12 @@ def command(
 
     Every host is tried; the table shows all of them, then why a launch would be refused.
     """
-    inventory = mark_this_machine(resolve_hosts(hosts_file, host_spec, hosts_format) or Inventory(
-        (Host("localhost", 1),), source="localhost", format="local"))
+    def note(text: str) -> None:
+        click.echo(f"ringtrain: {text}", err=True)
+
+    inventory = mark_this_machine(resolve_hosts(hosts_file, host_spec, hosts_format, note=note)
+                                  or Inventory((Host("localhost", 1),), source="localhost",
+                                               format="local"))
     bad = parse_on_bad_host(on_bad_host)
     policy = PreflightPolicy(
         on_bad_host=bad.general, doctor_actions=bad.per_code,
@@ -117,9 +123,6 @@ def command(
         ssh = SshSpec(ssh_config, known_hosts, accept_new_host_keys)
         remote = cli_context().remote_factory(SshOptions(ssh, connect_timeout, concurrency))
     report = probe(inventory, remote, python=python, timeout=timeout)
-
-    def note(text: str) -> None:
-        click.echo(f"ringtrain: {text}", err=True)
 
     policy = gpu_rule(GpuRule(gpu_mode or "auto"), report, policy, note)
     known = baselines.default_path()

@@ -49,12 +49,14 @@ def slot_override(
 
 @click.command("hosts", epilog=_EPILOG)
 @click.argument("source", required=False)
-@click.option("--hosts", "hosts_file", metavar="SOURCE", help="Same as the SOURCE argument.")
+@click.option("--hosts", "--hostfile", "hosts_file", metavar="SOURCE",
+              help="Same as the SOURCE argument (--hostfile as horovodrun spells it).")
 @click.option("-H", "host_spec", metavar="h1:N,h2:N", help="Hosts inline, horovodrun style.")
 @click.option(
     "--hosts-format", type=click.Choice(FORMATS), help="Force the format instead of detecting it."
 )
-@click.option("-np", "--np", "np", type=int, help="Number of ranks (default: every slot).")
+@click.option("-np", "--np", "--num-proc", "np", type=int,
+              help="Number of ranks (default: every slot).")
 @click.option("--include", multiple=True, metavar="PATTERN", help="Use only matching hosts.")
 @click.option("--exclude", multiple=True, metavar="PATTERN", help="Leave matching hosts out.")
 @click.option(
@@ -93,7 +95,8 @@ def command(
     if source is not None and hosts_file is not None:
         raise UsageError("SOURCE and --hosts both given", "pass the inventory once")
     inventory = resolve_hosts(
-        source or hosts_file, host_spec, hosts_format, discovery_timeout=discovery_timeout
+        source or hosts_file, host_spec, hosts_format, discovery_timeout=discovery_timeout,
+        note=lambda text: click.echo(f"ringtrain: {text}", err=True),
     )
     if inventory is None:
         raise UsageError("no hosts given", "pass an inventory file, or -H gpu01:4,gpu02:4")

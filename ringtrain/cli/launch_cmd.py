@@ -71,7 +71,8 @@ def _env_specs(
 )
 @click.option("-H", "host_spec", metavar="h1:N,h2:N", help="Hosts inline, horovodrun style.")
 @click.option("--hosts-format", help="Force the inventory format instead of detecting it.")
-@click.option("-np", "--np", "np", type=int, help="Number of ranks (default: every slot).")
+@click.option("-np", "--np", "--num-proc", "np", type=int,
+              help="Number of ranks (default: every slot); --num-proc as horovodrun spells it.")
 @click.option(
     "--backend",
     type=click.Choice([b.value for b in Backend]),
@@ -171,7 +172,9 @@ def _env_specs(
     is_flag=True,
     help="Warn instead of refusing when hosts run different software versions.",
 )
-@click.option("--network-interface", help="Interface or CIDR for MPI traffic (default: chosen).")
+@click.option("--network-interface", "--network-interfaces", "network_interface",
+              help="Interfaces or CIDRs for MPI traffic, comma-separated (default: chosen); "
+              "--network-interfaces as horovodrun spells it.")
 @click.option("--python", help="Python on the hosts (default: this one, same path everywhere).")
 @click.option(
     "-m",
@@ -186,6 +189,14 @@ def _env_specs(
     metavar="ARG",
     help="Pass ARG to mpirun as it is, before the rank command (repeat for each word, e.g. "
     "--mpi-arg=-mca --mpi-arg=btl_tcp_if_exclude --mpi-arg=docker0).",
+)
+@click.option(
+    "--mpi-args",
+    "mpi_args_line",
+    metavar='"ARGS"',
+    callback=lambda _ctx, _param, value: launch_entry.split_mpi_args(value),
+    help='mpirun arguments in one string, as horovodrun takes them: --mpi-args="-mca btl '
+    '^openib" (split as a shell would, after any --mpi-arg).',
 )
 @click.option(
     "--checkpoint",
@@ -308,6 +319,7 @@ def command(
         spec = launch_entry.spec_from_run(ctx, from_run)
     else:
         launch_entry.refuse_unknown_option(ctx, options)
+        options["mpi_args"] = (*options["mpi_args"], *options.pop("mpi_args_line"))
         spec = build_spec(LaunchOptions(**options), Path.cwd())
     factory = cli_context().remote_factory
     if dry_run:

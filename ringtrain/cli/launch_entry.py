@@ -5,6 +5,7 @@ script from a module or a program is the assembly's (ringtrain/assembly/entry_ki
 from __future__ import annotations
 
 import difflib
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +48,15 @@ def spec_from_run(ctx: click.Context, run_dir: Path) -> LaunchSpec:
     for line in differences(spec):
         click.echo(f"ringtrain:   {line}", err=True)
     return spec
+
+
+def split_mpi_args(value: str | None) -> tuple[str, ...]:
+    """``--mpi-args "-mca btl ^openib"`` -> its words, split as a shell would (horovodrun's
+    one-string form); quotes that do not close are a clear error, not a guess."""
+    if value is None:
+        return ()
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as err:
+        raise click.BadParameter(f"{value!r}: {err} (quote each argument that has spaces "
+                                 "once)", param_hint="--mpi-args") from None

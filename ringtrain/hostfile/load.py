@@ -105,18 +105,36 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+_HOST_LIST_RE = re.compile(r"[A-Za-z0-9_.\-\[\]]+(?::\d+)?(?:,[A-Za-z0-9_.\-\[\]]+(?::\d+)?)*")
+
+
 def resolve_hosts(
     hosts_file: str | None,
     host_spec: str | None,
     fmt: str | None = None,
     *,
     discovery_timeout: float = 30.0,
+    note: Callable[[str], None] = lambda _text: None,
 ) -> Inventory | None:
-    """What ``--hosts FILE`` / ``-H SPEC`` name; None when neither is given."""
+    """What ``--hosts FILE`` / ``-H SPEC`` name; None when neither is given.
+
+    Habits from other launchers, each said in a ``note``: ``--hosts a:2,b:2`` (horovodrun's
+    long ``-H``) with no such file is that host list; ``-H hostfile`` (DeepSpeed's ``-H``) where
+    the file exists is refused with the flag to use."""
     if hosts_file is not None and host_spec is not None:
         raise UsageError(
             "--hosts and -H both name hosts", "pass either --hosts FILE or -H gpu01:4,gpu02:4"
         )
+    if hosts_file is not None and _HOST_LIST_RE.fullmatch(hosts_file) and (
+            ":" in hosts_file or "," in hosts_file) and not Path(hosts_file).exists():
+        note(f"--hosts {hosts_file}: no such file; taken as a host list, as horovodrun's "
+             "--hosts (-H) takes it")
+        hosts_file, host_spec = None, hosts_file
+    elif host_spec is not None and not any(c in host_spec for c in ":,") and (
+            Path(host_spec).is_file()):
+        raise UsageError(f"-H {host_spec}: -H takes hosts inline (gpu01:4,gpu02:4), and "
+                         f"{host_spec} is a file", f"pass --hosts {host_spec} (DeepSpeed's "
+                         "-H/--hostfile is ringtrain's --hosts; --hostfile works too)")
     if host_spec is not None:
         if fmt not in (None, "horovod", "nodelist"):
             raise UsageError(

@@ -33,12 +33,14 @@ class Hosts:
 
 
 def resolve(spec: LaunchSpec, environ: Mapping[str, str]) -> Hosts:
-    inventory = resolve_hosts(spec.hosts_file, spec.host_spec, spec.hosts_format)
+    said: list[str] = []
+    inventory = resolve_hosts(spec.hosts_file, spec.host_spec, spec.hosts_format,
+                              note=said.append)
     if inventory is not None:
         inventory = with_ssh_defaults(mark_this_machine(inventory), spec.ssh)
         here = [h.name for h in inventory.hosts if h.local]
-        notes: tuple[str, ...] = (
-            (f"{', '.join(here)}: this machine; its ranks start without SSH",) if here else ())
+        notes: tuple[str, ...] = (*said, *(
+            (f"{', '.join(here)}: this machine; its ranks start without SSH",) if here else ()))
         return Hosts(inventory, notes=notes)
     sched = inventory_from_scheduler(environ)
     if sched is not None:

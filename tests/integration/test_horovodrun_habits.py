@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -206,3 +207,76 @@ def test_tuning_flags_are_refused_where_horovod_does_not_run(tmp_path: Path) -> 
                    "--output-filename", "out", "t.py")
     assert proc.returncode == 0 and "every rank's output is in" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _horovodrun_args(flags: list[str]) -> Any:
+    """What horovodrun's own parser makes of ``flags`` (Horovod as the oracle)."""
+    from horovod.runner import launch
+
+    saved = sys.argv
+    try:
+        sys.argv = ["horovodrun", *flags, "python", "t.py"]
+        return launch.parse_args()
+    finally:
+        sys.argv = saved
+
+
+def _dry_spec(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess[str],
+                                                     dict[str, Any]]:
+    (tmp_path / "t.py").write_text("print('hi')\n")
+    proc = _launch(tmp_path, "--dry-run", "--no-probe", *flags, "t.py")
+    runs = tmp_path / "runs"
+    if proc.returncode != 0 or not runs.is_dir():
+        return proc, {}
+    plan = json.loads((_run_dir(tmp_path) / "attempt-1" / "plan.json").read_text())
+    return proc, plan
+
+
+@pytest.mark.parametrize("flags", [
+    ["--num-proc", "2", "-H", "localhost:2"],
+    ["-np", "2", "--hosts", "localhost:2"],
+    ["-np", "2", "-H", "localhost:2", "--mpi-args=-mca btl_tcp_if_exclude docker0 --bind-to "
+     "none"],
+    ["-np", "2", "-H", "localhost:2", "--mpi-args", "-x 'NCCL_DEBUG=INFO'"],
+    ["-np", "2", "-H", "localhost:2", "--network-interfaces", "lo"],
+], ids=" ".join)
+def test_horovodrun_command_lines_mean_what_horovodrun_means(tmp_path: Path,
+                                                             flags: list[str]) -> None:
+    """Issue 27: horovodrun's own spellings, read the way horovodrun's parser reads them."""
+    import shlex
+
+    args = _horovodrun_args(flags)
+    proc, plan = _dry_spec(tmp_path, *flags)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    spec = plan["spec"]
+    assert plan["np"] == args.num_proc
+    assert [(h["name"], h["slots"]) for h in plan["hosts"]] == [
+        (h.split(":")[0], int(h.split(":")[1])) for h in args.hosts.split(",")]
+    mpi_words = shlex.split(args.mpi_args) if args.mpi_args else []
+    assert spec["mpi_args"] == mpi_words
+    if mpi_words:  # before the rank command, as given
+        start = plan["argv"].index(mpi_words[0])
+        assert plan["argv"][start:start + len(mpi_words)] == mpi_words
+    nics = spec["network_interface"]
+    assert (set(nics.split(",")) if nics else None) == args.nics
+    if "--hosts" in flags:
+        assert "taken as a host list, as horovodrun's --hosts (-H) takes it" in proc.stderr
+
+
+def test_mpi_args_is_never_misread_as_a_module(tmp_path: Path) -> None:
+    proc, plan = _dry_spec(tmp_path, "-H", "localhost:2", "--mpi-args", "-mca btl ^openib")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert plan["spec"]["mpi_args"] == ["-mca", "btl", "^openib"]
+    assert plan["spec"]["script"].endswith("t.py") and "module" not in proc.stderr
+    proc, _ = _dry_spec(tmp_path, "-H", "localhost:2", "--mpi-args", "-x 'A=b")
+    assert proc.returncode == 2 and "--mpi-args" in proc.stderr
+    assert "No closing quotation" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_deepspeeds_dash_h_hostfile_is_refused_with_the_flag_to_use(tmp_path: Path) -> None:
+    (tmp_path / "hostfile").write_text("localhost slots=2\n")
+    proc, _ = _dry_spec(tmp_path, "-H", "hostfile")
+    assert proc.returncode == 2
+    assert "-H hostfile: -H takes hosts inline (gpu01:4,gpu02:4), and hostfile is a file" in (
+        " ".join(proc.stderr.split()))
+    assert "pass --hosts hostfile" in proc.stderr
