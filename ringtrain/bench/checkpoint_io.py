@@ -1,7 +1,8 @@
 """Benchmark: commit (hash + upload + manifest) and verified restore of an N MB checkpoint.
 
 A benchmark, not a test: ``ringtrain ckpt bench`` runs it and prints the table. With no URL it
-measures a temporary local directory and a temporary SeaweedFS server on 127.0.0.1. The payload
+measures a temporary local directory, a temporary SeaweedFS server and a temporary HDFS
+(Hadoop's MiniDFSCluster, one DataNode), all on 127.0.0.1, for each checkpoint size. The payload
 is random bytes (incompressible), split into a few files like a real tf.train.Checkpoint.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -88,17 +90,27 @@ def bench_url(
 
 
 @contextmanager
-def temporary_targets(base: Path, with_s3: bool) -> Iterator[tuple[Target, ...]]:
-    """A local directory and, if asked, a fresh S3 server; the server stops afterwards."""
-    local = Target(str(base / "local-target"), None)
-    if not with_s3:
-        yield (local,)
-        return
-    server = start_s3_server(base / "s3", bucket="bench")
+def temporary_targets(base: Path, with_s3: bool, with_hdfs: bool = False
+                      ) -> Iterator[tuple[Target, ...]]:
+    """A local directory and, if asked, a fresh S3 server and a fresh HDFS (Hadoop's
+    MiniDFSCluster, ringtrain.sim.minihdfs); the servers stop afterwards."""
+    targets = [Target(str(base / "local-target"), None)]
+    server = start_s3_server(base / "s3", bucket="bench") if with_s3 else None
+    hdfs = None
     try:
-        yield local, Target(server.url("run"), server.client_options())
+        if server is not None:
+            targets.append(Target(server.url("run"), server.client_options()))
+        if with_hdfs:
+            from ringtrain.sim import minihdfs
+
+            hdfs = minihdfs.start(base / "hdfs")
+            targets.append(Target(f"{hdfs.url}/bench", None))
+        yield tuple(targets)
     finally:
-        server.stop()
+        if hdfs is not None:
+            hdfs.stop()
+        if server is not None:
+            server.stop()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,20 +120,25 @@ class Target:
 
 
 def run_bench(
-    urls: tuple[str, ...], *, size_mb: int = 100, files: int = 4, repeats: int = 3,
-    with_s3: bool = True,
+    urls: tuple[str, ...], *, sizes_mb: tuple[int, ...] = (100,), files: int = 4,
+    repeats: int = 3, with_s3: bool = True, with_hdfs: bool = False,
 ) -> tuple[BenchResult, ...]:
-    """Benchmark ``urls``, or a temporary local dir and S3 server when none are given."""
+    """Benchmark ``urls`` (or a temporary local dir, S3 server and HDFS when none are given)
+    with a checkpoint of each size, smallest first."""
+    out = []
     with tempfile.TemporaryDirectory(prefix="ringtrain-ckpt-bench-") as tmp:
         base = Path(tmp)
-        payload = make_payload(base / "payload", size_mb * 1_000_000, files)
         given = tuple(Target(u, None) for u in urls)
-        with temporary_targets(base, with_s3) if not urls else _given(given) as targets:
-            return tuple(
-                bench_url(t.url, payload, repeats=repeats, workdir=base / f"w{i}",
-                          options=t.options)
-                for i, t in enumerate(targets)
-            )
+        with temporary_targets(base, with_s3, with_hdfs) if not urls else _given(
+                given) as targets:
+            for size_mb in sorted(sizes_mb):
+                payload = make_payload(base / f"payload-{size_mb}", size_mb * 1_000_000, files)
+                out += [bench_url(f"{t.url}/{size_mb}mb" if not urls else t.url, payload,
+                                  repeats=repeats, workdir=base / f"w{size_mb}-{i}",
+                                  options=t.options)
+                        for i, t in enumerate(targets)]
+                shutil.rmtree(payload)
+    return tuple(out)
 
 
 @contextmanager

@@ -22,7 +22,8 @@ Examples:
   ringtrain ckpt ls s3://ringtrain/digits
   ringtrain ckpt ls runs/20261121-201015-cb6f/checkpoints --json
   ringtrain ckpt verify s3://ringtrain/digits      sha256 of every file of every checkpoint
-  ringtrain ckpt bench                             100 MB to local disk and a local S3 server
+  ringtrain ckpt bench                             100 MB to local disk, S3 and HDFS servers
+  ringtrain ckpt bench --size-mb 10,100,1000       each size, smallest first
 """
 
 
@@ -123,26 +124,43 @@ def verify_cmd(url: str, as_json: bool) -> None:
 
 @command.command("bench")
 @click.argument("urls", nargs=-1)
-@click.option("--size-mb", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--size-mb", "sizes", default="100", show_default=True, metavar="MB[,MB...]",
+              help="Checkpoint sizes, e.g. 10,100,1000.")
 @click.option("--files", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--no-s3", is_flag=True, help="Without URLs: skip the temporary S3 server.")
-def bench_cmd(urls: tuple[str, ...], size_mb: int, files: int, repeats: int, no_s3: bool) -> None:
-    """Time commit and verified restore of a SIZE_MB checkpoint to each URL.
+@click.option("--no-hdfs", is_flag=True,
+              help="Without URLs: skip the temporary HDFS (its first start builds Hadoop's "
+              "minicluster with Maven).")
+def bench_cmd(urls: tuple[str, ...], sizes: str, files: int, repeats: int, no_s3: bool,
+              no_hdfs: bool) -> None:
+    """Time commit and verified restore of checkpoints of each size to each URL.
 
-    Without URLs: a temporary local directory and a temporary SeaweedFS S3 server on 127.0.0.1.
+    Without URLs: a temporary local directory, a temporary SeaweedFS S3 server and a temporary
+    HDFS (Hadoop's MiniDFSCluster), all on 127.0.0.1.
     """
     from ringtrain.bench.checkpoint_io import run_bench  # noqa: PLC0415 - starts servers
 
-    results = run_bench(urls, size_mb=size_mb, files=files, repeats=repeats, with_s3=not no_s3)
-    table = Table(title=f"checkpoint commit/restore, {size_mb} MB in {files} files, "
-                  f"median of {repeats}", title_justify="left")
-    for col in ("target", "commit s", "commit MB/s", "restore s", "restore MB/s"):
+    try:
+        sizes_mb = tuple(int(s) for s in sizes.split(",") if s.strip())
+    except ValueError:
+        raise click.BadParameter(f"{sizes!r} is not a list of sizes in MB like 10,100,1000",
+                                 param_hint="--size-mb") from None
+    if not sizes_mb or min(sizes_mb) < 1:
+        raise click.BadParameter("sizes are whole MB, at least 1", param_hint="--size-mb")
+    results = run_bench(urls, sizes_mb=sizes_mb, files=files, repeats=repeats,
+                        with_s3=not no_s3, with_hdfs=not no_hdfs)
+    table = Table(title=f"checkpoint commit/restore in {files} files, median of {repeats}",
+                  title_justify="left")
+    for col in ("target", "MB", "commit s", "commit MB/s", "restore s", "restore MB/s"):
         table.add_column(col, justify="left" if col == "target" else "right")
     for r in results:
-        target = "s3 (SeaweedFS, 127.0.0.1)" if r.url.startswith("s3://") else "local disk"
+        target = ("s3 (SeaweedFS, 127.0.0.1)" if r.url.startswith("s3://") else
+                  "hdfs (MiniDFSCluster, 127.0.0.1)" if r.url.startswith("hdfs://") else
+                  "local disk")
         table.add_row(
             f"{target}: {r.url}" if urls else target,
+            f"{r.size_bytes / 1e6:.0f}",
             f"{r.commit_median_s:.3f}",
             f"{r.commit_mb_s:.0f}",
             f"{r.restore_median_s:.3f}",
