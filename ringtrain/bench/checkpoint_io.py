@@ -144,3 +144,29 @@ def run_bench(
 @contextmanager
 def _given(targets: tuple[Target, ...]) -> Iterator[tuple[Target, ...]]:
     yield targets
+
+
+def run_overhead(*, sizes_mb: tuple[int, ...], epochs: int = 4, steps: int = 30,
+                 with_s3: bool = True, with_hdfs: bool = True) -> tuple[Any, ...]:
+    """``commit_overhead.measure`` on a temporary local directory, S3 server and HDFS."""
+    from ringtrain.bench.commit_overhead import measure
+    from ringtrain.keras import state
+    from ringtrain.keras.uploader import UPLOADER
+
+    out = []
+    with tempfile.TemporaryDirectory(prefix="ringtrain-commit-overhead-") as tmp, \
+            temporary_targets(Path(tmp), with_s3, with_hdfs) as targets:
+        for size_mb in sorted(sizes_mb):
+            for t in targets:
+                def url_of(mode: str, t: Target = t, size_mb: int = size_mb) -> str:
+                    url = f"{t.url}/overhead-{size_mb}mb-{mode}"
+                    if state._STATE.stores is None:
+                        state._STATE.stores = {}
+                    state._STATE.stores[url] = open_store(url, options=t.options)
+                    return url
+
+                label = ("s3" if t.url.startswith("s3://") else
+                         "hdfs" if t.url.startswith("hdfs://") else "local disk")
+                out.append(measure(label, url_of, size_mb=size_mb, epochs=epochs, steps=steps,
+                                   wait=UPLOADER.wait))
+    return tuple(out)

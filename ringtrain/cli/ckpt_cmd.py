@@ -132,14 +132,24 @@ def verify_cmd(url: str, as_json: bool) -> None:
 @click.option("--no-hdfs", is_flag=True,
               help="Without URLs: skip the temporary HDFS (its first start builds Hadoop's "
               "minicluster with Maven).")
+@click.option("--train", is_flag=True,
+              help="Instead: what a commit per epoch costs a training loop (a model of each "
+              "size), with no checkpoint, synchronous and in the background, side by side.")
+@click.option("--epochs", type=click.IntRange(min=2), default=4, show_default=True,
+              help="With --train: epochs per run (the first is not counted).")
+@click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True,
+              help="With --train: steps per epoch.")
 def bench_cmd(urls: tuple[str, ...], sizes: str, files: int, repeats: int, no_s3: bool,
-              no_hdfs: bool) -> None:
+              no_hdfs: bool, train: bool, epochs: int, steps: int) -> None:
     """Time commit and verified restore of checkpoints of each size to each URL.
 
     Without URLs: a temporary local directory, a temporary SeaweedFS S3 server and a temporary
     HDFS (Hadoop's MiniDFSCluster), all on 127.0.0.1.
     """
-    from ringtrain.bench.checkpoint_io import run_bench  # noqa: PLC0415 - starts servers
+    from ringtrain.bench.checkpoint_io import (  # noqa: PLC0415 - starts servers
+        run_bench,
+        run_overhead,
+    )
 
     try:
         sizes_mb = tuple(int(s) for s in sizes.split(",") if s.strip())
@@ -148,6 +158,12 @@ def bench_cmd(urls: tuple[str, ...], sizes: str, files: int, repeats: int, no_s3
                                  param_hint="--size-mb") from None
     if not sizes_mb or min(sizes_mb) < 1:
         raise click.BadParameter("sizes are whole MB, at least 1", param_hint="--size-mb")
+    if train:
+        if urls:
+            raise click.UsageError("--train measures temporary targets: give no URLs")
+        _overhead_table(run_overhead(sizes_mb=sizes_mb, epochs=epochs, steps=steps,
+                                     with_s3=not no_s3, with_hdfs=not no_hdfs), epochs, steps)
+        return
     results = run_bench(urls, sizes_mb=sizes_mb, files=files, repeats=repeats,
                         with_s3=not no_s3, with_hdfs=not no_hdfs)
     table = Table(title=f"checkpoint commit/restore in {files} files, median of {repeats}",
@@ -166,4 +182,18 @@ def bench_cmd(urls: tuple[str, ...], sizes: str, files: int, repeats: int, no_s3
             f"{r.restore_median_s:.3f}",
             f"{r.restore_mb_s:.0f}",
         )
+    Console(width=140).print(table)
+
+
+def _overhead_table(rows: tuple[Any, ...], epochs: int, steps: int) -> None:
+    table = Table(title=f"a checkpoint commit per epoch: what it adds to an epoch of {steps} "
+                  f"steps (median of {epochs - 1} epochs)", title_justify="left")
+    for col in ("target", "MB", "step ms", "epoch s", "sync +s", "sync %", "async +s",
+                "async %"):
+        table.add_column(col, justify="left" if col == "target" else "right")
+    for r in rows:
+        table.add_row(r.target, str(r.size_mb), f"{r.step_s * 1e3:.1f}",
+                      f"{r.epoch_s['none']:.2f}", f"{r.extra_s('sync'):.2f}",
+                      f"{r.share('sync') * 100:.1f}", f"{r.extra_s('async'):.2f}",
+                      f"{r.share('async') * 100:.1f}")
     Console(width=140).print(table)

@@ -46,7 +46,9 @@ The same calls work in a script using TensorFlow's own ``MultiWorkerMirroredStra
 
 Modules: ``restore`` (resume), ``epochs`` (callbacks, save, the commit), ``state`` (what they
 share: checkpoint URL, stores, staging), ``world`` (who trains together), ``steps`` (every
-rank's step times), ``memory`` (in-memory commits and resets under ``--elastic``).
+rank's step times), ``memory`` (in-memory commits and resets under ``--elastic``),
+``uploader`` (rank 0's uploads in the background: training goes on while a checkpoint
+commits; ``wait_for_commits()`` waits for the one in flight).
 """
 
 from __future__ import annotations
@@ -63,10 +65,18 @@ from ringtrain.keras.state import CKPT_PREFIX as CKPT_PREFIX
 from ringtrain.keras.state import FORMAT as FORMAT
 from ringtrain.keras.state import ResumePoint, checkpoint_url
 from ringtrain.keras.steps import StepTimer as StepTimer
+from ringtrain.keras.uploader import UPLOADER
 from ringtrain.rank.progress import report as progress
 from ringtrain.rank.progress import step_time
 
 __all__ = [
     "ResumePoint", "batches", "callbacks", "checkpoint_url", "progress", "resume", "save",
-    "step_time",
+    "step_time", "wait_for_commits",
 ]
+
+
+def wait_for_commits() -> None:
+    """Wait for rank 0's checkpoint upload in flight (``save`` and ``callbacks`` upload in the
+    background); its failure is raised here. The rank entry of ``ringtrain launch`` and the
+    end of ``model.fit`` already wait."""
+    UPLOADER.wait()

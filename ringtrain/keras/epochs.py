@@ -1,7 +1,7 @@
 """Each epoch's end, for ``ringtrain.keras``: ``callbacks()`` for ``model.fit`` (a checkpoint
 commit, progress reports, every rank's step times) and ``save()`` for a custom loop; rank 0
-writes a tf.train.Checkpoint locally and commits it through ``ringtrain.checkpoint``, riding
-out a storage outage shorter than the grace."""
+writes a tf.train.Checkpoint locally and commits it through ``ringtrain.checkpoint`` in the
+background (``uploader``), riding out a storage outage shorter than the grace."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from ringtrain.keras.state import (
     variable_shapes,
 )
 from ringtrain.keras.steps import StepTimer
+from ringtrain.keras.uploader import UPLOADER
 from ringtrain.rank import envvars
 from ringtrain.rank.progress import report as progress
 
@@ -42,12 +43,15 @@ def callbacks(
     meta: dict[str, Any] | None = None,
     progress_every_s: float = 1.0,
     commit_every: int = memory.DEFAULT_COMMIT_EVERY,
+    async_commit: bool = True,
 ) -> list[Any]:
     """Keras callbacks for ``model.fit``: on rank 0, a checkpoint commit at every epoch end
     and progress reports (epoch, step, loss, samples/s with ``batch_size``, per rank); on
     every rank, its step times for straggler detection (``ringtrain.keras.steps``) and, under
     ``ringtrain launch --elastic``, a commit to memory every ``commit_every`` steps
-    (``ringtrain.keras.memory``). Add them after Horovod's own callbacks."""
+    (``ringtrain.keras.memory``). Checkpoints upload in the background while training goes on
+    (``async_commit=False``: every rank waits for each upload). Add them after Horovod's own
+    callbacks."""
     world = keras_world.world()
     where = checkpoint_url(url)
     _tell_launcher(checkpoint=where, progress=True)
@@ -58,7 +62,8 @@ def callbacks(
     if world.kind == keras_world.HOROVOD and memory.under_elastic_driver():
         # a script in hvd.elastic.run keeps these callbacks across resets, and rank 0 may then
         # be another process: every rank holds them, whichever is rank 0 at the time acts
-        return [CommitCheckpoint(where, keep=keep, meta=meta, rank0_now=True),
+        return [CommitCheckpoint(where, keep=keep, meta=meta, rank0_now=True,
+                                 background=async_commit),
                 ProgressCallback(batch_size, every_s=progress_every_s, rank0_now=True), *timer]
     if world.rank() != 0:
         if not world.all_write:
@@ -69,7 +74,8 @@ def callbacks(
         report: Any = EpochProgressCallback(batch_size, world_size=world.size())
     else:
         report = ProgressCallback(batch_size, world_size=world.size(), every_s=progress_every_s)
-    return [CommitCheckpoint(where, keep=keep, meta=meta), report, *timer]
+    return [CommitCheckpoint(where, keep=keep, meta=meta, background=async_commit), report,
+            *timer]
 
 
 def save(
@@ -81,9 +87,12 @@ def save(
     keep: int = 3,
     meta: dict[str, Any] | None = None,
     loss: float | None = None,
+    async_commit: bool = True,
 ) -> None:
     """For a custom loop, at the end of an epoch (``epoch`` counts finished epochs): rank 0
-    commits a checkpoint; every rank reports progress. Other ranks do not touch storage."""
+    commits a checkpoint (in the background; ``async_commit=False``: here); every rank reports
+    progress. Other ranks do not touch storage. The last upload is awaited when the script
+    ends under ``ringtrain launch`` (or ``rt.wait_for_commits()``)."""
     world = keras_world.world(model)
     optimizer = _optimizer(model, optimizer)
     where = checkpoint_url(url)
@@ -91,7 +100,7 @@ def save(
     step = int(optimizer.iterations.numpy())
     if world.rank() == 0 or world.all_write:
         _commit(model, optimizer, where, epoch=epoch, step=step, keep=keep, meta=meta or {},
-                commit=world.rank() == 0)
+                commit=world.rank() == 0, background=async_commit)
     progress(epoch=epoch, step=step, loss=loss)
     if world.kind == keras_world.HOROVOD and memory.enabled() and memory.MEMORY.bound:
         memory.commit_now(epoch, 0)  # the epoch's end, in memory too (--elastic)
@@ -105,8 +114,9 @@ class CommitCheckpoint(tf.keras.callbacks.Callback):  # type: ignore[misc]
     ``commit=False``, only write it: the other workers of a MultiWorkerMirroredStrategy)."""
 
     def __init__(self, url: str, *, keep: int = 3, meta: dict[str, Any] | None = None,
-                 commit: bool = True, rank0_now: bool = False) -> None:
+                 commit: bool = True, rank0_now: bool = False, background: bool = True) -> None:
         super().__init__()
+        self.background = background  # upload while training goes on (uploader.py)
         self.url = url
         self.keep = keep
         self.meta = dict(meta or {})
@@ -121,8 +131,11 @@ class CommitCheckpoint(tf.keras.callbacks.Callback):  # type: ignore[misc]
         step = int(optimizer.iterations.numpy())
         meta = {**self.meta, **{k: _number(v) for k, v in (logs or {}).items()}}
         _commit(self.model, optimizer, self.url, epoch=epoch + 1, step=step, keep=self.keep,
-                meta=meta, commit=self.commit)
+                meta=meta, commit=self.commit, background=self.background)
         self.last_committed = step
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        UPLOADER.wait()  # the last epoch's upload, before fit returns; its failure raised here
 
 
 class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
@@ -215,31 +228,45 @@ def _number(value: Any) -> float:
 
 def _commit(
     model: Any, optimizer: Any, url: str, *, epoch: int, step: int, keep: int,
-    meta: dict[str, Any], commit: bool = True,
+    meta: dict[str, Any], commit: bool = True, background: bool = True,
 ) -> None:
-    """Write and commit; a storage outage shorter than the grace (``--checkpoint-grace``)
-    costs a wait, a longer one skips this checkpoint with a warning, and only a second
-    checkpoint in a row lost to it stops training (the last good one stays intact)."""
-    local = state._STATE.staging_dir() / f"save-{epoch}"
+    """Write the checkpoint locally (the snapshot), then commit it: in the background
+    (``uploader``: at most one upload in flight) or, ``background=False``, here. A storage
+    outage shorter than the grace (``--checkpoint-grace``) costs a wait, a longer one skips
+    this checkpoint with a warning, and only a second checkpoint in a row lost to it stops
+    training (the last good one stays intact)."""
+    if commit and background and not UPLOADER.ready_for(f"epoch {epoch}"):
+        return
+    local = state._STATE.staging_dir() / f"save-{epoch}-{step}"
     shutil.rmtree(local, ignore_errors=True)
     try:
         ckpt = _tf_checkpoint(model, optimizer)
         ckpt.epoch.assign(epoch)
         ckpt.write(str(local / CKPT_PREFIX))
-        if not commit:
-            return
-        meta = {**meta, "format": FORMAT, "saved_at": time.time(),
-                "variables": variable_shapes(model)}
-        result = _commit_within_grace(url, local, step=step, epoch=epoch, meta=meta, keep=keep)
-    finally:
+    except BaseException:
         shutil.rmtree(local, ignore_errors=True)
-    if result is None:
+        raise
+    if not commit:
+        shutil.rmtree(local, ignore_errors=True)
         return
-    print(
-        f"checkpoint: committed epoch {epoch} step {step} to {result.url} "
-        f"({result.manifest.total_bytes / 1e6:.2f} MB in {result.seconds:.2f} s)",
-        flush=True,
-    )
+    meta = {**meta, "format": FORMAT, "saved_at": time.time(),
+            "variables": variable_shapes(model)}
+
+    def upload() -> None:
+        try:
+            result = _commit_within_grace(url, local, step=step, epoch=epoch, meta=meta,
+                                          keep=keep)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+        if result is not None:
+            print(f"checkpoint: committed epoch {epoch} step {step} to {result.url} "
+                  f"({result.manifest.total_bytes / 1e6:.2f} MB in {result.seconds:.2f} s"
+                  f"{', in the background' if background else ''})", flush=True)
+
+    if background:
+        UPLOADER.start(upload, f"epoch {epoch}")
+    else:
+        upload()
 
 
 def _commit_within_grace(

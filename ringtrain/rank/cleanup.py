@@ -1,7 +1,8 @@
 """Clean-ups that must run however a rank ends: at a normal exit (atexit) and also when
 ``ringtrain.rank.entry`` ends a failing rank at once with ``os._exit`` (which skips atexit).
 ``ringtrain.keras`` registers its checkpoint staging directory here, so a failed attempt
-leaves no ``ringtrain-ckpt-*`` directory behind. Standard library only."""
+leaves no ``ringtrain-ckpt-*`` directory behind; and what must end before the script counts as
+done (``before_done``: the last checkpoint upload). Standard library only."""
 
 from __future__ import annotations
 
@@ -25,3 +26,19 @@ def run_all() -> None:
         fn, args = _PENDING.pop()
         with contextlib.suppress(Exception):
             fn(*args)
+
+
+_BEFORE_DONE: list[Callable[[], Any]] = []
+
+
+def before_done(fn: Callable[[], Any]) -> None:
+    """Run ``fn`` when the script has returned, before the rank tells the launcher it is done
+    (``ringtrain.keras``: the last checkpoint upload). Its exception fails the rank."""
+    if fn not in _BEFORE_DONE:
+        _BEFORE_DONE.append(fn)
+
+
+def run_before_done() -> None:
+    """Each ``before_done`` function, in order; the first exception propagates."""
+    for fn in list(_BEFORE_DONE):
+        fn()

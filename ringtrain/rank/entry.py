@@ -80,6 +80,17 @@ def run_script(args: list[str], *, module: bool = False) -> None:
     rerun.enable()
     while not _run_once(args, module=module):
         pass
+    _finish()
+
+
+def _finish() -> None:
+    """What must end before the script counts as done (the last checkpoint upload), then
+    "done" to the launcher; a failure there fails the rank, with its words."""
+    try:
+        cleanup.run_before_done()
+    except BaseException as exc:  # reported like the script's own failure
+        _report(exc)
+        _exit_now(1)
     _done()
 
 
@@ -99,7 +110,7 @@ def _run_once(args: list[str], *, module: bool) -> bool:
     except SystemExit as exc:
         code = exc.code
         if code is None or code == 0:
-            _done()
+            _finish()
             raise
         if not isinstance(code, int):
             sys.stderr.write(f"{code}\n")
@@ -108,13 +119,17 @@ def _run_once(args: list[str], *, module: bool) -> bool:
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt) and rerun.wanted(exc):
             return False
-        if _is_ringtrain_error(exc):  # a mistake ringtrain names (ringtrain.keras): no traceback
-            hint = getattr(exc, "hint", "")
-            sys.stderr.write(f"{ERROR_MARK} {exc}\n" + (f"  fix: {hint}\n" if hint else ""))
-        else:
-            traceback.print_exc()
+        _report(exc)
         _exit_now(1)
     return True
+
+
+def _report(exc: BaseException) -> None:
+    if _is_ringtrain_error(exc):  # a mistake ringtrain names (ringtrain.keras): no traceback
+        hint = getattr(exc, "hint", "")
+        sys.stderr.write(f"{ERROR_MARK} {exc}\n" + (f"  fix: {hint}\n" if hint else ""))
+    else:
+        traceback.print_exception(exc)
 
 
 def _is_ringtrain_error(exc: BaseException) -> bool:
