@@ -43,7 +43,9 @@ def sim_cli(cluster: Any, *args: str) -> None:
 
 
 @pytest.fixture()
-def sick(sim_cluster: Any) -> Iterator[Any]:
+def sick(sim_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    # no baselines from the session's earlier checks: the Xid counts since boot here
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     for host, gpu, flags in FAULTS:
         sim_cli(sim_cluster, "gpu-fault", host, "--gpu", str(gpu), *flags)
     try:
