@@ -169,5 +169,6 @@ def test_under_horovods_elastic_driver_whichever_process_is_rank_0_commits(
     assert list_checkpoints(open_store(url)) == ()
     rank[0] = 0  # after a reset this process is rank 0
     commit.on_epoch_end(1)
+    rt.wait_for_commits()  # uploaded in the background
     (listed,) = list_checkpoints(open_store(url))
     assert listed.ok and listed.manifest is not None and listed.manifest.epoch == 2
