@@ -231,12 +231,13 @@ def _commit(
     meta: dict[str, Any], commit: bool = True, background: bool = True,
 ) -> None:
     """Write the checkpoint locally (the snapshot), then commit it: in the background
-    (``uploader``: at most one upload in flight) or, ``background=False``, here. A storage
+    (``uploader``: at most one upload in flight; this commit first waits for the last one to
+    end) or, ``background=False``, here. A storage
     outage shorter than the grace (``--checkpoint-grace``) costs a wait, a longer one skips
     this checkpoint with a warning, and only a second checkpoint in a row lost to it stops
     training (the last good one stays intact)."""
-    if commit and background and not UPLOADER.ready_for(f"epoch {epoch}"):
-        return
+    if commit and background:
+        UPLOADER.before(f"epoch {epoch}")  # the last upload's failure, or its end
     local = state._STATE.staging_dir() / f"save-{epoch}-{step}"
     shutil.rmtree(local, ignore_errors=True)
     try:

@@ -4,8 +4,9 @@ uploads.
 Rank 0 writes the tf.train.Checkpoint to its local staging directory at the epoch's end (the
 snapshot: a local write, the only time the other ranks wait on it), then the commit protocol
 (hash, upload, manifest; ``ringtrain.checkpoint``, unchanged) runs in this thread. At most one
-upload is in flight: a commit that comes while one is still uploading is not taken, and the log
-says so. A storage outage is ridden out in the thread as before (retries within
+upload is in flight: the next commit waits for it (every epoch is still committed, one behind
+at most; training waits only when an upload outlasts an epoch, said in the log when long). A
+storage outage is ridden out in the thread as before (retries within
 ``--checkpoint-grace``, then that checkpoint skipped with a warning); a failure it cannot ride
 out is raised in the training thread at the next commit, or at the end: ``CommitCheckpoint``
 waits for the last upload when ``fit`` ends, and the rank entry waits (``cleanup.before_done``)
@@ -16,9 +17,12 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 from collections.abc import Callable
 
 from ringtrain.rank import cleanup
+
+SAID_AFTER_S = 1.0  # a wait for the previous upload this long is said in the log
 
 
 class Uploader:
@@ -28,7 +32,7 @@ class Uploader:
         self._thread: threading.Thread | None = None
         self._what = ""
         self._error: BaseException | None = None
-        self.not_taken = 0  # commits that came while an upload was still running
+        self.waited_s = 0.0  # training's wait for uploads still running at the next commit
         self._hooked = False
 
     def busy(self) -> bool:
@@ -40,16 +44,22 @@ class Uploader:
         if err is not None:
             raise err
 
-    def ready_for(self, what: str) -> bool:
-        """Whether a commit of ``what`` can start now: the previous upload's failure first,
-        then False (said so) while it still runs."""
+    def before(self, what: str) -> None:
+        """Before the commit of ``what``: the previous upload's failure raised, and, while it
+        still runs, a wait for it (every epoch is committed, at most one behind; training
+        waits only when an upload takes longer than an epoch), said when it is long."""
         self.raise_failure()
         if not self.busy():
-            return True
-        self.not_taken += 1
-        print(f"checkpoint: {what} not committed: the upload of {self._what} is still running "
-              "(one upload at a time); training goes on", flush=True)
-        return False
+            return
+        started = time.monotonic()
+        assert self._thread is not None
+        self._thread.join()
+        waited = time.monotonic() - started
+        self.waited_s += waited
+        if waited >= SAID_AFTER_S:
+            print(f"checkpoint: {what} waited {waited:.1f} s for the upload of {self._what} "
+                  "(one upload at a time)", flush=True)
+        self.raise_failure()
 
     def start(self, job: Callable[[], None], what: str) -> None:
         if not self._hooked:  # the end of the script waits for the last upload

@@ -129,8 +129,8 @@ def tensorboard_dir(args: argparse.Namespace) -> Path | None:
 
 def fail_at_epoch(epoch: int) -> Any:
     """Fault injection, a Keras callback: this rank exits with status 1 at batch 2 of the
-    1-based ``epoch``. By then rank 0 has committed epoch-1 (batches need every rank), so a
-    relaunch resumes there."""
+    1-based ``epoch``. By then rank 0 has committed epoch-1 (it waits for that upload before
+    batch 2's all-reduce, which needs every rank), so a relaunch resumes there."""
     import tensorflow as tf
 
     class FailAtEpoch(tf.keras.callbacks.Callback):  # type: ignore[misc]
@@ -138,6 +138,14 @@ def fail_at_epoch(epoch: int) -> Any:
 
         def on_epoch_begin(self, e: int, logs: Any = None) -> None:
             self.current = e + 1
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if self.current == epoch and batch == 1:
+                # rank 0's upload of the epoch before lands first (commits run in the
+                # background); the others wait for rank 0 in this batch's all-reduce
+                import ringtrain.keras as rt
+
+                rt.wait_for_commits()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             if self.current == epoch and batch >= 1:

@@ -42,6 +42,9 @@ def _fail_at_epoch_begin(epoch: int) -> Any:
     class FailAtEpochBegin(tf.keras.callbacks.Callback):  # type: ignore[misc]
         def on_epoch_begin(self, e: int, logs: Any = None) -> None:
             if e + 1 == epoch:
+                import ringtrain.keras as rt
+
+                rt.wait_for_commits()  # the epoch before, uploaded in the background, lands
                 print(f"fault injection: exiting at epoch {epoch}, batch 0", flush=True)
                 os._exit(1)
 

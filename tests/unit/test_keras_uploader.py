@@ -1,5 +1,6 @@
 """Rank 0's background uploads (issue 26, item 4): training goes on while a checkpoint
-commits, one upload at a time, a failure raised in the training thread, the end awaited."""
+commits, one upload at a time (the next commit waits for it), a failure raised in the training
+thread, the end awaited."""
 
 from __future__ import annotations
 
@@ -19,18 +20,23 @@ from ringtrain.keras.uploader import Uploader
 from ringtrain.rank import cleanup
 
 
-def test_one_upload_at_a_time_and_the_next_commit_is_not_taken(
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_upload_at_a_time_and_the_next_commit_waits_for_it(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from ringtrain.keras import uploader
+
+    monkeypatch.setattr(uploader, "SAID_AFTER_S", 0.1)
     up = Uploader()
     release = threading.Event()
-    assert up.ready_for("epoch 1")
+    up.before("epoch 1")
     up.start(release.wait, "epoch 1")
-    assert up.busy() and not up.ready_for("epoch 2") and up.not_taken == 1
-    assert ("checkpoint: epoch 2 not committed: the upload of epoch 1 is still running (one "
-            "upload at a time); training goes on") in capsys.readouterr().out
-    release.set()
+    assert up.busy()
+    threading.Timer(0.3, release.set).start()
+    up.before("epoch 2")  # returns once epoch 1's upload has ended
+    assert not up.busy() and up.waited_s >= 0.2
+    said = capsys.readouterr().out
+    assert "checkpoint: epoch 2 waited 0." in said
+    assert "s for the upload of epoch 1 (one upload at a time)" in said
     up.wait()
-    assert not up.busy() and up.ready_for("epoch 3")
     assert up.wait in cleanup._BEFORE_DONE  # the rank entry waits before "done"
 
 
@@ -43,8 +49,8 @@ def test_a_failed_upload_is_raised_in_the_training_thread_once() -> None:
     up.start(fail, "epoch 1")
     up._thread.join()  # type: ignore[union-attr]
     with pytest.raises(CheckpointError, match="in a row"):
-        up.ready_for("epoch 2")
-    assert up.ready_for("epoch 2")  # raised once, not for ever
+        up.before("epoch 2")
+    up.before("epoch 2")  # raised once, not for ever
     up.start(fail, "epoch 2")
     with pytest.raises(CheckpointError):
         up.wait()
@@ -76,16 +82,17 @@ def test_training_goes_on_while_rank_0_uploads(tmp_path: Path, monkeypatch: pyte
         epochs._commit(model, model.optimizer, url, epoch=1, step=10, keep=3, meta={})
         assert time.monotonic() - started < 5  # back to training with the upload held
         assert list_checkpoints(open_store(url)) == ()  # not visible until committed
+        threading.Timer(0.5, Slow.gate.set).start()
         epochs._commit(model, model.optimizer, url, epoch=2, step=20, keep=3, meta={})
-        assert "epoch 2 not committed: the upload of epoch 1" in capsys.readouterr().out
+        assert epochs.UPLOADER.waited_s > 0.2  # epoch 2 waited for epoch 1's upload
     finally:
         Slow.gate.set()
     epochs.UPLOADER.wait()
-    assert [c.step for c in list_checkpoints(open_store(url))] == [10]
+    assert sorted(c.step for c in list_checkpoints(open_store(url))) == [10, 20]
     out = capsys.readouterr().out
     assert "checkpoint: committed epoch 1 step 10" in out and "in the background" in out
     staging = state._STATE.staging_dir()
     assert list(staging.iterdir()) == []  # the snapshot removed once uploaded
     epochs._commit(model, model.optimizer, url, epoch=3, step=30, keep=3, meta={},
                    background=False)  # async_commit=False: committed before it returns
-    assert sorted(c.step for c in list_checkpoints(open_store(url))) == [10, 30]
+    assert sorted(c.step for c in list_checkpoints(open_store(url))) == [10, 20, 30]
