@@ -147,12 +147,15 @@ def _given(targets: tuple[Target, ...]) -> Iterator[tuple[Target, ...]]:
 
 
 def run_overhead(*, sizes_mb: tuple[int, ...], epochs: int = 4, steps: int = 30,
-                 with_s3: bool = True, with_hdfs: bool = True) -> tuple[Any, ...]:
+                 with_s3: bool = True, with_hdfs: bool = True,
+                 tf_threads: int | None = None) -> tuple[Any, ...]:
     """``commit_overhead.measure`` on a temporary local directory, S3 server and HDFS."""
-    from ringtrain.bench.commit_overhead import measure
+    from ringtrain.bench.commit_overhead import limit_threads, measure
     from ringtrain.keras import state
     from ringtrain.keras.uploader import UPLOADER
 
+    if tf_threads:
+        limit_threads(tf_threads)
     out = []
     with tempfile.TemporaryDirectory(prefix="ringtrain-commit-overhead-") as tmp, \
             temporary_targets(Path(tmp), with_s3, with_hdfs) as targets:
@@ -168,5 +171,5 @@ def run_overhead(*, sizes_mb: tuple[int, ...], epochs: int = 4, steps: int = 30,
                 label = ("s3" if t.url.startswith("s3://") else
                          "hdfs" if t.url.startswith("hdfs://") else "local disk")
                 out.append(measure(label, url_of, size_mb=size_mb, epochs=epochs, steps=steps,
-                                   wait=UPLOADER.wait))
+                                   wait=UPLOADER.wait, snapshots=UPLOADER.snapshots_s))
     return tuple(out)

@@ -29,6 +29,7 @@ class Overhead:
     size_mb: int
     step_s: float  # the anchor's mean step
     epoch_s: dict[str, float]  # mode -> median wall time of an epoch
+    snapshot_s: float  # median local write of the checkpoint (the part training waits for)
 
     def extra_s(self, mode: str) -> float:
         return self.epoch_s[mode] - self.epoch_s["none"]
@@ -38,10 +39,20 @@ class Overhead:
         return self.extra_s(mode) / max(self.epoch_s["none"], 1e-9)
 
 
+def limit_threads(n: int) -> None:
+    """TensorFlow's compute on ``n`` threads (before its first op): leaves the rest of the
+    machine to the upload, as a GPU job leaves its host's cores."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(n)
+    tf.config.threading.set_inter_op_parallelism_threads(n)
+
+
 def measure(target: str, url_of: Callable[[str], str], *, size_mb: int, epochs: int,
-            steps: int, wait: Callable[[], None]) -> Overhead:
+            steps: int, wait: Callable[[], None], snapshots: Any = ()) -> Overhead:
     """Train the same model three ways on one target; ``url_of(mode)``: a fresh URL per mode;
-    ``wait``: the end of the last background upload (not counted in any epoch)."""
+    ``wait``: the end of the last background upload (not counted in any epoch);
+    ``snapshots``: where the commit records its local writes' times (uploader.snapshots_s)."""
     import tensorflow as tf
 
     from ringtrain.keras.epochs import CommitCheckpoint
@@ -51,6 +62,7 @@ def measure(target: str, url_of: Callable[[str], str], *, size_mb: int, epochs: 
     y = tf.random.normal((32 * steps, units))
     times: dict[str, float] = {}
     step_s = 0.0
+    snapshot_s = 0.0
     for mode in MODES:
         model = tf.keras.Sequential([tf.keras.Input((INPUTS,)), tf.keras.layers.Dense(units)])
         model.compile(optimizer=tf.keras.optimizers.SGD(0.001), loss="mse")
@@ -59,12 +71,16 @@ def measure(target: str, url_of: Callable[[str], str], *, size_mb: int, epochs: 
         cbs: list[Any] = [clock]
         if mode != "none":
             cbs.insert(0, CommitCheckpoint(url_of(mode), keep=1, background=mode == "async"))
+        if hasattr(snapshots, "clear"):
+            snapshots.clear()
         model.fit(x, y, batch_size=32, epochs=epochs, verbose=0, callbacks=cbs)
         wait()
+        if mode == "async" and snapshots:
+            snapshot_s = statistics.median(snapshots)
         times[mode] = statistics.median(clock.epochs[1:] or clock.epochs)  # first: warm-up
         if mode == "none":
             step_s = times[mode] / steps
-    return Overhead(target, size_mb, step_s, times)
+    return Overhead(target, size_mb, step_s, times, snapshot_s)
 
 
 def _epoch_clock() -> Any:

@@ -139,8 +139,12 @@ def verify_cmd(url: str, as_json: bool) -> None:
               help="With --train: epochs per run (the first is not counted).")
 @click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True,
               help="With --train: steps per epoch.")
+@click.option("--tf-threads", type=click.IntRange(min=1),
+              help="With --train: TensorFlow's compute on N threads, the rest of the machine "
+              "left to the upload (as a GPU job leaves its host's cores).")
 def bench_cmd(urls: tuple[str, ...], sizes: str, files: int, repeats: int, no_s3: bool,
-              no_hdfs: bool, train: bool, epochs: int, steps: int) -> None:
+              no_hdfs: bool, train: bool, epochs: int, steps: int,
+              tf_threads: int | None) -> None:
     """Time commit and verified restore of checkpoints of each size to each URL.
 
     Without URLs: a temporary local directory, a temporary SeaweedFS S3 server and a temporary
@@ -162,7 +166,8 @@ def bench_cmd(urls: tuple[str, ...], sizes: str, files: int, repeats: int, no_s3
         if urls:
             raise click.UsageError("--train measures temporary targets: give no URLs")
         _overhead_table(run_overhead(sizes_mb=sizes_mb, epochs=epochs, steps=steps,
-                                     with_s3=not no_s3, with_hdfs=not no_hdfs), epochs, steps)
+                                     with_s3=not no_s3, with_hdfs=not no_hdfs,
+                                     tf_threads=tf_threads), epochs, steps)
         return
     results = run_bench(urls, sizes_mb=sizes_mb, files=files, repeats=repeats,
                         with_s3=not no_s3, with_hdfs=not no_hdfs)
@@ -189,11 +194,11 @@ def _overhead_table(rows: tuple[Any, ...], epochs: int, steps: int) -> None:
     table = Table(title=f"a checkpoint commit per epoch: what it adds to an epoch of {steps} "
                   f"steps (median of {epochs - 1} epochs)", title_justify="left")
     for col in ("target", "MB", "step ms", "epoch s", "sync +s", "sync %", "async +s",
-                "async %"):
+                "async %", "of it, snapshot s"):
         table.add_column(col, justify="left" if col == "target" else "right")
     for r in rows:
         table.add_row(r.target, str(r.size_mb), f"{r.step_s * 1e3:.1f}",
                       f"{r.epoch_s['none']:.2f}", f"{r.extra_s('sync'):.2f}",
                       f"{r.share('sync') * 100:.1f}", f"{r.extra_s('async'):.2f}",
-                      f"{r.share('async') * 100:.1f}")
+                      f"{r.share('async') * 100:.1f}", f"{r.snapshot_s:.2f}")
     Console(width=140).print(table)

@@ -243,7 +243,11 @@ def _commit(
     try:
         ckpt = _tf_checkpoint(model, optimizer)
         ckpt.epoch.assign(epoch)
-        ckpt.write(str(local / CKPT_PREFIX))
+        started = time.monotonic()
+        # in the background: TensorFlow's own async checkpoint copies the variables to host
+        # memory and writes them in its thread (ckpt.sync() in the upload waits for the files)
+        ckpt.write(str(local / CKPT_PREFIX), options=_write_options(commit and background))
+        UPLOADER.snapshots_s.append(time.monotonic() - started)
     except BaseException:
         shutil.rmtree(local, ignore_errors=True)
         raise
@@ -255,6 +259,7 @@ def _commit(
 
     def upload() -> None:
         try:
+            _sync(ckpt)  # the snapshot's files written
             result = _commit_within_grace(url, local, step=step, epoch=epoch, meta=meta,
                                           keep=keep)
         finally:
@@ -268,6 +273,23 @@ def _commit(
         UPLOADER.start(upload, f"epoch {epoch}")
     else:
         upload()
+
+
+def _write_options(in_background: bool) -> Any:
+    """tf.train.CheckpointOptions: TensorFlow's async checkpoint when asked and known (TF 2.12+;
+    older ones write here, which is only slower)."""
+    if in_background:
+        try:
+            return tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
+        except TypeError:
+            pass
+    return tf.train.CheckpointOptions()
+
+
+def _sync(ckpt: Any) -> None:
+    sync = getattr(ckpt, "sync", None)
+    if callable(sync):
+        sync()
 
 
 def _commit_within_grace(

@@ -16,6 +16,7 @@ before it tells the launcher the script is done. Nothing is lost silently.
 from __future__ import annotations
 
 import atexit
+import collections
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ class Uploader:
         self._what = ""
         self._error: BaseException | None = None
         self.waited_s = 0.0  # training's wait for uploads still running at the next commit
+        self.snapshots_s: collections.deque[float] = collections.deque(maxlen=100)  # local writes
         self._hooked = False
 
     def busy(self) -> bool:

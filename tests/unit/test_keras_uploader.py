@@ -96,3 +96,24 @@ def test_training_goes_on_while_rank_0_uploads(tmp_path: Path, monkeypatch: pyte
     epochs._commit(model, model.optimizer, url, epoch=3, step=30, keep=3, meta={},
                    background=False)  # async_commit=False: committed before it returns
     assert sorted(c.step for c in list_checkpoints(open_store(url))) == [10, 20, 30]
+
+
+def test_the_overhead_benchmark_measures_three_ways_on_one_target(tmp_path: Path) -> None:
+    """``ringtrain ckpt bench --train``'s measurement, tiny: no commit, sync and background
+    on a local directory, each run committing every epoch."""
+    from ringtrain.bench.commit_overhead import MODES, measure
+    from ringtrain.keras.uploader import UPLOADER
+
+    urls: dict[str, str] = {}
+
+    def url_of(mode: str) -> str:
+        urls[mode] = str(tmp_path / mode)
+        return urls[mode]
+
+    got = measure("local disk", url_of, size_mb=1, epochs=2, steps=3, wait=UPLOADER.wait,
+                  snapshots=UPLOADER.snapshots_s)
+    assert set(got.epoch_s) == set(MODES) and all(t > 0 for t in got.epoch_s.values())
+    assert got.step_s > 0 and got.snapshot_s > 0
+    for mode in ("sync", "async"):  # keep=1: the last one, after 2 warm-up steps + 2 x 3
+        assert [c.step for c in list_checkpoints(open_store(urls[mode]))] == [3 * 2 + 2]
+    assert got.share("none") == 0.0
