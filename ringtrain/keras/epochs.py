@@ -49,12 +49,16 @@ def callbacks(
     and progress reports (epoch, step, loss, samples/s with ``batch_size``, per rank); on
     every rank, its step times for straggler detection (``ringtrain.keras.steps``) and, under
     ``ringtrain launch --elastic``, a commit to memory every ``commit_every`` steps
-    (``ringtrain.keras.memory``). Checkpoints upload in the background while training goes on
-    (``async_commit=False``: every rank waits for each upload). Add them after Horovod's own
-    callbacks."""
+    (``ringtrain.keras.memory``). Under Horovod, checkpoints upload in the background while
+    training goes on (``async_commit=False``: every rank waits for each upload; TF's own
+    strategies always wait). Add them after Horovod's own callbacks."""
     world = keras_world.world()
     where = checkpoint_url(url)
     _tell_launcher(checkpoint=where, progress=True)
+    # in the background under Horovod only: TF's strategies write mirrored variables with
+    # their own collectives, which every worker must run in step (a snapshot TF takes in the
+    # background on worker 0 alone mismatched them)
+    async_commit = async_commit and world.kind == keras_world.HOROVOD
     # step times around the all-reduce; under parameter servers only the chief runs callbacks
     timer = [StepTimer(every_s=progress_every_s)] if world.kind != keras_world.PS else []
     if world.kind == keras_world.HOROVOD and memory.enabled():
@@ -100,7 +104,8 @@ def save(
     step = int(optimizer.iterations.numpy())
     if world.rank() == 0 or world.all_write:
         _commit(model, optimizer, where, epoch=epoch, step=step, keep=keep, meta=meta or {},
-                commit=world.rank() == 0, background=async_commit)
+                commit=world.rank() == 0,
+                background=async_commit and world.kind == keras_world.HOROVOD)
     progress(epoch=epoch, step=step, loss=loss)
     if world.kind == keras_world.HOROVOD and memory.enabled() and memory.MEMORY.bound:
         memory.commit_now(epoch, 0)  # the epoch's end, in memory too (--elastic)

@@ -127,10 +127,11 @@ def tensorboard_dir(args: argparse.Namespace) -> Path | None:
     return Path(run_dir) / "tensorboard" if run_dir else None
 
 
-def fail_at_epoch(epoch: int) -> Any:
-    """Fault injection, a Keras callback: this rank exits with status 1 at batch 2 of the
-    1-based ``epoch``. By then rank 0 has committed epoch-1 (it waits for that upload before
-    batch 2's all-reduce, which needs every rank), so a relaunch resumes there."""
+def fail_at_epoch(epoch: int, exit_here: bool = True) -> Any:
+    """Fault injection, a Keras callback on every rank: the failing one (``exit_here``) exits
+    with status 1 at batch 2 of the 1-based ``epoch``. By then rank 0 has committed epoch-1:
+    it waits for that upload before batch 2's all-reduce, which needs every rank, so a
+    relaunch resumes there."""
     import tensorflow as tf
 
     class FailAtEpoch(tf.keras.callbacks.Callback):  # type: ignore[misc]
@@ -148,7 +149,7 @@ def fail_at_epoch(epoch: int) -> Any:
                 rt.wait_for_commits()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            if self.current == epoch and batch >= 1:
+            if exit_here and self.current == epoch and batch >= 1:
                 print(f"fault injection: exiting at epoch {epoch}, batch {batch}", flush=True)
                 os._exit(1)
 
@@ -177,8 +178,9 @@ def make_callbacks(args: argparse.Namespace, hvd: Any, resumed_epoch: int) -> li
     tb_dir = tensorboard_dir(args)
     if hvd.rank() == 0 and tb_dir is not None:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(tb_dir), profile_batch=0))
-    if args.fail_at_epoch is not None and resumed_epoch == 0 and hvd.rank() == args.fail_rank:
-        callbacks.append(fail_at_epoch(args.fail_at_epoch))
+    if args.fail_at_epoch is not None and resumed_epoch == 0:
+        callbacks.append(fail_at_epoch(args.fail_at_epoch,
+                                       exit_here=hvd.rank() == args.fail_rank))
     return callbacks
 
 
