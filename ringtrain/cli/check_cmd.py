@@ -4,7 +4,6 @@ go ahead. One table row per host; exit 0 when it would, 4 (ProbeError) when it w
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -22,12 +21,11 @@ from ringtrain.cli.verdict_view import (
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
 from ringtrain.launch.hosts import mark_this_machine
-from ringtrain.probe import baselines
 from ringtrain.probe.doctor import CHECKS
 from ringtrain.probe.doctor_policy import parse_on_bad_host
-from ringtrain.probe.gate import gpu_rule, remember
+from ringtrain.probe.gate import evaluate_remembering, gpu_rule
 from ringtrain.probe.hostprobe import probe
-from ringtrain.probe.verdict import PreflightPolicy, evaluate
+from ringtrain.probe.verdict import PreflightPolicy
 from ringtrain.remote import LocalRemote, Remote
 from ringtrain.spec import GpuRule, SshSpec
 
@@ -125,10 +123,7 @@ def command(
     report = probe(inventory, remote, python=python, timeout=timeout)
 
     policy = gpu_rule(GpuRule(gpu_mode or "auto"), report, policy, note)
-    known = baselines.default_path()
-    verdict = evaluate(inventory, report, dataclasses.replace(
-        policy, baselines=tuple(baselines.load(known).items())))
-    remember(known, verdict, report)
+    verdict = evaluate_remembering(inventory, report, policy)
     data = verdict_to_dict(inventory, report, verdict)
     if doctor:
         data = doctor_to_dict(verdict)

@@ -14,10 +14,8 @@ from ringtrain.hostfile import Inventory
 from ringtrain.launch.launchers import ELASTIC_HOSTS
 from ringtrain.launch.rundir import write_private
 from ringtrain.launch.spares import Pool, due, lose, pool_of, readmit, split
-from ringtrain.probe import baselines
-from ringtrain.probe.gate import gpu_rule, policy_for, remember
+from ringtrain.probe.gate import evaluate_remembering, gpu_rule, policy_for
 from ringtrain.probe.hostprobe import probe
-from ringtrain.probe.verdict import evaluate
 from ringtrain.remote import Remote
 from ringtrain.spec import LaunchSpec
 
@@ -79,10 +77,7 @@ def keeper_for(spec: LaunchSpec, inventory: Inventory, attempt_dir: Path, remote
         one = replace(inventory, hosts=(by_name[name],))
         report = probe(one, remote, python=spec.python, timeout=spec.preflight.timeout_s)
         policy = gpu_rule(spec.preflight.gpus, report, policy_for(spec, None), lambda _: None)
-        known = baselines.default_path()
-        verdict = evaluate(one, report, replace(policy, on_bad_host="exclude",
-                                                baselines=tuple(baselines.load(known).items())))
-        remember(known, verdict, report)
+        verdict = evaluate_remembering(one, report, replace(policy, on_bad_host="exclude"))
         (hv,) = verdict.hosts
         if not hv.usable:
             return hv.problems[0] if hv.problems else hv.status.value

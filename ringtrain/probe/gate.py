@@ -14,7 +14,6 @@ import ipaddress
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import psutil
@@ -78,11 +77,8 @@ def run_gate(
         reporter.note("pre-flight probe skipped (--no-probe)")
         return Preflight(inventory, control_host=control_host(inventory, None, reporter.note))
     report = probe(inventory, remote, python=spec.python, timeout=spec.preflight.timeout_s)
-    known = baselines.default_path()
     policy = gpu_rule(spec.preflight.gpus, report, policy_for(spec, need), reporter.note)
-    verdict = evaluate(inventory, report, dataclasses.replace(
-        policy, baselines=tuple(baselines.load(known).items())))
-    remember(known, verdict, report)
+    verdict = evaluate_remembering(inventory, report, policy)
     reporter.verdict(inventory, report, verdict, policy)
     verdict.raise_if_refused()
     net = verdict.network
@@ -97,11 +93,18 @@ def run_gate(
     )
 
 
-def remember(path: Path, verdict: PreflightVerdict, report: ProbeReport) -> None:
-    """Keep what the clean hosts' doctor sections saw, for "since the last check"."""
+def evaluate_remembering(inventory: Inventory, report: ProbeReport,
+                         policy: PreflightPolicy) -> PreflightVerdict:
+    """``evaluate`` with the doctor's baselines (the last clean check of each host) read
+    first, and what the clean hosts' doctor sections saw kept after, for "since the last
+    check". The launch's gate, ``check`` and the elastic spare keeper all judge this way."""
+    known = baselines.default_path()
+    verdict = evaluate(inventory, report, dataclasses.replace(
+        policy, baselines=tuple(baselines.load(known).items())))
     clean = verdict.clean_hosts()
-    baselines.save(path, baselines.recordable(
+    baselines.save(known, baselines.recordable(
         {r.host: (r.host in clean, r.health) for r in report.results}))
+    return verdict
 
 
 def gpu_rule(
