@@ -1,10 +1,14 @@
 """A simulated multi-host GPU cluster on one machine, for tests and demos (needs root).
 
-N hosts ``gpu01..gpuNN``, each a network namespace with its own hostname, sshd, host key,
+N hosts, each a network namespace with its own hostname, sshd, host key,
 /etc/hosts and a fake ``nvidia-smi``, on a private subnet joined by a bridge in the root
 namespace. ``up`` writes an ssh config, known_hosts, a client key and an Open MPI hostfile into
 the state dir; ``ssh -F <ssh_config> gpu01`` and ``mpirun --mca plm_rsh_agent "ssh -F ..."`` reach
 the hosts. Traffic stays on loopback and the simulated subnet.
+
+Host names: ``gpu01..gpuNN`` on the default cluster ``rt``, ``<name>-gpu01..`` on any other
+(``ringtrain sim up --name t2`` gives ``t2-gpu01``), so two clusters up at once never share a
+name in /etc/hosts, where the first line would win for both (``config.host_name``).
 
 ::
 

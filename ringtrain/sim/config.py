@@ -101,22 +101,34 @@ class SimConfig:
 
     @property
     def host_names(self) -> tuple[str, ...]:
-        return tuple(host_name(i) for i in range(1, self.hosts + 1))
+        return tuple(host_name(self.name, i) for i in range(1, self.hosts + 1))
 
     @property
     def bridge(self) -> str:
         return f"{self.name}-br"
 
     def netns(self, host: str) -> str:
-        return f"{self.name}-{host}"
+        """``<cluster>-gpuNN``, whatever the host is called (within the 15-character limit)."""
+        return f"{self.name}-{HOST_PREFIX}{self.host_index(host):02d}"
 
     def veth(self, host: str) -> str:
         """Root-namespace end of the host's veth pair (the host's end is ``eth0``)."""
-        return f"{self.name}-{host}"
+        return self.netns(host)
+
+    def host_index(self, host: str) -> int:
+        """1 for the first host; a name this cluster does not have is a SimError."""
+        try:
+            return self.host_names.index(host) + 1
+        except ValueError:
+            raise SimError(f"sim cluster {self.name!r} has no host {host!r}",
+                           hint=f"its hosts are {', '.join(self.host_names)}") from None
 
 
-def host_name(index: int) -> str:
-    return f"{HOST_PREFIX}{index:02d}"
+def host_name(cluster: str, index: int) -> str:
+    """``gpu01`` on the default cluster, ``<cluster>-gpu01`` on any other: two clusters up at
+    once never share a name, so /etc/hosts (whose first line wins) names each host once."""
+    short = f"{HOST_PREFIX}{index:02d}"
+    return short if cluster == DEFAULT_NAME else f"{cluster}-{short}"
 
 
 def check_subnet(subnet: str, hosts: int) -> ipaddress.IPv4Network:

@@ -20,9 +20,9 @@ bind mount), never touching a line outside the block; ``down`` removes it::
     10.213.7.11	gpu01
     # <<< ringtrain sim rt
 
-Two sim clusters up at once (a user's and a test session's) both name gpu01..: the first block
-wins for bare-name lookups. Everything that goes through a cluster's own ssh config and MCA
-settings is unaffected.
+Two sim clusters up at once (a user's and a test session's) never name the same host: only the
+default cluster ``rt`` has ``gpu01..``, any other ``<name>-gpu01..`` (config.host_name). Were two
+blocks to name one host, the first would win for every bare-name lookup (mpirun's included).
 """
 
 from __future__ import annotations
@@ -69,6 +69,22 @@ def with_block(text: str, name: str, entries: dict[str, str]) -> str:
     return f"{base}{begin}\n{body}{end}\n"
 
 
+def shadowing(text: str, name: str, entries: dict[str, str]) -> list[tuple[int, str]]:
+    """Lines outside this cluster's block that name one of its hosts (pure): ``(line number,
+    line)``. A line before the block wins every bare-name lookup; one after it loses them all.
+    """
+    begin, end = _markers(name)
+    found, inside = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line == begin or (inside and line == end):
+            inside = line == begin
+            continue
+        words = line.split("#", 1)[0].split()
+        if not inside and len(words) > 1 and set(words[1:]) & entries.keys():
+            found.append((number, line))
+    return found
+
+
 def _write_in_place(path: Path, text: str) -> None:
     with open(path, "r+") as fh:
         fh.seek(0)
@@ -79,6 +95,10 @@ def _write_in_place(path: Path, text: str) -> None:
 def add(name: str, entries: dict[str, str], path: Path = ETC_HOSTS) -> None:
     with locked("etc-hosts"):
         old = path.read_text()
+        for number, line in shadowing(old, name, entries):
+            log.warning("%s:%d names a host of sim cluster %s (%s): bare-name lookups of that "
+                        "name may reach another address; remove the line or pick another "
+                        "--name", path, number, name, line.strip())
         new = with_block(old, name, entries)
         if new != old:
             _write_in_place(path, new)

@@ -22,6 +22,7 @@ import pytest
 
 from ringtrain import sim
 from ringtrain.rank import procfs
+from tests.integration import simnames
 
 SIM_HOSTS = 4
 SIM_GPUS = 4
@@ -45,7 +46,7 @@ def sim_unavailable() -> str | None:
 
 
 def session_cluster_name() -> str:
-    return f"t{os.getpid()}"
+    return simnames.SESSION_CLUSTER
 
 
 def remove_stale_test_clusters() -> None:

@@ -17,6 +17,7 @@ from ringtrain import sim
 from ringtrain.bench.allreduce import benchrun as session
 from ringtrain.bench.allreduce import suite
 from ringtrain.sim import shaping
+from tests.integration.simnames import G3
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
 RATE = "200mbit"
@@ -32,7 +33,7 @@ def shaped(sim_cluster: sim.SimCluster, tmp_path_factory: pytest.TempPathFactory
                             reps=3, warmup=1, attempts=2, quiet_wait=10, timeout=240)
     shaping.set_all_link_rates(sim_cluster.config, RATE)
     try:
-        assert shaping.link_rate(sim_cluster.config, "gpu03") == 200_000_000
+        assert shaping.link_rate(sim_cluster.config, G3) == 200_000_000
         target = session.cluster_target(sim_cluster, shaping.parse_rate(RATE))
         run_dir, res = session.run(cfg, target, ("p2p", "ring", "ps"),
                                    tmp_path_factory.mktemp("bench"), "pytest sim")

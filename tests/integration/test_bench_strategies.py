@@ -20,6 +20,7 @@ from ringtrain.launch.reporter import NullReporter
 from ringtrain.remote.ssh import SshRemote
 from ringtrain.sim import shaping
 from ringtrain.spec import SshSpec
+from tests.integration.simnames import G1, G2, G3
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 
@@ -59,7 +60,7 @@ def test_on_shaped_simulated_links_every_strategy_pays_the_link(
         model="dense", ns=(2,), strategies=("horovod", "tf-ps"), ks=(1,), ps_hosts="own",
         steps=2, warmup=1, runs_dir=tmp_path, working_dir=tmp_path,
         ssh=SshSpec(sim_cluster.ssh_config, sim_cluster.known_hosts))
-    hosts = parse_host_spec("gpu01:1,gpu02:1,gpu03:1")
+    hosts = parse_host_spec(f"{G1}:1,{G2}:1,{G3}:1")
     params = costmodel.Params(a=0.0, B=link, g=1e-10)
     shaping.set_all_link_rates(sim_cluster.config, rate)
     try:

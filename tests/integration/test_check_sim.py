@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from ringtrain.cli import cli
+from tests.integration.simnames import G1, G2, G3, G4
 
 pytestmark = [
     pytest.mark.ssh,
@@ -68,74 +69,74 @@ def test_healthy_cluster_passes(cluster: Any) -> None:
 
 
 def test_host_with_two_gpus_instead_of_four(cluster: Any) -> None:
-    sim.set_gpus(cluster.config, "gpu03", 2)
+    sim.set_gpus(cluster.config, G3, 2)
     try:
         code, data, err = check(cluster)
         assert code == 4
-        assert row(data, "gpu03")["status"] == "failed"
-        assert row(data, "gpu03")["problems"] == [
+        assert row(data, G3)["status"] == "failed"
+        assert row(data, G3)["problems"] == [
             "expected 4 GPUs, nvidia-smi saw 2; fix the host or pass --on-bad-host exclude"]
-        assert others_ok(data, "gpu03")
-        assert "gpu03: expected 4 GPUs, nvidia-smi saw 2" in err
+        assert others_ok(data, G3)
+        assert f"{G3}: expected 4 GPUs, nvidia-smi saw 2" in err
         code, data, _ = check(cluster, "--on-bad-host", "exclude", "-np", "12")
-        assert code == 0 and row(data, "gpu03")["status"] == "excluded"
-        assert data["usable_slots"] == {"gpu01": 4, "gpu02": 4, "gpu04": 4}
+        assert code == 0 and row(data, G3)["status"] == "excluded"
+        assert data["usable_slots"] == {G1: 4, G2: 4, G4: 4}
     finally:
-        sim.set_gpus(cluster.config, "gpu03", 4)
+        sim.set_gpus(cluster.config, G3, 4)
 
 
 def test_host_whose_driver_fails(cluster: Any) -> None:
-    sim.set_gpus(cluster.config, "gpu02", "fail")
+    sim.set_gpus(cluster.config, G2, "fail")
     try:
         code, data, _ = check(cluster)
-        assert code == 4 and row(data, "gpu02")["status"] == "failed"
-        assert row(data, "gpu02")["gpu_status"] == "failed"
+        assert code == 4 and row(data, G2)["status"] == "failed"
+        assert row(data, G2)["gpu_status"] == "failed"
         assert "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver" in (
-            row(data, "gpu02")["problems"][0])
-        assert others_ok(data, "gpu02")
+            row(data, G2)["problems"][0])
+        assert others_ok(data, G2)
     finally:
-        sim.set_gpus(cluster.config, "gpu02", "ok")
+        sim.set_gpus(cluster.config, G2, "ok")
 
 
 def test_host_whose_sshd_is_stopped(cluster: Any) -> None:
-    sim.stop_sshd(cluster.config, "gpu04")
+    sim.stop_sshd(cluster.config, G4)
     try:
         code, data, _ = check(cluster)
         assert code == 4
-        r = row(data, "gpu04")
+        r = row(data, G4)
         assert (r["status"], r["reachable"]) == ("failed", False)
-        address = cluster.addresses["gpu04"]
+        address = cluster.addresses[G4]
         assert r["problems"][0].startswith(
             f"unreachable: connection refused by {address}:22 (is sshd running?)")
-        assert others_ok(data, "gpu04")
+        assert others_ok(data, G4)
     finally:
-        sim.start_sshd(cluster.config, "gpu04")
+        sim.start_sshd(cluster.config, G4)
 
 
 def test_host_whose_key_changed_is_refused_even_with_accept_new(cluster: Any) -> None:
     before = Path(cluster.known_hosts).read_text()
-    sim.rotate_host_key(cluster.config, "gpu01")
+    sim.rotate_host_key(cluster.config, G1)
     try:
         for extra in ((), ("--accept-new-host-keys",)):
             code, data, _ = check(cluster, *extra)
             assert code == 4
-            r = row(data, "gpu01")
+            r = row(data, G1)
             assert r["status"] == "failed" and not r["reachable"]
-            assert "host key for gpu01 CHANGED (possible MITM): fix known_hosts" in r["problems"][0]
-            assert others_ok(data, "gpu01")
+            assert f"host key for {G1} CHANGED (possible MITM): fix known_hosts" in r["problems"][0]
+            assert others_ok(data, G1)
         assert Path(cluster.known_hosts).read_text() == before
     finally:
-        sim.rotate_host_key(cluster.config, "gpu01", update_known_hosts=True)
+        sim.rotate_host_key(cluster.config, G1, update_known_hosts=True)
 
 
 def test_host_reporting_another_horovod(cluster: Any) -> None:
-    sim.set_versions(cluster.config, "gpu02", horovod="0.27.0")
+    sim.set_versions(cluster.config, G2, horovod="0.27.0")
     try:
         code, data, err = check(cluster)
         assert code == 4
-        assert row(data, "gpu02")["problems"] == [
+        assert row(data, G2)["problems"] == [
             "horovod 0.27.0 (others 0.28.1); fix the host or pass --on-bad-host exclude"]
-        assert others_ok(data, "gpu02")
+        assert others_ok(data, G2)
         assert err.count("horovod") == 1  # a diff naming the odd host, not a dump of all
     finally:
-        sim.clear_versions(cluster.config, "gpu02")
+        sim.clear_versions(cluster.config, G2)

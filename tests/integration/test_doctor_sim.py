@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from ringtrain.cli import cli
+from tests.integration.simnames import G1, G2, G3, G4
 
 pytestmark = [
     pytest.mark.ssh,
@@ -26,13 +27,13 @@ pytestmark = [
 
 sim = pytest.importorskip("ringtrain.sim")
 
-HOSTS = "gpu01:4,gpu02:4,gpu03:4,gpu04:4"
+HOSTS = f"{G1}:4,{G2}:4,{G3}:4,{G4}:4"
 FAULTS = [  # (host, gpu, sim gpu-fault flags)
-    ("gpu02", 1, ["--pcie-width", "8"]),
-    ("gpu02", 2, ["--slowdown", "power-brake"]),
-    ("gpu03", 0, ["--xid", "79"]),
-    ("gpu03", 3, ["--remap-pending"]),
-    ("gpu04", 0, ["--ib-port-down"]),
+    (G2, 1, ["--pcie-width", "8"]),
+    (G2, 2, ["--slowdown", "power-brake"]),
+    (G3, 0, ["--xid", "79"]),
+    (G3, 3, ["--remap-pending"]),
+    (G4, 0, ["--ib-port-down"]),
 ]
 
 
@@ -51,7 +52,7 @@ def sick(sim_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     try:
         yield sim_cluster
     finally:
-        for host in ("gpu02", "gpu03", "gpu04"):
+        for host in (G2, G3, G4):
             sim_cli(sim_cluster, "gpu-fault", host, "--clear")
 
 
@@ -68,13 +69,13 @@ def test_check_doctor_names_each_fault_with_its_code_host_and_gpu(sick: Any) -> 
     got = {h["host"]: [(f["code"], f["gpu"], f["action"]) for f in h["findings"]]
            for h in data["hosts"]}
     assert got == {
-        "gpu01": [],
-        "gpu02": [("pcie-width", 1, "warn"), ("clock-slowdown", 2, "warn")],
-        "gpu03": [("row-remap-pending", 3, "fail"), ("xid-fatal", 0, "fail")],
-        "gpu04": [("ib-port-down", None, "fail")],
+        G1: [],
+        G2: [("pcie-width", 1, "warn"), ("clock-slowdown", 2, "warn")],
+        G3: [("row-remap-pending", 3, "fail"), ("xid-fatal", 0, "fail")],
+        G4: [("ib-port-down", None, "fail")],
     }
     assert code == 4 and data["refused"]
-    f = next(f for h in data["hosts"] if h["host"] == "gpu03" for f in h["findings"]
+    f = next(f for h in data["hosts"] if h["host"] == G3 for f in h["findings"]
              if f["code"] == "xid-fatal")
     assert f["measured"] == "Xid 79 since boot" and f["fix"].startswith("reset the GPU")
 
@@ -83,8 +84,8 @@ def test_check_takes_each_codes_action(sick: Any) -> None:
     code, data = check(sick, "--on-bad-host", "exclude,pcie-width=exclude",
                        "--on-bad-host", "ib-port-down=warn")
     status = {h["host"]: h["status"] for h in data["hosts"]}
-    assert status == {"gpu01": "ok", "gpu02": "excluded", "gpu03": "excluded", "gpu04": "warn"}
-    assert code == 0 and data["usable_slots"] == {"gpu01": 4, "gpu04": 4}
+    assert status == {G1: "ok", G2: "excluded", G3: "excluded", G4: "warn"}
+    assert code == 0 and data["usable_slots"] == {G1: 4, G4: 4}
 
 
 def test_the_table_shows_the_code_and_the_fix(sick: Any) -> None:
@@ -114,13 +115,13 @@ def test_launch_on_bad_host_exclude_leaves_the_sick_hosts_out(sick: Any, tmp_pat
     script.write_text(SCRIPT)
     proc = subprocess.run(
         [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
-         "-H", "gpu01:2,gpu02:2,gpu03:2,gpu04:2", "--ssh-config", str(sick.ssh_config),
+         "-H", f"{G1}:2,{G2}:2,{G3}:2,{G4}:2", "--ssh-config", str(sick.ssh_config),
          "--known-hosts", str(sick.known_hosts), "--on-bad-host", "exclude", str(script)],
         capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     hosts = sorted({line.split()[3] for line in proc.stdout.splitlines()
                     if line.startswith("[") and " HOST " in line})
-    assert hosts == ["gpu01", "gpu02"]
+    assert hosts == [G1, G2]
     assert "[xid-fatal] GPU 0 Xid 79 since boot" in proc.stderr
     assert "[ib-port-down]" in proc.stderr
     (run,) = (tmp_path / "runs").iterdir()
@@ -133,24 +134,24 @@ def test_xid_since_the_last_check_and_a_fatal_one_until_a_clean_check(
         sim_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     try:
-        sim_cli(sim_cluster, "gpu-fault", "gpu02", "--gpu", "0", "--xid", "13")
-        sim_cli(sim_cluster, "gpu-fault", "gpu03", "--gpu", "0", "--xid", "79")
+        sim_cli(sim_cluster, "gpu-fault", G2, "--gpu", "0", "--xid", "13")
+        sim_cli(sim_cluster, "gpu-fault", G3, "--gpu", "0", "--xid", "79")
 
         def findings() -> dict[str, list[tuple[str, str]]]:
             _, data = check(sim_cluster, "--doctor")
             return {h["host"]: [(f["code"], f["measured"]) for f in h["findings"]]
                     for h in data["hosts"] if h["findings"]}
 
-        assert findings() == {"gpu02": [("xid", "Xid 13 since boot")],
-                              "gpu03": [("xid-fatal", "Xid 79 since boot")]}
+        assert findings() == {G2: [("xid", "Xid 13 since boot")],
+                              G3: [("xid-fatal", "Xid 79 since boot")]}
         # gpu02's check was clean of fatal findings: its Xid 13 is now behind the baseline;
         # gpu03's was not, so its Xid 79 stays fatal, still counted since boot
-        assert findings() == {"gpu03": [("xid-fatal", "Xid 79 since boot")]}
-        sim_cli(sim_cluster, "gpu-fault", "gpu02", "--gpu", "1", "--xid", "31")
-        assert findings() == {"gpu02": [("xid", "Xid 31 since the last check")],
-                              "gpu03": [("xid-fatal", "Xid 79 since boot")]}
+        assert findings() == {G3: [("xid-fatal", "Xid 79 since boot")]}
+        sim_cli(sim_cluster, "gpu-fault", G2, "--gpu", "1", "--xid", "31")
+        assert findings() == {G2: [("xid", "Xid 31 since the last check")],
+                              G3: [("xid-fatal", "Xid 79 since boot")]}
     finally:
-        for host in ("gpu02", "gpu03"):
+        for host in (G2, G3):
             sim_cli(sim_cluster, "gpu-fault", host, "--clear")
 
 
@@ -174,7 +175,7 @@ def test_a_second_job_on_the_same_hosts_hears_of_the_first(sim_cluster: Any, tmp
     script.write_text(LOOP)
     first = subprocess.Popen(
         [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
-         "-H", "gpu01:2,gpu02:2", "--ssh-config", str(sim_cluster.ssh_config),
+         "-H", f"{G1}:2,{G2}:2", "--ssh-config", str(sim_cluster.ssh_config),
          "--known-hosts", str(sim_cluster.known_hosts), str(script)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -187,7 +188,7 @@ def test_a_second_job_on_the_same_hosts_hears_of_the_first(sim_cluster: Any, tmp
                                  if f["code"] == "other-job"] for h in data["hosts"]}
             found = {h: m for h, m in found.items() if m}
         (run,) = (tmp_path / "runs").iterdir()
-        assert sorted(found) == ["gpu01", "gpu02"]
+        assert sorted(found) == [G1, G2]
         assert all(m[0].startswith(f"ranks of run {run.name} (pid ") for m in found.values())
     finally:
         os.killpg(first.pid, signal.SIGINT)

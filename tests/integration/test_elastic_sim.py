@@ -23,6 +23,7 @@ import pytest
 
 from ringtrain import sim
 from tests.integration.procs import run_result
+from tests.integration.simnames import G1, G2, G3
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh]
 SCRIPT = Path(__file__).parent / "user_scripts" / "keras_elastic_style.py"
@@ -45,16 +46,16 @@ def _job_processes(cluster: sim.SimCluster) -> dict[str, list[str]]:
 
 def _launch_and_kill(
     cluster: sim.SimCluster, tmp_path: Path, script: Path, args: list[str], kill_after: str,
-    victim: str = "gpu03", options: tuple[str, ...] = (), link_down: bool = False,
+    victim: str = G3, options: tuple[str, ...] = (), link_down: bool = False,
 ) -> tuple[int, str, str, dict[str, int]]:
     """Launch ``script`` with --elastic on gpu01..gpu03 from gpu01, SIGKILL ``victim``'s rank
     (``link_down``: take its host's link down instead) once stdout shows ``kill_after``; the
     exit status, stdout, stderr and the rank PIDs seen on the other hosts just before."""
     argv = [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
-            "--elastic", "--min-np", "2", "-H", "gpu01:1,gpu02:1,gpu03:1", *options,
+            "--elastic", "--min-np", "2", "-H", f"{G1}:1,{G2}:1,{G3}:1", *options,
             "--ssh-config", str(cluster.ssh_config),
             "--known-hosts", str(cluster.known_hosts), str(script), *args]
-    on_gpu01 = cluster.ssh_argv("gpu01", f"cd {shlex.quote(str(tmp_path))} && "
+    on_gpu01 = cluster.ssh_argv(G1, f"cd {shlex.quote(str(tmp_path))} && "
                                 + shlex.join(argv))
     proc = subprocess.Popen(on_gpu01, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -72,7 +73,7 @@ def _launch_and_kill(
             assert proc.poll() is None, "".join(err)[-3000:]
             assert time.monotonic() < deadline, "".join(out + err)[-3000:]
             time.sleep(0.2)
-        for host in ("gpu01", "gpu02", "gpu03"):  # a spare host runs no rank yet
+        for host in (G1, G2, G3):  # a spare host runs no rank yet
             pid = _rank_pid(cluster, host)
             if pid is not None:
                 survivors[host] = pid
@@ -111,7 +112,7 @@ def test_elastic_keeps_training_through_a_killed_rank(
     status, stdout, stderr, _ = _launch_and_kill(sim_cluster, tmp_path, SCRIPT, ["14"],
                                                  kill_after="EPOCH 2 size=3")
     assert status == 0, stderr[-4000:]
-    assert re.search(r"elastic: rank \d on gpu03 ended before its script returned", stderr), (
+    assert re.search(fr"elastic: rank \d on {G3} ended before its script returned", stderr), (
         stderr[-3000:])
     assert "RESET size=2" in stdout, stdout[-3000:]
     results = _results(stdout)
@@ -120,7 +121,7 @@ def test_elastic_keeps_training_through_a_killed_rank(
     result = run_result(tmp_path)
     assert result["state"] == "succeeded"
     (absorbed,) = result["attempts"][0]["absorbed"]
-    assert absorbed["host"] == "gpu03" and absorbed["why"].startswith("ended before")
+    assert absorbed["host"] == G3 and absorbed["why"].startswith("ended before")
     _all_gone(sim_cluster)
 
 
@@ -135,7 +136,7 @@ def test_plain_keras_script_with_ringtrain_lines_survives_a_killed_rank_and_regr
         sim_cluster, tmp_path, PLAIN, ["120"], kill_after="checkpoint: committed epoch 3",
         options=("--blacklist-cooldown-range", "1", "2"))
     assert status == 0, stderr[-4000:]
-    assert re.search(r"elastic: rank \d on gpu03 ended before its script returned", stderr), (
+    assert re.search(fr"elastic: rank \d on {G3} ended before its script returned", stderr), (
         stderr[-3000:])
     resets = re.findall(r"rank \d \(pid (\d+)\): a collective failed .*running the script "
                         r"again in this process", stderr)
@@ -156,7 +157,7 @@ def test_plain_keras_script_with_ringtrain_lines_survives_a_killed_rank_and_regr
     result = run_result(tmp_path)
     assert result["state"] == "succeeded"
     (absorbed,) = result["attempts"][0]["absorbed"]
-    assert absorbed["host"] == "gpu03"
+    assert absorbed["host"] == G3
     _all_gone(sim_cluster)
 
 
@@ -188,10 +189,10 @@ def test_a_spare_takes_the_lost_hosts_place_and_the_size_holds(
     ranks, the new one taking the survivor's memory commit."""
     status, stdout, stderr, _ = _launch_and_kill(
         sim_cluster, tmp_path, PLAIN, ["80"], kill_after="checkpoint: committed epoch 3",
-        victim="gpu02", options=("--spares", "1", "--min-np", "1"))
+        victim=G2, options=("--spares", "1", "--min-np", "1"))
     assert status == 0, stderr[-4000:]
-    assert "elastic: gpu03 held back as spare(s)" in stderr, stderr[-3000:]
-    assert re.search(r"elastic: gpu03 \(a spare\) takes gpu02's place; gpu02 sits out 60 s",
+    assert f"elastic: {G3} held back as spare(s)" in stderr, stderr[-3000:]
+    assert re.search(fr"elastic: {G3} \(a spare\) takes {G2}'s place; {G2} sits out 60 s",
                      stderr), stderr[-3000:]
     # the survivor may form a ring of one first, or wait for the spare's rank: either way the
     # last memory restore brings the world back to two
@@ -201,10 +202,10 @@ def test_a_spare_takes_the_lost_hosts_place_and_the_size_holds(
     results = _results(stdout)
     assert len(results) == 2 and len({r["checksum"] for r in results}) == 1, results
     hosts = (tmp_path / "runs").glob("*/attempt-1/elastic-hosts")
-    assert [p.read_text() for p in hosts] == ["gpu01:1\ngpu03:1\n"]
+    assert [p.read_text() for p in hosts] == [f"{G1}:1\n{G3}:1\n"]
     # the ledger: the survivor's reset, rank 0's restore from memory, training again
     (absorbed,) = run_result(tmp_path)["attempts"][0]["absorbed"]
-    assert absorbed["host"] == "gpu02" and absorbed["restored_from"].startswith(
+    assert absorbed["host"] == G2 and absorbed["restored_from"].startswith(
         "rank 0's memory commit (epoch "), absorbed
     assert all(absorbed["stages_s"][k] is not None for k in ("reset", "restored",
                                                             "training again")), absorbed
@@ -222,9 +223,9 @@ def test_plain_keras_script_survives_a_lost_host(
             sim_cluster, tmp_path, PLAIN, ["60"], kill_after="checkpoint: committed epoch 3",
             options=("--gloo-timeout-seconds", "5"), link_down=True)
     finally:
-        sim.set_link(sim_cluster.config, "gpu03", up=True)
+        sim.set_link(sim_cluster.config, G3, up=True)
     assert status == 0, stderr[-4000:]
-    assert re.search(r"elastic: rank \d on gpu03 silent for \d+ s", stderr), stderr[-3000:]
+    assert re.search(fr"elastic: rank \d on {G3} silent for \d+ s", stderr), stderr[-3000:]
     resets = re.findall(r"rank \d \(pid (\d+)\): a collective failed", stderr)
     assert set(int(p) for p in resets) == set(survivors.values()), stderr[-3000:]
     assert re.search(r"resumed in memory at epoch \d+ step \d+ from rank \d .*; 3 -> 2 ranks",
@@ -232,5 +233,5 @@ def test_plain_keras_script_survives_a_lost_host(
     results = _results(stdout)
     assert len(results) == 2 and len({r["checksum"] for r in results}) == 1, results
     (absorbed,) = run_result(tmp_path)["attempts"][0]["absorbed"]
-    assert absorbed["host"] == "gpu03" and absorbed["why"].startswith("silent")
+    assert absorbed["host"] == G3 and absorbed["why"].startswith("silent")
     _all_gone(sim_cluster)

@@ -26,6 +26,7 @@ import pytest
 from ringtrain import sim
 from ringtrain.rank import envvars, secretfile
 from tests.integration.procs import killed_on_failure, run_result
+from tests.integration.simnames import G1, G2
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 REPO = Path(__file__).resolve().parents[2]
@@ -169,10 +170,10 @@ def test_gloo_secrets_reach_other_hosts_by_file_only(sim_cluster: sim.SimCluster
     (bin_dir / "python").chmod(0o755)
     env = _this_checkout(dict(os.environ))
     argv = [*RINGTRAIN, "launch", "--runs-dir", str(tmp_path / "runs"), "--backend",
-            "horovodrun", "--gloo", "-H", "gpu01:1,gpu02:1", "--python", str(bin_dir / "python"),
+            "horovodrun", "--gloo", "-H", f"{G1}:1,{G2}:1", "--python", str(bin_dir / "python"),
             "--ssh-config", str(sim_cluster.ssh_config),
             "--known-hosts", str(sim_cluster.known_hosts)]
-    check_secret_run(tmp_path, argv, env, {"0": "gpu01", "1": "gpu02"})
+    check_secret_run(tmp_path, argv, env, {"0": G1, "1": G2})
 
 
 def test_the_writer_the_rank_and_the_reaper_on_one_host(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import pytest
 from ringtrain import sim
 from ringtrain.rank import procfs
 from tests.integration.procs import parse_results, run_result
+from tests.integration.simnames import G1, G2, G3, G4, SESSION_CLUSTER
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
 REPO = Path(__file__).resolve().parents[2]
@@ -104,7 +105,7 @@ def test_ranks_run_on_four_distinct_hosts(sim_cluster: sim.SimCluster, tmp_path:
     script = tmp_path / "where.py"
     script.write_text(ALLREDUCE)
     proc = subprocess.run(
-        _argv(sim_cluster, tmp_path, "gpu01:2,gpu02:2,gpu03:2,gpu04:2", str(script)),
+        _argv(sim_cluster, tmp_path, f"{G1}:2,{G2}:2,{G3}:2,{G4}:2", str(script)),
         capture_output=True,
         text=True,
         timeout=240,
@@ -118,14 +119,14 @@ def test_ranks_run_on_four_distinct_hosts(sim_cluster: sim.SimCluster, tmp_path:
     ]
     hosts = {int(parts[2]): parts[3] for parts in lines}
     assert hosts == {
-        0: "gpu01",
-        1: "gpu01",
-        2: "gpu02",
-        3: "gpu02",
-        4: "gpu03",
-        5: "gpu03",
-        6: "gpu04",
-        7: "gpu04",
+        0: G1,
+        1: G1,
+        2: G2,
+        3: G2,
+        4: G3,
+        5: G3,
+        6: G4,
+        7: G4,
     }
     assert {int(parts[4]) for parts in lines} == {sum(range(8))}
     # the subnet was chosen by ringtrain, not the user; the pre-flight table is on stderr (as in
@@ -137,7 +138,7 @@ def test_ranks_run_on_four_distinct_hosts(sim_cluster: sim.SimCluster, tmp_path:
 def test_digits_trains_across_four_hosts(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
     proc = subprocess.run(
         _argv(
-            sim_cluster, tmp_path, "gpu01:1,gpu02:1,gpu03:1,gpu04:1", str(DIGITS), "--epochs", "3"
+            sim_cluster, tmp_path, f"{G1}:1,{G2}:1,{G3}:1,{G4}:1", str(DIGITS), "--epochs", "3"
         ),
         capture_output=True,
         text=True,
@@ -158,7 +159,7 @@ def _start_loop(cluster: sim.SimCluster, tmp_path: Path, *args: str) -> subproce
         _argv(
             cluster,
             tmp_path,
-            "gpu01:1,gpu02:1,gpu03:1",
+            f"{G1}:1,{G2}:1,{G3}:1",
             "--heartbeat-timeout",
             "5",
             *args,
@@ -188,28 +189,28 @@ def test_link_down_is_detected_and_torn_down(sim_cluster: sim.SimCluster, tmp_pa
     try:
         _wait_for_steps(proc)
         cut = time.time()
-        sim.set_link(sim_cluster.config, "gpu02", up=False)
+        sim.set_link(sim_cluster.config, G2, up=False)
         _, err = proc.communicate(timeout=90)
         ended = time.time()
     finally:
-        sim.set_link(sim_cluster.config, "gpu02", up=True)
+        sim.set_link(sim_cluster.config, G2, up=True)
     result = run_result(tmp_path)
     assert proc.returncode == 21, err[-2000:]
-    assert result["fault_kind"] == "host-lost" and result["fault_hosts"] == ["gpu02"], err[-2000:]
+    assert result["fault_kind"] == "host-lost" and result["fault_hosts"] == [G2], err[-2000:]
     # heartbeat timeout 5 s: detected in ~6 s, ended a few s later
     # (bench/launcher/faults.py times it)
     assert result["detected_at"] - cut < 25
     assert ended - cut < 45
-    assert [t["error"] is not None for t in result["teardown"] if t["host"] == "gpu02"] == [True]
+    assert [t["error"] is not None for t in result["teardown"] if t["host"] == G2] == [True]
     # gpu02 could not be reached: its ranks end themselves (and their orted) once they stop
     # hearing from the launcher, heartbeat timeout + 2 s after the cut.
     _assert_no_job_processes(sim_cluster)
     # ... and the sshd session that started the orted, which would otherwise wait for TCP to
     # give up (many minutes) to report to a launcher it cannot reach
     deadline = time.monotonic() + 10
-    while _ssh_sessions(sim_cluster, "gpu02") and time.monotonic() < deadline:
+    while _ssh_sessions(sim_cluster, G2) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _ssh_sessions(sim_cluster, "gpu02") == []
+    assert _ssh_sessions(sim_cluster, G2) == []
 
 
 def test_killed_sshd_session_ends_the_job_cleanly(
@@ -217,7 +218,7 @@ def test_killed_sshd_session_ends_the_job_cleanly(
 ) -> None:
     proc = _start_loop(sim_cluster, tmp_path)
     _wait_for_steps(proc)
-    orted = [pid for pid, cmd in sim.host_processes(sim_cluster.config, "gpu03") if "orted" in cmd]
+    orted = [pid for pid, cmd in sim.host_processes(sim_cluster.config, G3) if "orted" in cmd]
     assert len(orted) == 1
     session = procfs.parent(orted[0])
     while "sshd" not in procfs.comm(session):
@@ -236,13 +237,13 @@ def test_a_killed_open_mpi_daemon_is_named_with_its_host(
 ) -> None:
     proc = _start_loop(sim_cluster, tmp_path)
     _wait_for_steps(proc)
-    (orted,) = [p for p, cmd in sim.host_processes(sim_cluster.config, "gpu03") if "orted" in cmd]
+    (orted,) = [p for p, cmd in sim.host_processes(sim_cluster.config, G3) if "orted" in cmd]
     os.kill(orted, signal.SIGKILL)
     _, err = proc.communicate(timeout=90)
     result = run_result(tmp_path)
     assert proc.returncode == 24, err[-3000:]  # not mpirun's bare 205
-    assert result["fault_kind"] == "daemon-lost" and result["fault_hosts"] == ["gpu03"]
-    assert "mpirun lost its daemon (orted) on gpu03" in err
+    assert result["fault_kind"] == "daemon-lost" and result["fault_hosts"] == [G3]
+    assert f"mpirun lost its daemon (orted) on {G3}" in err
     _assert_no_job_processes(sim_cluster)
 
 
@@ -253,14 +254,14 @@ def test_a_changed_host_key_under_no_probe_says_so(
     words, not a bare 'exit code 255'."""
     script = tmp_path / "where.py"
     script.write_text(ALLREDUCE)
-    sim.rotate_host_key(sim_cluster.config, "gpu02")
+    sim.rotate_host_key(sim_cluster.config, G2)
     try:
         proc = subprocess.run(
-            _argv(sim_cluster, tmp_path, "gpu01:1,gpu02:1", "--no-probe", str(script)),
+            _argv(sim_cluster, tmp_path, f"{G1}:1,{G2}:1", "--no-probe", str(script)),
             capture_output=True, text=True, timeout=120, check=False,
         )
     finally:
-        sim.rotate_host_key(sim_cluster.config, "gpu02", update_known_hosts=True)
+        sim.rotate_host_key(sim_cluster.config, G2, update_known_hosts=True)
     assert proc.returncode != 0
     assert "Host key verification failed" in proc.stderr.split("error:", 1)[-1], proc.stderr
     _assert_no_job_processes(sim_cluster)
@@ -276,28 +277,28 @@ def test_horovodruns_own_ssh_checks_host_keys_and_uses_the_ssh_config(
     file's delivery meets a changed key first: the launch itself stops there.)"""
     script = tmp_path / "where.py"
     script.write_text(ALLREDUCE)
-    argv = _argv(sim_cluster, tmp_path, "gpu01:1,gpu02:1", "--backend", "horovodrun", "--gloo",
+    argv = _argv(sim_cluster, tmp_path, f"{G1}:1,{G2}:1", "--backend", "horovodrun", "--gloo",
                  str(script))
     # from gpu01, as horovodrun is run from a node of the cluster: its Gloo rendezvous listens
     # on the address of the interface the hosts share (eth0), which this machine lacks
-    on_gpu01 = sim_cluster.ssh_argv("gpu01", f"cd {shlex.quote(str(tmp_path))} && "
+    on_gpu01 = sim_cluster.ssh_argv(G1, f"cd {shlex.quote(str(tmp_path))} && "
                                     + shlex.join(argv))
     ran = subprocess.run(on_gpu01, capture_output=True, text=True, timeout=180, check=False)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert sorted(line.split("HOST ")[1].split()[:2] for line in ran.stdout.splitlines()
-                  if "HOST " in line) == [["0", "gpu01"], ["1", "gpu02"]], ran.stdout
+                  if "HOST " in line) == [["0", G1], ["1", G2]], ran.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
     shim = run_dir / "attempt-1" / "bin" / "ssh"
     horovodrun_ssh = [str(shim), "-o", "PasswordAuthentication=no", "-o",
-                      "StrictHostKeyChecking=no", "gpu02", "true"]  # horovod/runner/util/remote
+                      "StrictHostKeyChecking=no", G2, "true"]  # horovod/runner/util/remote
     assert subprocess.run(horovodrun_ssh, capture_output=True, timeout=60,
                           check=False).returncode == 0
-    sim.rotate_host_key(sim_cluster.config, "gpu02")
+    sim.rotate_host_key(sim_cluster.config, G2)
     try:
         refused = subprocess.run(horovodrun_ssh, capture_output=True, text=True, timeout=60,
                                  check=False)
     finally:
-        sim.rotate_host_key(sim_cluster.config, "gpu02", update_known_hosts=True)
+        sim.rotate_host_key(sim_cluster.config, G2, update_known_hosts=True)
     assert refused.returncode == 255 and "Host key verification failed" in refused.stderr
     _assert_no_job_processes(sim_cluster)
 
@@ -307,7 +308,7 @@ def test_kill_9_of_a_remote_rank(sim_cluster: sim.SimCluster, tmp_path: Path) ->
     _wait_for_steps(proc)
     (rank,) = [
         pid
-        for pid, cmd in sim.host_processes(sim_cluster.config, "gpu03")
+        for pid, cmd in sim.host_processes(sim_cluster.config, G3)
         if "ringtrain.rank.entry" in cmd and "orted" not in cmd
     ]
     killed = time.time()
@@ -315,7 +316,7 @@ def test_kill_9_of_a_remote_rank(sim_cluster: sim.SimCluster, tmp_path: Path) ->
     _, err = proc.communicate(timeout=60)
     result = run_result(tmp_path)
     assert proc.returncode == 137, err[-2000:]
-    assert result["failed_rank"] == 2 and result["failed_host"] == "gpu03"
+    assert result["failed_rank"] == 2 and result["failed_host"] == G3
     assert result["torn_down_at"] - killed < 25  # typical: 3 s
     assert _job_processes(sim_cluster) == {}
 
@@ -324,7 +325,7 @@ def test_restart_excludes_the_lost_host(sim_cluster: sim.SimCluster, tmp_path: P
     proc = _start_loop(sim_cluster, tmp_path, "--max-restarts", "1", "--min-np", "2")
     try:
         _wait_for_steps(proc)
-        sim.set_link(sim_cluster.config, "gpu03", up=False)
+        sim.set_link(sim_cluster.config, G3, up=False)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             (run_dir,) = (tmp_path / "runs").iterdir()
@@ -332,12 +333,12 @@ def test_restart_excludes_the_lost_host(sim_cluster: sim.SimCluster, tmp_path: P
                 break
             time.sleep(0.5)
         plan = json.loads((run_dir / "attempt-2" / "plan.json").read_text())
-        assert [h["name"] for h in plan["hosts"]] == ["gpu01", "gpu02"]
+        assert [h["name"] for h in plan["hosts"]] == [G1, G2]
         assert plan["np"] == 2
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
-        sim.set_link(sim_cluster.config, "gpu03", up=True)
+        sim.set_link(sim_cluster.config, G3, up=True)
     result = run_result(tmp_path)
     assert result["attempts"][0]["fault_kind"] == "host-lost"
     assert result["state"] == "interrupted" and proc.returncode == 130
@@ -351,8 +352,8 @@ def test_launch_from_a_yaml_inventory_with_ssh_settings(
     inventory = tmp_path / "cluster.yaml"
     inventory.write_text(
         f"defaults: {{user: root, identity_file: {sim_cluster.identity_file}, slots: 1}}\n"
-        "groups:\n  rack1: {labels: {rack: r1}, hosts: ['gpu[01-02]']}\n"
-        "  rack2: {labels: {rack: r2}, hosts: [gpu03]}\n"
+        f"groups:\n  rack1: {{labels: {{rack: r1}}, hosts: ['{SESSION_CLUSTER}-gpu[01-02]']}}\n"
+        f"  rack2: {{labels: {{rack: r2}}, hosts: [{G3}]}}\n"
     )
     script = tmp_path / "where.py"
     script.write_text(ALLREDUCE)
@@ -365,7 +366,7 @@ def test_launch_from_a_yaml_inventory_with_ssh_settings(
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     hosts = sorted(line.split()[3] for line in proc.stdout.splitlines()
                    if line.startswith("[") and " HOST " in line)
-    assert hosts == ["gpu01", "gpu02", "gpu03"]
+    assert hosts == [G1, G2, G3]
     (run_dir,) = (tmp_path / "runs").iterdir()
     generated = (run_dir / "attempt-1" / "ssh_config").read_text()
     assert f'IdentityFile "{sim_cluster.identity_file}"' in generated

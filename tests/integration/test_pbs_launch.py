@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ringtrain import sim
+from tests.integration.simnames import G1, G2, G3, G4
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
 
@@ -52,18 +53,18 @@ def _launch_in_pbs(cluster: sim.SimCluster, tmp_path: Path, job: str, nodes: str
 
 def test_launch_reads_the_pbs_nodefile(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
     proc, output, nodefile = _launch_in_pbs(sim_cluster, tmp_path, "4711.pbs-server",
-                                            "gpu02\ngpu02\ngpu04\ngpu04\n", 240)
+                                            f"{G2}\n{G2}\n{G4}\n{G4}\n", 240)
     assert proc.returncode == 0, output[-4000:]
     assert f"inside pbs job 4711.pbs-server: 2 node(s), 4 slots (PBS_NODEFILE={nodefile})" in output
     ranks = sorted(line.split("RANK ", 1)[1] for line in proc.stdout.splitlines()
                    if "RANK " in line)
-    assert ranks == ["0 4 gpu02 6", "1 4 gpu02 6", "2 4 gpu04 6", "3 4 gpu04 6"]
-    assert "gpu01" not in output and "gpu03" not in output  # only the job's nodes were used
+    assert ranks == [f"0 4 {G2} 6", f"1 4 {G2} 6", f"2 4 {G4} 6", f"3 4 {G4} 6"]
+    assert G1 not in output and G3 not in output  # only the job's nodes were used
 
 
 def test_pbs_nodefile_naming_an_unknown_host_fails_the_probe(sim_cluster: sim.SimCluster,
                                                              tmp_path: Path) -> None:
     proc, output, _ = _launch_in_pbs(sim_cluster, tmp_path, "4712.pbs-server",
-                                     "gpu01\nnode-not-in-this-cluster\n", 120)
+                                     f"{G1}\nnode-not-in-this-cluster\n", 120)
     assert proc.returncode == 4, output[-3000:]
     assert "node-not-in-this-cluster" in output and "fix:" in output

@@ -19,6 +19,7 @@ import pytest
 from ringtrain import sim
 from ringtrain.sim.gpus import clear_holders
 from tests.integration.procs import run_result
+from tests.integration.simnames import G1, G2
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
 
@@ -39,13 +40,13 @@ def _launch(cluster: sim.SimCluster, tmp_path: Path, release_s: float,
     script = tmp_path / "hold.py"
     script.write_text(HOLD)
     argv = [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
-            "-H", "gpu01:1,gpu02:1", "--ssh-config", str(cluster.ssh_config),
+            "-H", f"{G1}:1,{G2}:1", "--ssh-config", str(cluster.ssh_config),
             "--known-hosts", str(cluster.known_hosts), "--max-restarts", "1", "--min-np", "1",
             "--recheck-timeout", str(timeout_s), str(script), str(release_s)]
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
     finally:
-        clear_holders(sim.cluster(cluster.config).host("gpu02").gpu_state_file)
+        clear_holders(sim.cluster(cluster.config).host(G2).gpu_state_file)
 
 
 def _attempt_hosts(tmp_path: Path, attempt: int) -> list[str]:
@@ -59,17 +60,17 @@ def test_the_restart_waits_for_a_dead_ranks_gpu_memory(
 ) -> None:
     done = _launch(sim_cluster, tmp_path, release_s=3.0, timeout_s=60.0)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "re-check: waiting up to 60 s for the GPUs of gpu02 to be freed (gpu02: GPU 0 " \
+    assert f"re-check: waiting up to 60 s for the GPUs of {G2} to be freed ({G2}: GPU 0 " \
            "busy (30000 MiB used" in done.stderr
-    assert "re-check: gpu02 freed its GPUs after" in done.stderr
+    assert f"re-check: {G2} freed its GPUs after" in done.stderr
     result = run_result(tmp_path)
     check = result["attempts"][0]["recheck"]
-    assert check["left_out"] == {} and 2.5 <= check["waited_s"]["gpu02"] < 60, check
-    assert _attempt_hosts(tmp_path, 2) == ["gpu01", "gpu02"]
+    assert check["left_out"] == {} and 2.5 <= check["waited_s"][G2] < 60, check
+    assert _attempt_hosts(tmp_path, 2) == [G1, G2]
     (incident,) = result["incidents"]
     assert incident["stages_s"]["re-checked"] < incident["stages_s"]["restarted"]
-    assert "gpu02 freed its GPUs" in incident["recheck"]
-    assert "RAN 2 1 gpu02" in done.stdout
+    assert f"{G2} freed its GPUs" in incident["recheck"]
+    assert f"RAN 2 1 {G2}" in done.stdout
 
 
 def test_a_host_that_keeps_its_gpu_memory_sits_out_the_restart(
@@ -77,9 +78,9 @@ def test_a_host_that_keeps_its_gpu_memory_sits_out_the_restart(
 ) -> None:
     done = _launch(sim_cluster, tmp_path, release_s=300.0, timeout_s=2.0)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert ("re-check: gpu02 left out for a cooldown: GPU 0 busy (30000 MiB used, 0% "
+    assert (f"re-check: {G2} left out for a cooldown: GPU 0 busy (30000 MiB used, 0% "
             "utilization)") in done.stderr
     result = run_result(tmp_path)
-    assert list(result["attempts"][0]["recheck"]["left_out"]) == ["gpu02"]
-    assert _attempt_hosts(tmp_path, 2) == ["gpu01"]
-    assert result["np"] is None and "RAN 2 0 gpu01" in done.stdout
+    assert list(result["attempts"][0]["recheck"]["left_out"]) == [G2]
+    assert _attempt_hosts(tmp_path, 2) == [G1]
+    assert result["np"] is None and f"RAN 2 0 {G1}" in done.stdout

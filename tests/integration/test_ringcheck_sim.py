@@ -17,13 +17,14 @@ import pytest
 import ringtrain
 from ringtrain.launch.reporter import NullReporter
 from ringtrain.sim import shaping
+from tests.integration.simnames import G1, G2, G3, G4
 
 sim = pytest.importorskip("ringtrain.sim")
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
 
 FAST, SLOW = "400mbit", "100mbit"
-HOSTS = "gpu01:1,gpu02:1,gpu03:1,gpu04:1"
+HOSTS = f"{G1}:1,{G2}:1,{G3}:1,{G4}:1"
 
 
 @pytest.fixture
@@ -48,16 +49,16 @@ def _ringtrain(cluster: Any, tmp_path: Path, *args: str) -> subprocess.Completed
 def test_check_ring_names_the_host_at_a_quarter_with_numbers_and_a_picture(
     links: Any, tmp_path: Path
 ) -> None:
-    shaping.set_link_rate(links.config, "gpu03", SLOW)
+    shaping.set_link_rate(links.config, G3, SLOW)
     proc = _ringtrain(links, tmp_path, "check", "--cpu", "--ring", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     ring = json.loads(proc.stdout)["ring"]
-    assert ring["slow_hosts"] == ["gpu03"] and ring["slow_links"] == [], ring
+    assert ring["slow_hosts"] == [G3] and ring["slow_links"] == [], ring
     scores = {s["host"]: s for s in ring["scores"]}
     # gpu03's pairs run at its quarter rate (100 Mbit/s = 12.5 MB/s, within the shaper's
     # slack), below half the reference (the median of the hosts' best pairs: 400 Mbit/s)
-    assert 6e6 < scores["gpu03"]["median_Bps"] < 16e6
-    assert scores["gpu03"]["median_Bps"] < 0.5 * ring["reference_Bps"]
+    assert 6e6 < scores[G3]["median_Bps"] < 16e6
+    assert scores[G3]["median_Bps"] < 0.5 * ring["reference_Bps"]
     assert 30e6 < ring["reference_Bps"] < 60e6
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert (run_dir / "ringcheck.json").is_file() and (run_dir / "ringcheck.png").is_file()
@@ -65,19 +66,19 @@ def test_check_ring_names_the_host_at_a_quarter_with_numbers_and_a_picture(
     # address of this machine they can reach (not its name's 127.0.0.1)
     for log in (run_dir / "attempt-1").glob("rank.*.log"):
         assert "cannot reach the launcher" not in log.read_text(), log
-    assert "slow host gpu03" in proc.stderr
+    assert f"slow host {G3}" in proc.stderr
     assert "hvd.init()" not in proc.stderr  # its own mpi4py program is no Horovod script
     # GPU-to-GPU inside each host: the simulated hosts have 4 GPUs and no nccl-tests: said so
     assert {h: a["status"] for h, a in ring["gpu_to_gpu"].items()} == {
-        h: "no-tool" for h in ("gpu01", "gpu02", "gpu03", "gpu04")}
-    assert ("GPU-to-GPU: gpu01: 4 GPUs, GPU-to-GPU not measured: all_reduce_perf (nccl-tests) "
+        h: "no-tool" for h in (G1, G2, G3, G4)}
+    assert (f"GPU-to-GPU: {G1}: 4 GPUs, GPU-to-GPU not measured: all_reduce_perf (nccl-tests) "
             "is not on PATH") in proc.stderr
 
 
 def test_launch_with_ring_check_excludes_the_slow_host_and_trains(
     links: Any, tmp_path: Path
 ) -> None:
-    shaping.set_link_rate(links.config, "gpu03", SLOW)
+    shaping.set_link_rate(links.config, G3, SLOW)
     script = tmp_path / "where.py"
     script.write_text(
         "import socket\nimport horovod.tensorflow as hvd\nimport tensorflow as tf\nhvd.init()\n"
@@ -87,11 +88,11 @@ def test_launch_with_ring_check_excludes_the_slow_host_and_trains(
                       "--on-slow-host", "exclude", str(script))
     assert proc.returncode == 0, proc.stderr[-3000:]
     hosts = {line.split()[3] for line in proc.stdout.splitlines() if " HOST " in line}
-    assert hosts == {"gpu01", "gpu02", "gpu04"}, proc.stdout[-2000:]
-    assert "ring check: excluding gpu03" in proc.stderr
+    assert hosts == {G1, G2, G4}, proc.stdout[-2000:]
+    assert f"ring check: excluding {G3}" in proc.stderr
     runs = sorted((tmp_path / "runs").iterdir())
     job = json.loads((runs[-1] / "attempt-1" / "plan.json").read_text())
-    assert "gpu03" in job["spec"]["allocation"]["exclude"]  # --from reruns it without gpu03
+    assert G3 in job["spec"]["allocation"]["exclude"]  # --from reruns it without gpu03
 
 
 def test_equal_links_raise_no_alarm_over_repeated_checks(links: Any, tmp_path: Path) -> None:
@@ -130,14 +131,14 @@ def test_both_doors_launch_alike(
     """`ringtrain launch` and `ringtrain.run()` assemble a launch the same way (issue 22): with
     the ring check on and one slow host, their plan.json and result.json are equal apart from
     ids and times, and both left the slow host out."""
-    shaping.set_link_rate(links.config, "gpu03", SLOW)
+    shaping.set_link_rate(links.config, G3, SLOW)
     (tmp_path / "where.py").write_text(
         "import socket\nprint('HOST', socket.gethostname(), flush=True)\n")
     runs = tmp_path / "runs"
     proc = _ringtrain(links, tmp_path, "launch", "--cpu", "--ring-check",
                       "--on-slow-host", "exclude", "where.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "ring check: excluding gpu03" in proc.stderr
+    assert f"ring check: excluding {G3}" in proc.stderr
     by_cli = _job_run(runs, set())
     seen = set(runs.iterdir())
     monkeypatch.chdir(tmp_path)
@@ -146,7 +147,7 @@ def test_both_doors_launch_alike(
                            ssh_config=links.ssh_config, known_hosts=links.known_hosts,
                            gpu_mode="ignored", ring_check=True, on_slow_host="exclude")
     assert result.exit_code == 0, notes.notes
-    assert any(n.startswith("ring check: excluding gpu03") for n in notes.notes), notes.notes
+    assert any(n.startswith(f"ring check: excluding {G3}") for n in notes.notes), notes.notes
     by_api = _job_run(runs, seen)
     assert by_api == result.run_dir
     for name in ("attempt-1/plan.json", "result.json"):
@@ -154,4 +155,4 @@ def test_both_doors_launch_alike(
         api_json = _alike(json.loads((by_api / name).read_text()), by_api.name)
         assert cli_json == api_json, name
     plan = json.loads((by_api / "attempt-1" / "plan.json").read_text())
-    assert [h["name"] for h in plan["hosts"]] == ["gpu01", "gpu02", "gpu04"]
+    assert [h["name"] for h in plan["hosts"]] == [G1, G2, G4]

@@ -27,6 +27,7 @@ from ringtrain.sim import netns
 from ringtrain.sim.fake_nvidia_smi import DRIVER_FAILED, apply_holders, render
 from ringtrain.sim.gpus import make_state
 from ringtrain.sim.proc import alive
+from tests.integration.simnames import G1, G2, G3, G4
 
 from .conftest import sim_unavailable
 
@@ -158,7 +159,7 @@ def remote_version(c: sim.SimCluster, host: str, dist: str) -> str:
 def test_every_host_has_its_own_name_address_and_no_way_out(sim_cluster: sim.SimCluster) -> None:
     c = sim_cluster
     procs = {h: subprocess.Popen(c.ssh_argv(h, "hostname; ip -4 -o addr show; ip route; "
-                                            "getent hosts gpu02"),
+                                            f"getent hosts {G2}"),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for h in c.names}
     for host, proc in procs.items():
@@ -168,20 +169,20 @@ def test_every_host_has_its_own_name_address_and_no_way_out(sim_cluster: sim.Sim
         assert lines[0] == host
         assert f"{c.addresses[host]}/24" in out and "127.0.0.1/8" in out
         assert "default" not in out  # nothing routes off the simulated subnet
-        assert lines[-1].split() == [c.addresses["gpu02"], "gpu02"]
+        assert lines[-1].split() == [c.addresses[G2], G2]
 
 
 @pytest.mark.ssh
 @pytest.mark.slow
 def test_fake_nvidia_smi_over_ssh(sim_cluster: sim.SimCluster) -> None:
-    done = ssh(sim_cluster, "gpu03",
+    done = ssh(sim_cluster, G3,
                f"nvidia-smi --query-gpu={FIELDS} --format=csv,noheader,nounits")
     assert done.returncode == 0, done.stderr
     rows = [line.split(", ") for line in done.stdout.splitlines()]
     assert [r[0] for r in rows] == ["0", "1", "2", "3"]
     assert {(r[1], r[3], r[6]) for r in rows} == {(H100, "81559", "535.104.05")}
     assert len({r[2] for r in rows}) == 4
-    other = ssh(sim_cluster, "gpu04", "nvidia-smi -L").stdout
+    other = ssh(sim_cluster, G4, "nvidia-smi -L").stdout
     assert not {r[2] for r in rows} & {line.split("UUID: ")[1][:-1] for line in other.splitlines()}
 
 
@@ -191,36 +192,36 @@ def test_set_gpus_count_model_fail_and_ok(sim_cluster: sim.SimCluster) -> None:
     c = sim_cluster
     query = "nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits"
     try:
-        sim.set_gpus(c.config, "gpu03", 2, model="NVIDIA A100-SXM4-80GB")
-        assert ssh(c, "gpu03", query).stdout == (
+        sim.set_gpus(c.config, G3, 2, model="NVIDIA A100-SXM4-80GB")
+        assert ssh(c, G3, query).stdout == (
             "0, NVIDIA A100-SXM4-80GB, 81920\n1, NVIDIA A100-SXM4-80GB, 81920\n")
-        sim.set_gpus(c.config, "gpu03", "fail")
-        done = ssh(c, "gpu03", query)
+        sim.set_gpus(c.config, G3, "fail")
+        done = ssh(c, G3, query)
         assert (done.stdout, done.returncode) == (DRIVER_FAILED, 9)
-        assert ssh(c, "gpu02", query).returncode == 0  # only gpu03 is broken
-        sim.set_gpus(c.config, "gpu03", "ok")
-        assert ssh(c, "gpu03", query).stdout.count("A100") == 2
+        assert ssh(c, G2, query).returncode == 0  # only gpu03 is broken
+        sim.set_gpus(c.config, G3, "ok")
+        assert ssh(c, G3, query).stdout.count("A100") == 2
     finally:
-        sim.set_gpus(c.config, "gpu03", 4, model=H100)
-    assert ssh(c, "gpu03", query).stdout.count(H100) == 4
+        sim.set_gpus(c.config, G3, 4, model=H100)
+    assert ssh(c, G3, query).stdout.count(H100) == 4
 
 
 @pytest.mark.ssh
 @pytest.mark.slow
 def test_link_down_makes_ssh_fail_within_connect_timeout(sim_cluster: sim.SimCluster) -> None:
     c = sim_cluster
-    sim.set_link(c.config, "gpu04", up=False)
+    sim.set_link(c.config, G4, up=False)
     try:
         started = time.monotonic()
-        done = ssh(c, "gpu04", "true")
+        done = ssh(c, G4, "true")
         elapsed = time.monotonic() - started
         assert done.returncode == 255
-        assert "gpu04" in done.stderr or c.addresses["gpu04"] in done.stderr
+        assert G4 in done.stderr or c.addresses[G4] in done.stderr
         assert elapsed < 20  # ConnectTimeout 5 in the generated ssh config, not TCP's minutes
-        assert not next(h for h in sim.status(c.config).hosts if h.name == "gpu04").link_up
+        assert not next(h for h in sim.status(c.config).hosts if h.name == G4).link_up
     finally:
-        sim.set_link(c.config, "gpu04", up=True)
-    assert ssh(c, "gpu04", "true").returncode == 0
+        sim.set_link(c.config, G4, up=True)
+    assert ssh(c, G4, "true").returncode == 0
 
 
 @pytest.mark.ssh
@@ -228,15 +229,15 @@ def test_link_down_makes_ssh_fail_within_connect_timeout(sim_cluster: sim.SimClu
 def test_rotated_host_key_is_refused_by_strict_ssh(sim_cluster: sim.SimCluster) -> None:
     c = sim_cluster
     known = c.known_hosts.read_text()
-    sim.rotate_host_key(c.config, "gpu01")
+    sim.rotate_host_key(c.config, G1)
     try:
-        done = ssh(c, "gpu01", "true")
+        done = ssh(c, G1, "true")
         assert done.returncode == 255
         assert "Host key verification failed" in done.stderr
         assert c.known_hosts.read_text() == known
     finally:
-        sim.rotate_host_key(c.config, "gpu01", update_known_hosts=True)
-    assert ssh(c, "gpu01", "true").returncode == 0
+        sim.rotate_host_key(c.config, G1, update_known_hosts=True)
+    assert ssh(c, G1, "true").returncode == 0
 
 
 @pytest.mark.ssh
@@ -244,17 +245,17 @@ def test_rotated_host_key_is_refused_by_strict_ssh(sim_cluster: sim.SimCluster) 
 def test_stopped_sshd_refuses_and_processes_are_found_by_namespace(
         sim_cluster: sim.SimCluster) -> None:
     c = sim_cluster
-    host = c.host("gpu02")
-    before = dict(sim.host_processes(c.config, "gpu02"))
+    host = c.host(G2)
+    before = dict(sim.host_processes(c.config, G2))
     pid = int(host.sshd_pid_file.read_text())
     assert "sshd" in before[pid] and any("holder.py" in cmd for cmd in before.values())
-    assert sim.stop_sshd(c.config, "gpu02")
+    assert sim.stop_sshd(c.config, G2)
     try:
-        assert "Connection refused" in ssh(c, "gpu02", "true").stderr
-        assert pid not in dict(sim.host_processes(c.config, "gpu02"))
+        assert "Connection refused" in ssh(c, G2, "true").stderr
+        assert pid not in dict(sim.host_processes(c.config, G2))
     finally:
-        sim.start_sshd(c.config, "gpu02")
-    assert ssh(c, "gpu02", "true").returncode == 0
+        sim.start_sshd(c.config, G2)
+    assert ssh(c, G2, "true").returncode == 0
 
 
 @pytest.mark.ssh
@@ -265,16 +266,16 @@ def test_fake_versions_are_per_host(sim_cluster: sim.SimCluster) -> None:
         local = importlib.metadata.version("horovod")
     except importlib.metadata.PackageNotFoundError:
         local = "missing"
-    sim.set_versions(c.config, "gpu02", {"horovod": "0.27.0", "mpirun": "4.0.3"})
+    sim.set_versions(c.config, G2, {"horovod": "0.27.0", "mpirun": "4.0.3"})
     try:
-        assert remote_version(c, "gpu02", "horovod") == "0.27.0"
-        assert remote_version(c, "gpu01", "horovod") == local
-        assert ssh(c, "gpu02", "mpirun --version").stdout.startswith("mpirun (Open MPI) 4.0.3\n")
-        st = next(h for h in sim.status(c.config).hosts if h.name == "gpu02")
+        assert remote_version(c, G2, "horovod") == "0.27.0"
+        assert remote_version(c, G1, "horovod") == local
+        assert ssh(c, G2, "mpirun --version").stdout.startswith("mpirun (Open MPI) 4.0.3\n")
+        st = next(h for h in sim.status(c.config).hosts if h.name == G2)
         assert dict(st.versions) == {"horovod": "0.27.0", "mpirun": "4.0.3"}
     finally:
-        sim.clear_versions(c.config, "gpu02")
-    assert remote_version(c, "gpu02", "horovod") == local
+        sim.clear_versions(c.config, G2)
+    assert remote_version(c, G2, "horovod") == local
 
 
 @pytest.mark.ssh
@@ -282,11 +283,11 @@ def test_fake_versions_are_per_host(sim_cluster: sim.SimCluster) -> None:
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="apt-get install -y openmpi-bin")
 def test_mpirun_across_two_hosts(sim_cluster: sim.SimCluster) -> None:
     c = sim_cluster
-    argv = ["mpirun", "--allow-run-as-root", *c.mpirun_mca_args, "-H", "gpu01:1,gpu02:1",
+    argv = ["mpirun", "--allow-run-as-root", *c.mpirun_mca_args, "-H", f"{G1}:1,{G2}:1",
             "-np", "2", "hostname"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert sorted(done.stdout.split()) == ["gpu01", "gpu02"]
+    assert sorted(done.stdout.split()) == [G1, G2]
 
 
 @pytest.mark.ssh
@@ -330,12 +331,13 @@ def test_up_then_down_leaves_nothing(tmp_path: Path) -> None:
     if reason:
         pytest.skip(reason)
     cfg = sim.SimConfig(name=f"d{os.getpid()}", hosts=4, state_dir=tmp_path / "sim")
-    subprocess.run(["ip", "netns", "add", cfg.netns("gpu03")], check=True)  # half-built leftover
+    leftover = cfg.netns(cfg.host_names[2])  # a half-built leftover
+    subprocess.run(["ip", "netns", "add", leftover], check=True)
     try:
         started = time.monotonic()
         c = sim.up(cfg)
         assert time.monotonic() - started < 60  # not hung; bench/launcher/probe_scaling prints it
-        done = ssh(c, "gpu01", "nohup sleep 600 >/dev/null 2>&1 & echo $!")
+        done = ssh(c, c.names[0], "nohup sleep 600 >/dev/null 2>&1 & echo $!")
         assert done.returncode == 0, done.stderr
         pids = [p for h in c.names for p, _ in sim.host_processes(cfg, h)]
         assert int(done.stdout) in pids and len(pids) >= 2 * len(c.names) + 1

@@ -20,6 +20,7 @@ import pytest
 
 from tests.integration import cpu_quota
 from tests.integration.procs import killed_on_failure, results_by_rank
+from tests.integration.simnames import G1, G2, G3
 
 sim = pytest.importorskip("ringtrain.sim")
 
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
 
 SCRIPT = Path(__file__).parent / "user_scripts" / "keras_mnist_style.py"
 MWMS_SCRIPT = Path(__file__).parent / "user_scripts" / "mwms_ringtrain_style.py"
-HOSTS = "gpu01:1,gpu02:1,gpu03:1"
+HOSTS = f"{G1}:1,{G2}:1,{G3}:1"
 WINDOW_S = 10
 # Three ranks share this machine's two cores: whichever two share a core for a while are
 # really slower (10 s windows measured up to 1.7x on a healthy run), so the tests ask for 2x;
@@ -94,15 +95,15 @@ def test_a_rank_slowed_mid_run_is_named_by_host_and_rank_and_nobody_before(
         with cpu_quota.cpu_quota(victim, QUOTA, f"ringtrain-test-{os.getpid()}-straggler"):
             slowed = time.monotonic()
             named = _wait_for(proc, "straggler named",
-                              lambda: "straggler: gpu03: rank 2" in _events(tmp_path),
+                              lambda: f"straggler: {G3}: rank 2" in _events(tmp_path),
                               NAMED_WITHIN_S)
         _out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err[-3000:]
     print(f"healthy {slowed - first:.0f} s, named {named - slowed:.1f} s after the slowdown")
     stragglers = _result(tmp_path)["attempts"][0]["stragglers"]
-    assert [(s["host"], s["rank"]) for s in stragglers] == [("gpu03", 2)], stragglers
+    assert [(s["host"], s["rank"]) for s in stragglers] == [(G3, 2)], stragglers
     assert stragglers[0]["vs_median"] >= THRESHOLD
-    assert "straggler: gpu03: rank 2 step" in err  # the live view says it too
+    assert f"straggler: {G3}: rank 2 step" in err  # the live view says it too
 
 
 def test_restart_without_the_straggler_host_resumes_and_succeeds(
@@ -121,7 +122,7 @@ def test_restart_without_the_straggler_host_resumes_and_succeeds(
         out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err[-3000:]
     first, second = _result(tmp_path)["attempts"]
-    assert first["fault_kind"] == "straggler" and first["fault_hosts"] == ["gpu03"], first
+    assert first["fault_kind"] == "straggler" and first["fault_hosts"] == [G3], first
     assert first["exit_code"] == 25
     assert second["state"] == "succeeded"
     final = results_by_rank(out)
@@ -132,5 +133,5 @@ def test_restart_without_the_straggler_host_resumes_and_succeeds(
     shown = subprocess.run(
         [sys.executable, "-m", "ringtrain", "runs", "--runs-dir", str(tmp_path / "runs"),
          "show", run_dir.name], capture_output=True, text=True, check=True, timeout=60).stdout
-    assert "fault: rank 2 on gpu03 is a straggler" in shown
-    assert "straggler: gpu03 rank 2:" in shown
+    assert f"fault: rank 2 on {G3} is a straggler" in shown
+    assert f"straggler: {G3} rank 2:" in shown

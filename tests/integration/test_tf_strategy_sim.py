@@ -18,6 +18,7 @@ import pytest
 from ringtrain import sim
 from ringtrain.rank import procfs
 from tests.integration.procs import killed_on_failure, run_result
+from tests.integration.simnames import G1, G2, G3
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
 SCRIPT = Path(__file__).parent / "user_scripts" / "mwms_keras_style.py"
@@ -25,7 +26,7 @@ SCRIPT = Path(__file__).parent / "user_scripts" / "mwms_keras_style.py"
 
 def _argv(cluster: sim.SimCluster, tmp_path: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
-            "-H", "gpu01:2,gpu02:2", "--ssh-config", str(cluster.ssh_config), "--known-hosts",
+            "-H", f"{G1}:2,{G2}:2", "--ssh-config", str(cluster.ssh_config), "--known-hosts",
             str(cluster.known_hosts), "--strategy", "tf-multiworker", *args]
 
 
@@ -73,7 +74,7 @@ def _kill_rank_in_epoch_3(cluster: sim.SimCluster, argv: list[str],
             if "Epoch 3/" in line or time.monotonic() > deadline:
                 break
         assert time.monotonic() < deadline, "training did not start"
-        (pid,) = [pid for pid, cmd in sim.host_processes(cluster.config, "gpu02")
+        (pid,) = [pid for pid, cmd in sim.host_processes(cluster.config, G2)
                   if "ringtrain.rank.entry" in cmd and "orted" not in cmd
                   and procfs.environ_has(pid, f"OMPI_COMM_WORLD_RANK={rank}".encode())]
         os.kill(pid, signal.SIGKILL)
@@ -94,7 +95,7 @@ def test_a_killed_worker_is_a_job_failure_named_and_torn_down(sim_cluster: sim.S
                                       _argv(sim_cluster, tmp_path, str(SCRIPT), "400"), 2)
     result = run_result(tmp_path)
     assert code == 137, err[-3000:]
-    assert result["failed_host"] == "gpu02" and result["failed_rank"] == 2, result
+    assert result["failed_host"] == G2 and result["failed_rank"] == 2, result
     assert result["failed_task"] == "worker:2"
     _assert_torn_down(sim_cluster)
 
@@ -130,14 +131,14 @@ def test_a_killed_parameter_server_is_a_job_failure_named_and_torn_down(
     code, err = _kill_rank_in_epoch_3(sim_cluster, argv, 4)
     result = run_result(tmp_path)
     assert code == 137, err[-3000:]
-    assert result["failed_host"] == "gpu02" and result["failed_rank"] == 4, result
+    assert result["failed_host"] == G2 and result["failed_rank"] == 4, result
     assert result["failed_task"] == "ps:1"
     assert "rank 4 is TensorFlow task ps:1" in err, err[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
     show = subprocess.run([sys.executable, "-m", "ringtrain", "runs", "show", str(run_dir)],
                           capture_output=True, text=True, timeout=60, check=False)
     assert "strategy tf-ps (ps 2)" in show.stdout, show.stdout + show.stderr
-    assert "first failing rank: 4, TensorFlow task ps:1 on gpu02" in show.stdout
+    assert f"first failing rank: 4, TensorFlow task ps:1 on {G2}" in show.stdout
     _assert_torn_down(sim_cluster)
 
 
@@ -156,7 +157,7 @@ def test_digits_resumes_from_its_checkpoint_after_a_failure(
     argv = _argv(sim_cluster, tmp_path, *extra, "--max-restarts", "1", str(DIGITS_TF),
                  "--epochs", "5", "--fail-at-epoch", "3", "--fail-rank", fail_rank,
                  "--target-accuracy", "0.85")
-    argv[argv.index("-H") + 1] = "gpu01:1,gpu02:1"
+    argv[argv.index("-H") + 1] = f"{G1}:1,{G2}:1"
     argv[argv.index("tf-multiworker")] = strategy
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=420, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -198,7 +199,7 @@ def test_parameter_servers_on_hosts_of_their_own(sim_cluster: sim.SimCluster,
     argv = _argv(sim_cluster, tmp_path, "--ps", "1", "--ps-hosts", "own", "-np", "2",
                  str(PS_SCRIPT), "3")
     argv[argv.index("tf-multiworker")] = "tf-ps"
-    argv[argv.index("-H") + 1] = "gpu01:1,gpu02:1,gpu03:1"
+    argv[argv.index("-H") + 1] = f"{G1}:1,{G2}:1,{G3}:1"
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     (chief,) = _results(proc.stdout)
@@ -206,8 +207,8 @@ def test_parameter_servers_on_hosts_of_their_own(sim_cluster: sim.SimCluster,
     (run_dir,) = (tmp_path / "runs").iterdir()
     plan = json.loads((run_dir / "attempt-1" / "plan.json").read_text())
     tf_cluster = json.loads(plan["env"]["RINGTRAIN_TF_CLUSTER"])["cluster"]
-    assert tf_cluster["ps"] == ["gpu03:23456"] and len(tf_cluster["worker"]) == 2
-    assert not any(a.startswith("gpu03:") for a in tf_cluster["worker"] + tf_cluster["chief"])
+    assert tf_cluster["ps"] == [f"{G3}:23456"] and len(tf_cluster["worker"]) == 2
+    assert not any(a.startswith(f"{G3}:") for a in tf_cluster["worker"] + tf_cluster["chief"])
     assert _job_processes(sim_cluster) == []
 
 
