@@ -77,10 +77,8 @@ def cli(ctx: click.Context, verbose: int) -> None:
       ringtrain launch --hosts gpu.txt -np 8 train.py --epochs 3
       ringtrain launch --dry-run -H localhost:2 train.py   print the exact plan, run nothing
     """
-    level = logging.WARNING - 10 * verbose
-    logging.basicConfig(
-        level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(verbosity.level_from(os.environ, verbose))  # LOGLEVEL, -v
     _apply_config(ctx)
 
 
