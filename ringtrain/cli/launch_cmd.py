@@ -17,7 +17,7 @@ from ringtrain.assembly import LaunchOptions, build_spec, prepare
 from ringtrain.cli import launch_entry, launch_report, verbosity
 from ringtrain.cli.context import cli_context
 from ringtrain.cli.hosts_cmd import slot_override
-from ringtrain.cli.live import LiveView
+from ringtrain.cli.live import EventFiles, LiveView
 from ringtrain.cli.options import (
     elastic_options,
     horovod_tuning_options,
@@ -352,7 +352,7 @@ def _rank_set(text: str | None) -> frozenset[int] | None:
 
 def _run(session: Session, view: LiveView, *, json_out: bool = False) -> None:
     make_run_dir(session.run_dir)  # a clear error, not a traceback, when it cannot be
-    view.events = session.run_dir / "events.log"
+    events = view.events = EventFiles.of(session)  # events.log, events.jsonl
     view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
 
     def stop(signum: int) -> None:
@@ -373,6 +373,7 @@ def _run(session: Session, view: LiveView, *, json_out: bool = False) -> None:
     view.start()
     try:
         result = session.run()
+        events.attempt = lambda: result.attempt  # the lines after it belong to its last attempt
     finally:
         view.stop()
         for sig, handler in old.items():
