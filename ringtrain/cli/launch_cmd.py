@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ringtrain.assembly import LaunchOptions, build_spec, prepare
-from ringtrain.cli import launch_entry, launch_report, verbosity
+from ringtrain.cli import jsonout, launch_entry, launch_report, verbosity
 from ringtrain.cli.context import cli_context
 from ringtrain.cli.hosts_cmd import slot_override
 from ringtrain.cli.live import EventFiles, LiveView
@@ -384,7 +384,8 @@ def _run(session: Session, view: LiveView, *, json_out: bool = False) -> None:
     if json_out:  # the run's result.json (every attempt, the checkpoint), else this attempt's
         view.flush()
         path = session.run_dir / "result.json"
-        click.echo(path.read_text() if path.is_file() else json.dumps(result.run_json(), indent=2))
+        jsonout.echo(path.read_text() if path.is_file()
+                     else json.dumps(result.run_json(), indent=2))
     if result.state is JobState.SUCCEEDED:
         view.note(f"job succeeded in {launch_report.durations(result)}; logs in {session.run_dir}")
         view.flush()
