@@ -36,6 +36,7 @@ _COMMANDS: dict[str, str] = {
     "pbs": "pbs_cmd",
     "bench": "bench_cmd",
     "config": "config_cmd",
+    "completion": "completion_cmd",
 }
 
 
