@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ringtrain.cli import ring_view
+from ringtrain.cli import jsonout, ring_view
 from ringtrain.cli.context import SshOptions, cli_context
 from ringtrain.cli.options import on_bad_host_option, ring_check_options
 from ringtrain.cli.verdict_view import (
@@ -152,6 +152,6 @@ def command(
             click.echo(f"ringtrain: ring check: {what} {', '.join(check.verdict.slow_hosts)}",
                        err=True)
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        jsonout.echo(json.dumps(data, indent=2))
     if err is not None:
         raise err

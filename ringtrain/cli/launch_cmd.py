@@ -11,10 +11,10 @@ from typing import Any
 import click
 
 from ringtrain.assembly import LaunchOptions, build_spec, prepare
-from ringtrain.cli import launch_entry, launch_report, launch_signals, verbosity
+from ringtrain.cli import jsonout, launch_entry, launch_report, launch_signals, verbosity
 from ringtrain.cli.context import cli_context
 from ringtrain.cli.hosts_cmd import slot_override
-from ringtrain.cli.live import LiveView
+from ringtrain.cli.live import EventFiles, LiveView
 from ringtrain.cli.options import (
     elastic_options,
     horovod_tuning_options,
@@ -359,7 +359,7 @@ def _rank_set(text: str | None) -> frozenset[int] | None:
 def _run(session: Session, view: LiveView, *, json_out: bool = False,
          requeue_job: str | None = None) -> None:
     make_run_dir(session.run_dir)  # a clear error, not a traceback, when it cannot be
-    view.events = session.run_dir / "events.log"
+    events = view.events = EventFiles.of(session)  # events.log, events.jsonl
     view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
     # SIGHUP: the terminal closed or the SSH session to the login node dropped; the job is
     # stopped on every host and result.json written, as for Ctrl-C and SIGTERM. SIGUSR1: a
@@ -368,6 +368,7 @@ def _run(session: Session, view: LiveView, *, json_out: bool = False,
     try:
         with launch_signals.answering(session, view.note):
             result = session.run()
+        events.attempt = lambda: result.attempt  # the lines after it belong to its last attempt
     finally:
         view.stop()
     launch_report.report_teardown(view, result)
@@ -376,7 +377,8 @@ def _run(session: Session, view: LiveView, *, json_out: bool = False,
     if json_out:  # the run's result.json (every attempt, the checkpoint), else this attempt's
         view.flush()
         path = session.run_dir / "result.json"
-        click.echo(path.read_text() if path.is_file() else json.dumps(result.run_json(), indent=2))
+        jsonout.echo(path.read_text() if path.is_file()
+                     else json.dumps(result.run_json(), indent=2))
     if result.state is JobState.SUCCEEDED:
         view.note(f"job succeeded in {launch_report.durations(result)}; logs in {session.run_dir}")
         view.flush()
