@@ -23,6 +23,7 @@ ALLOWED = {
     "subprocess": (
         "remote/base.py",
         "remote/ssh.py",
+        "remote/openssh.py",  # OpenSSH's ssh (--ssh-transport openssh)
         "launch/run.py",
         "hostfile/discover.py",
         "schedulers/calls.py",
