@@ -106,10 +106,11 @@ def describe_failure(  # noqa: PLR0911 - one return per kind of failure, as desc
                 f"{alias}), or fix the @cert-authority line")
     if m := _UNKNOWN.search(text):
         name, port = _name_port(m.group(2))
-        where = known_hosts or "~/.ssh/known_hosts"
-        return (f"unknown host key for {alias} ({m.group(1)}): add it with `ssh-keyscan -p "
-                f"{port} {name} >> {where}` after checking the fingerprint, or pass "
-                "--accept-new-host-keys")
+        scan = f"ssh-keyscan -p {port} {name}"
+        add = (f"add it with `{scan} >> {known_hosts}`" if known_hosts else f"add `{scan}`'s "
+               "line to the known_hosts ssh reads (UserKnownHostsFile, else ~/.ssh/known_hosts)")
+        return (f"unknown host key for {alias} ({m.group(1)}): {add} after checking the "
+                "fingerprint, or pass --accept-new-host-keys")
     if "Host key verification failed" in text:
         return (f"host key verification failed for {alias}: {_last_line(text)}; "
                 f"`ssh -v {alias} true` shows which key and file")

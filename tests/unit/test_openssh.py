@@ -134,8 +134,10 @@ def test_the_same_wording_as_paramiko_where_both_see_the_failure() -> None:
     """A user switching transports reads the same opening for the same failure."""
     unknown = describe_failure(HOST, "No ED25519 host key is known for gpu01 and you have "
                                "requested strict checking.\n", 5.0)
-    assert unknown.startswith("unknown host key for gpu01 (") and "~/.ssh/known_hosts" in unknown
-    assert "ssh-keyscan -p 22 gpu01" in unknown
+    assert unknown == (
+        "unknown host key for gpu01 (ED25519): add `ssh-keyscan -p 22 gpu01`'s line to the "
+        "known_hosts ssh reads (UserKnownHostsFile, else ~/.ssh/known_hosts) after checking the "
+        "fingerprint, or pass --accept-new-host-keys")
     assert describe_failure(HOST, CHANGED, 5.0).startswith(
         "host key for gpu01 CHANGED (possible MITM): fix known_hosts")
     assert describe_failure(HOST, "Permission denied (publickey).", 5.0).startswith(
