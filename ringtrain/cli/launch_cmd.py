@@ -21,6 +21,7 @@ from ringtrain.cli.options import (
     on_bad_host_option,
     restart_options,
     ring_check_options,
+    ssh_transport_option,
 )
 from ringtrain.errors import JobFailed
 from ringtrain.launch.milestones import incidents
@@ -136,6 +137,7 @@ def _env_specs(
     is_flag=True,
     help="Trust keys of hosts not yet in known_hosts (a changed key is always refused).",
 )
+@ssh_transport_option
 @click.option("--no-probe", is_flag=True, help="Skip the SSH pre-flight probe of every host.")
 @ring_check_options("--ring-check")
 @click.option(

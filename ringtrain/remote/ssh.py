@@ -88,6 +88,8 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
                 f"host key for {t.alias} CHANGED (possible MITM): fix known_hosts: the server "
                 f"offers {key_type} {fingerprint(key_b64)}, {where} has another; if the host "
                 f"was reinstalled run `ssh-keygen -f {where} -R {shlex.quote(names[0])}`")
+        if t.strict != "accept-new" and (ca := self.store.cert_authority(names, t.alias)):
+            raise _KeyRefused(ca)
         if t.strict != "accept-new":
             raise _KeyRefused(
                 f"unknown host key for {t.alias} ({key_type} {fingerprint(key_b64)}): add it "

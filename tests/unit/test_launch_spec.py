@@ -28,6 +28,7 @@ FULL = LaunchOptions(
     known_hosts=Path("/etc/rt/known_hosts"),
     ssh_port=2222,
     ssh_identity_file="/etc/rt/id_ed25519",
+    ssh_transport="openssh",
     gpu_mode="ignored",
     ring_check=True,
     expect_link="25gbit",

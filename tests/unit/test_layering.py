@@ -24,6 +24,7 @@ ALLOWED = {
         "remote/base.py",
         "remote/ssh.py",
         "remote/sshg.py",  # ssh -G: OpenSSH's own reading of the ssh config
+        "remote/openssh.py",  # OpenSSH's ssh (--ssh-transport openssh)
         "launch/run.py",
         "hostfile/discover.py",
         "schedulers/calls.py",
