@@ -9,10 +9,10 @@
 The keyword arguments are the options of ``ringtrain launch`` (``hosts`` is ``-H``,
 ``hostfile`` is ``--hosts``, ``checkpoint`` is ``--checkpoint``; the rest keep their names:
 ``np``, ``max_restarts``, ``min_np``, ``runs_dir``, ``gpu_mode``, ``stall_timeout``,
-``ring_check``, ``elastic``, ``max_np``, ...; ``dry_run`` and ``probe`` too). It builds the
-same LaunchSpec through the same function and assembles it through the same
-``ringtrain.assembly.prepare`` as the command: the same entry check, hosts, srun refusal and
-ring pre-check, the same Session. A mistake raises the same typed error
+``ring_check``, ``elastic``, ``max_np``, ``ssh_transport``, ...; ``dry_run`` and ``probe``
+too). It builds the same LaunchSpec through the same function and assembles it through the
+same ``ringtrain.assembly.prepare`` as the command: the same entry check, hosts, srun refusal
+and ring pre-check, the same Session. A mistake raises the same typed error
 (``ringtrain.errors.UsageError`` and friends). Nothing is printed unless a ``reporter`` is
 given.
 """

@@ -18,6 +18,7 @@
 
 Every error carries a ``hint``: one sentence telling the user how to fix it. ``cli.py`` maps
 these to exit codes and prints ``error: <message>`` then ``  fix: <hint>``; no traceback.
+``code`` names the family for tools (``--json``'s error object): ``usage``, ``inventory``, ...
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ class RingtrainError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def code(self) -> str:
+        """The error's family for tools (``--json``): the class right under RingtrainError in
+        snake case without "Error": ``usage``, ``inventory``, ``job_failed``, ``checkpoint``
+        (a StorageError too), ..."""
+        top = next((c for c in type(self).__mro__ if RingtrainError in c.__bases__),
+                   RingtrainError)
+        name = top.__name__.removesuffix("Error")  # RingtrainError itself: "ringtrain"
+        return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in name).lstrip("_")
 
 
 class UsageError(RingtrainError):

@@ -62,6 +62,7 @@ class GpuRule(enum.Enum):
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 PYTHON_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@-]+\Z")  # --python: a plain path, no shell
+SshTransport = Literal["paramiko", "openssh"]  # --ssh-transport (remote/ssh.py, openssh.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +93,6 @@ class EnvSpec:
         return cls(name=name, value=value if sep else None)
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class PreflightSpec:
     """The SSH pre-flight before every attempt (``--no-probe`` turns it off), and the ring
@@ -114,15 +113,16 @@ class PreflightSpec:
 
 @dataclass(frozen=True, slots=True)
 class SshSpec:
-    """How hosts are reached: ssh_config (``-F``), known_hosts, trust on first use, and the
-    port and identity file (``-p``/``-i``, as horovodrun takes them) for every host whose
-    inventory line names none."""
+    """How hosts are reached: ssh_config (``-F``), known_hosts, trust on first use, the port
+    and key file (``-p``/``-i``, as horovodrun's) of hosts whose inventory line names none,
+    and the probe's and teardown's SSH (``--ssh-transport``: paramiko, or OpenSSH's ssh)."""
 
     config: Path | None = None
     known_hosts: Path | None = None  # mpirun's ssh verifies keys against it too
     accept_new_host_keys: bool = False
     port: int | None = None
     identity_file: str | None = None
+    transport: SshTransport = "paramiko"  # checked: assembly/launch_spec.ssh_transport
 
 
 DEFAULT_STALL_S = 600.0

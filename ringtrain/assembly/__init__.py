@@ -5,7 +5,7 @@ flags and draws; ``ringtrain.run()`` (api.py) maps keyword arguments; both hand 
     launch_spec.py   PURE: LaunchOptions -> LaunchSpec (build_spec)
     entry_kind.py    a script, a module or a program; --from's recorded spec
     ring_gate.py     --ring-check before the job, through the Reporter
-    remotes.py       the default Remote factory (SSH)
+    remotes.py       the default Remote factory (SSH: paramiko, or OpenSSH's ssh)
     prepare.py       spec -> entry -> hosts -> srun refusal -> ring pre-check -> Session
 """
 

@@ -11,6 +11,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import get_args
 
 from ringtrain.checkpoint.location import Location
 from ringtrain.errors import CheckpointError, UsageError
@@ -28,6 +29,7 @@ from ringtrain.spec import (
     PreflightSpec,
     RestartPolicy,
     SshSpec,
+    SshTransport,
     StragglerAction,
     StragglerPolicy,
     Strategy,
@@ -59,6 +61,7 @@ class LaunchOptions:
     accept_new_host_keys: bool = False
     ssh_port: int | None = None
     ssh_identity_file: str | None = None
+    ssh_transport: str = "paramiko"
     no_probe: bool = False
     ring_check: bool = False
     expect_link: str | None = None
@@ -149,6 +152,7 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
             opts.accept_new_host_keys,
             opts.ssh_port,
             opts.ssh_identity_file,
+            ssh_transport(opts.ssh_transport),
         ),
         allocation=AllocationPolicy(
             include=opts.include,
@@ -185,6 +189,19 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
                               timeout_s=opts.elastic_timeout,
                               spares=opts.spares) if opts.elastic else None,
     )
+
+
+SSH_TRANSPORTS: tuple[SshTransport, ...] = get_args(SshTransport)
+
+
+def ssh_transport(text: str) -> SshTransport:
+    """``--ssh-transport`` (or ``ssh_transport=``, or a recorded spec's) checked."""
+    for name in SSH_TRANSPORTS:
+        if text == name:
+            return name
+    raise UsageError(f"SSH transport {text!r}: choose {' or '.join(SSH_TRANSPORTS)}",
+                     "pass --ssh-transport openssh to reach hosts with OpenSSH's own ssh "
+                     "(hostbased, GSSAPI, @cert-authority), or paramiko (the default)")
 
 
 def _tuning(opts: LaunchOptions) -> HorovodTuning:

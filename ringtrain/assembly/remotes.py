@@ -1,6 +1,8 @@
-"""The Remote a launch reaches its hosts through when the caller hands none: SSH with paramiko
-(strict host keys, ssh_config honoured). The CLI's context (cli/context.py) and
-``ringtrain.run()`` both default to this factory; tests hand their own."""
+"""The Remote a launch reaches its hosts through when the caller hands none: SSH with strict
+host keys and ssh_config honoured, through paramiko (``SshRemote``, the default) or OpenSSH's
+own ``ssh`` (``OpenSshRemote``, ``--ssh-transport openssh``), as the spec's ``SshSpec`` says.
+The CLI's context (cli/context.py) and ``ringtrain.run()`` both default to this factory; tests
+hand their own."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ringtrain.assembly.launch_spec import ssh_transport
 from ringtrain.remote import Remote
+from ringtrain.remote.openssh import OpenSshRemote
 from ringtrain.spec import SshSpec
 
 
@@ -23,7 +27,15 @@ RemoteFactory = Callable[[SshOptions], Remote]
 
 
 def ssh_remote(options: SshOptions) -> Remote:
-    """The real one: paramiko, strict host keys, ssh_config honoured."""
+    """The real one, by ``options.ssh.transport`` (a recorded spec's checked again here)."""
+    if ssh_transport(options.ssh.transport) == "openssh":
+        return OpenSshRemote(
+            options.ssh.config,
+            options.ssh.known_hosts,
+            accept_new_host_keys=options.ssh.accept_new_host_keys,
+            connect_timeout=options.connect_timeout,
+            concurrency=options.concurrency,
+        )
     from ringtrain.remote.ssh import SshRemote  # noqa: PLC0415 - paramiko only when needed
 
     # paramiko logs tracebacks for failures we already report per host

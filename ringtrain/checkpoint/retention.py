@@ -1,4 +1,4 @@
-"""Retention (--keep N) and garbage collection of attempt directories nobody references.
+"""Retention (keep=N, 3 by default) and garbage collection of attempt directories nobody references.
 
 Order matters for crash safety: a manifest is deleted before its data, so a crash in between
 leaves unreferenced data (collected later), never a manifest pointing at missing files.
@@ -32,7 +32,9 @@ class Cleanup:
 def apply_retention(store: Store, keep: int) -> tuple[int, ...]:
     """Keep the ``keep`` newest manifests; delete older ones (manifest first, then its data)."""
     if keep < 1:
-        raise CheckpointError(f"--keep {keep}: must keep at least one", "pass --keep 1 or more")
+        raise CheckpointError(f"keep={keep}: must keep at least one checkpoint",
+                              "pass keep=1 or more to ringtrain.keras.callbacks() or save() "
+                              "(the digits model: --keep)")
     removed = []
     for step, name in manifest_names(store)[keep:]:
         data = None

@@ -3,7 +3,8 @@
 Each sub-command lives in its own module and exposes one click command (or group) named
 ``command``; ``_COMMANDS`` maps command names to modules, loaded on first use. Every
 RingtrainError is turned into ``error:`` and ``fix:`` lines on stderr and the error's exit
-code: a user's mistake never shows a traceback.
+code: a user's mistake never shows a traceback. Under ``--json`` the error also goes to
+stdout as a JSON object (jsonout.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import click
 
 from ringtrain import __version__
-from ringtrain.cli import verbosity
+from ringtrain.cli import jsonout, verbosity
 from ringtrain.errors import RingtrainError
 
 # command name -> its module under ringtrain.cli. Modules load only when their command runs
@@ -35,6 +36,7 @@ _COMMANDS: dict[str, str] = {
     "pbs": "pbs_cmd",
     "bench": "bench_cmd",
     "config": "config_cmd",
+    "completion": "completion_cmd",
 }
 
 
@@ -49,11 +51,20 @@ class _Group(click.Group):
         command: click.Command = importlib.import_module(f"ringtrain.cli.{module}").command
         return verbosity.add_to(command)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name is not None and command is not None:
+            jsonout.remember(ctx, name, command, rest)
+        return name, command, rest
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except RingtrainError as err:
             report_error(err)
+            jsonout.report_error(ctx, err)  # --json: the error object on stdout
             ctx.exit(err.exit_code)
 
 
@@ -77,10 +88,8 @@ def cli(ctx: click.Context, verbose: int) -> None:
       ringtrain launch --hosts gpu.txt -np 8 train.py --epochs 3
       ringtrain launch --dry-run -H localhost:2 train.py   print the exact plan, run nothing
     """
-    level = logging.WARNING - 10 * verbose
-    logging.basicConfig(
-        level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(verbosity.level_from(os.environ, verbose))  # LOGLEVEL, -v
     _apply_config(ctx)
 
 

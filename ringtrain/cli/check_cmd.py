@@ -9,9 +9,10 @@ from pathlib import Path
 
 import click
 
-from ringtrain.cli import ring_view
+from ringtrain.assembly.launch_spec import ssh_transport as checked_transport
+from ringtrain.cli import jsonout, ring_view
 from ringtrain.cli.context import SshOptions, cli_context
-from ringtrain.cli.options import on_bad_host_option, ring_check_options
+from ringtrain.cli.options import on_bad_host_option, ring_check_options, ssh_transport_option
 from ringtrain.cli.verdict_view import (
     doctor_to_dict,
     print_doctor,
@@ -57,6 +58,7 @@ Exit code: 0 when a launch would go ahead (warnings allowed), 4 when it would be
 @click.option("--accept-new-host-keys", is_flag=True,
               help="Trust hosts seen for the first time (OpenSSH accept-new); changed keys are "
               "always refused.")
+@ssh_transport_option
 @on_bad_host_option
 @click.option("--doctor", is_flag=True,
               help="Show the GPU and NIC doctor's findings alone: one row per finding, with "
@@ -90,8 +92,8 @@ Exit code: 0 when a launch would go ahead (warnings allowed), 4 when it would be
 def command(
     hosts_file: str | None, host_spec: str | None, hosts_format: str | None, np: int | None,
     ssh_config: Path | None, known_hosts: Path | None, accept_new_host_keys: bool,
-    on_bad_host: tuple[str, ...], doctor: bool, min_hosts: int, on_busy: str,
-    busy_memory_mib: int, busy_util: int,
+    ssh_transport: str, on_bad_host: tuple[str, ...], doctor: bool, min_hosts: int,
+    on_busy: str, busy_memory_mib: int, busy_util: int,
     gpu_mode: str | None, allow_mixed_versions: bool, python: str | None,
     network_interface: str | None,
     timeout: float, connect_timeout: float, concurrency: int, ring_check: bool,
@@ -114,11 +116,12 @@ def command(
         min_hosts=min_hosts, np=np, busy_memory_mib=busy_memory_mib, busy_util_pct=busy_util,
         on_busy="exclude" if on_busy == "exclude" else "warn",
         require_same_versions=not allow_mixed_versions, network_interface=network_interface)
+    ssh = SshSpec(ssh_config, known_hosts, accept_new_host_keys,
+                  transport=checked_transport(ssh_transport))
     remote: Remote
     if inventory.is_local_only:
         remote = LocalRemote()
     else:
-        ssh = SshSpec(ssh_config, known_hosts, accept_new_host_keys)
         remote = cli_context().remote_factory(SshOptions(ssh, connect_timeout, concurrency))
     report = probe(inventory, remote, python=python, timeout=timeout)
 
@@ -138,7 +141,7 @@ def command(
 
         opts = RingCheckOptions(
             runs_dir=runs_dir, working_dir=Path.cwd(),
-            ssh=SshSpec(ssh_config, known_hosts, accept_new_host_keys), python=python,
+            ssh=ssh, python=python,
             network_interface=network_interface, slow_ratio=slow_ratio,
             expect_Bps=parse_link_rate(expect_link) if expect_link else None)
         check = run_ring_check(verdict.apply(inventory), remote, opts,
@@ -152,6 +155,6 @@ def command(
             click.echo(f"ringtrain: ring check: {what} {', '.join(check.verdict.slow_hosts)}",
                        err=True)
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        jsonout.echo(json.dumps(data, indent=2))
     if err is not None:
         raise err

@@ -48,6 +48,7 @@ KEYS: dict[str, tuple[str, type, str]] = {
     "hosts_format": ("hosts_format", str, "inventory format (--hosts-format)"),
     "ssh_config": ("ssh_config", Path, "ssh_config file (-F)"),
     "known_hosts": ("known_hosts", Path, "known_hosts file (--known-hosts)"),
+    "ssh_transport": ("ssh_transport", str, "paramiko or openssh (--ssh-transport)"),
     "runs_dir": ("runs_dir", Path, "where run directories go (--runs-dir)"),
     "python": ("python", str, "Python on the hosts (--python)"),
     "network_interface": ("network_interface", str, "interface or CIDR (--network-interface)"),

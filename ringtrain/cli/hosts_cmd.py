@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ringtrain.cli import jsonout
 from ringtrain.errors import AllocationError, UsageError
 from ringtrain.hostfile import (
     FORMATS,
@@ -114,7 +115,7 @@ def command(
             "inventory": inventory_to_dict(inventory),
             "allocation": allocation_to_dict(alloc),
         }
-        click.echo(render_json(data), nl=False)
+        jsonout.echo(render_json(data), nl=False)
         return
     _show(inventory, np, policy)
 

@@ -4,26 +4,24 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
 
 from ringtrain.assembly import LaunchOptions, build_spec, prepare
-from ringtrain.cli import launch_entry, launch_report, verbosity
+from ringtrain.cli import jsonout, launch_entry, launch_report, launch_signals, verbosity
 from ringtrain.cli.context import cli_context
 from ringtrain.cli.hosts_cmd import slot_override
-from ringtrain.cli.live import LiveView
+from ringtrain.cli.live import EventFiles, LiveView
 from ringtrain.cli.options import (
     elastic_options,
     horovod_tuning_options,
     on_bad_host_option,
     restart_options,
     ring_check_options,
+    ssh_transport_option,
 )
 from ringtrain.errors import JobFailed
 from ringtrain.launch.milestones import incidents
@@ -139,6 +137,7 @@ def _env_specs(
     is_flag=True,
     help="Trust keys of hosts not yet in known_hosts (a changed key is always refused).",
 )
+@ssh_transport_option
 @click.option("--no-probe", is_flag=True, help="Skip the SSH pre-flight probe of every host.")
 @ring_check_options("--ring-check")
 @click.option(
@@ -286,6 +285,13 @@ def _env_specs(
     "and ringtrain's notes go to stderr.",
 )
 @click.option(
+    "--requeue",
+    is_flag=True,
+    help="Inside a Slurm batch job: after a preemption notice (SIGUSR1, from sbatch "
+    "--signal=B:USR1@SECONDS) and rank 0's checkpoint, put the job back in the queue; it "
+    "resumes from --checkpoint. `ringtrain slurm submit --requeue` passes it.",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Write the run dir (hostfile, plan.json), print the plan (env, argv); start nothing.",
@@ -308,6 +314,7 @@ def command(
     from_run: Path | None,
     console_ranks: frozenset[int] | None,
     json_out: bool,
+    requeue: bool,
     **options: Any,
 ) -> None:
     """Train SCRIPT on every rank with Horovod: resolve hosts, plan, run and supervise.
@@ -321,6 +328,7 @@ def command(
         launch_entry.refuse_unknown_option(ctx, options)
         options["mpi_args"] = (*options["mpi_args"], *options.pop("mpi_args_line"))
         spec = build_spec(LaunchOptions(**options), Path.cwd())
+    requeue_job = launch_signals.check_requeue(spec, os.environ) if requeue else None
     factory = cli_context().remote_factory
     if dry_run:
         reporter = launch_report.DryRunReporter()
@@ -334,7 +342,7 @@ def command(
     except BaseException:
         view.flush()  # its notes before the error lines the CLI prints
         raise
-    _run(session, view, json_out=json_out)
+    _run(session, view, json_out=json_out, requeue_job=requeue_job)
 
 
 def _rank_set(text: str | None) -> frozenset[int] | None:
@@ -350,45 +358,36 @@ def _rank_set(text: str | None) -> frozenset[int] | None:
     return frozenset(ranks)
 
 
-def _run(session: Session, view: LiveView, *, json_out: bool = False) -> None:
+def _run(session: Session, view: LiveView, *, json_out: bool = False,
+         requeue_job: str | None = None) -> None:
     make_run_dir(session.run_dir)  # a clear error, not a traceback, when it cannot be
-    view.events = session.run_dir / "events.log"
+    events = view.events = EventFiles.of(session)  # events.log, events.jsonl
     view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
-
-    def stop(signum: int) -> None:
-        try:
-            view.note(f"{signal.Signals(signum).name}: stopping the job on every host")
-        finally:  # whatever the view does, the job stops
-            session.stop(signum)
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        # A handler runs on the main thread between two bytecodes, possibly while that thread
-        # holds the view's or the control server's lock: taking them here would deadlock.
-        threading.Thread(target=stop, args=(signum,), name="ringtrain-stop", daemon=True).start()
-
     # SIGHUP: the terminal closed or the SSH session to the login node dropped; the job is
-    # stopped on every host and result.json written, as for Ctrl-C and SIGTERM
-    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    old = {s: signal.signal(s, on_signal) for s in stops}
+    # stopped on every host and result.json written, as for Ctrl-C and SIGTERM. SIGUSR1: a
+    # preemption notice (sbatch --signal): rank 0 commits first
     view.start()
     try:
-        result = session.run()
+        with launch_signals.answering(session, view.note):
+            result = session.run()
+        events.attempt = lambda: result.attempt  # the lines after it belong to its last attempt
     finally:
         view.stop()
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
     launch_report.report_teardown(view, result)
     for incident in incidents(result.attempts):  # the recovery ledger, one line a restart
         view.note(f"recovery: {incident.describe()}")
     if json_out:  # the run's result.json (every attempt, the checkpoint), else this attempt's
         view.flush()
         path = session.run_dir / "result.json"
-        click.echo(path.read_text() if path.is_file() else json.dumps(result.run_json(), indent=2))
+        jsonout.echo(path.read_text() if path.is_file()
+                     else json.dumps(result.run_json(), indent=2))
     if result.state is JobState.SUCCEEDED:
         view.note(f"job succeeded in {launch_report.durations(result)}; logs in {session.run_dir}")
         view.flush()
         return
     view.flush()  # the notes before the error lines the CLI prints
+    if session.preemption is not None:
+        raise launch_signals.after_preemption(session, view.note, requeue_job)
     message = launch_report.failure_message(result) + "\n" + result.what_ringtrain_did()
     hint = result.failure.hint(result.attempt_dir) if result.failure else (
         f"see the logs in {result.attempt_dir}")

@@ -2,7 +2,8 @@
 
 On a terminal it is one status line kept at the bottom (rank output scrolls above it); otherwise
 plain ``ringtrain:`` lines when something changes (at most every ``plain_every_s`` for progress).
-Every status line also goes to ``runs/<id>/events.log``.
+Every status line also goes to ``runs/<id>/events.log`` and, as JSON, ``runs/<id>/events.jsonl``
+(one ``Event`` written both ways: launch/eventlog.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -23,13 +24,39 @@ from ringtrain.cli.ring_view import show_ring_check
 from ringtrain.cli.verdict_view import print_verdict
 from ringtrain.hostfile import Allocation, Inventory
 from ringtrain.launch.control import Snapshot
+from ringtrain.launch.eventlog import Event, is_warning
 from ringtrain.launch.run import OutputLine
+from ringtrain.launch.rundir import append_private
 from ringtrain.launch.supervise import arrivals, rank_hosts
 from ringtrain.probe.probe_parse import ProbeReport
 from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict
 from ringtrain.ringcheck.runner import RingCheck
 
+if TYPE_CHECKING:
+    from ringtrain.launch.session import Session
+
 QUEUE_LINES = 10_000
+
+
+class EventFiles:
+    """A run's events.log and events.jsonl: each status line becomes one ``Event``, appended to
+    both (created 0600, through no link). ``attempt`` says which attempt a line belongs to."""
+
+    def __init__(self, run_dir: Path, run_id: str,
+                 attempt: Callable[[], int | None] = lambda: None) -> None:
+        self.run_dir, self.run_id, self.attempt = run_dir, run_id, attempt
+
+    @classmethod
+    def of(cls, session: Session) -> EventFiles:
+        """The session's files; a line belongs to the attempt being placed or run (between a
+        failed attempt and its restart, to the restart). After ``run()`` the caller sets
+        ``attempt`` to the last one."""
+        return cls(session.run_dir, session.env.run_id, lambda: len(session.results) + 1)
+
+    def write(self, text: str) -> None:
+        event = Event(time.time(), text, self.run_id, self.attempt())
+        append_private(self.run_dir / "events.log", event.log_line())
+        append_private(self.run_dir / "events.jsonl", event.json_line())
 
 
 def describe_arrivals(snap: Snapshot, alloc: Allocation) -> str:
@@ -88,9 +115,9 @@ class LiveView:
         self.console = Console(file=stream, highlight=False, soft_wrap=True)
         self.out = Console(file=rank_stream or sys.stdout, highlight=False, soft_wrap=True,
                            markup=False)
-        self.events: Path | None = None
+        self.events: EventFiles | None = None
         self._live: Live | None = None
-        self._lock = threading.Lock()  # events.log appends
+        self._lock = threading.Lock()  # events.log and events.jsonl appends
         self._last_arrivals = ""
         self._last_progress_key: tuple[object, ...] = ()
         self._last_plain = 0.0
@@ -127,7 +154,7 @@ class LiveView:
     def note(self, text: str) -> None:
         """A plain status line: shown (under -q only warnings) and logged."""
         self._log(text)
-        if self.quiet and not text.startswith(("warning", "teardown")):
+        if self.quiet and not is_warning(text):
             return
         self._emit(lambda: self.console.print(f"ringtrain: {text}", markup=False))
 
@@ -198,13 +225,14 @@ class LiveView:
         self._log(text)
 
     def _log(self, text: str) -> None:
-        if self.events is None:
+        events = self.events
+        if events is None:
             return
         try:
-            with self._lock, self.events.open("a", encoding="utf-8") as fh:
-                fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
+            with self._lock:
+                events.write(text)
         except OSError as err:  # run dir deleted or disk full: the terminal still has it all
-            warning = (f"ringtrain: warning: cannot write {self.events} ({err}); events go to "
-                       "this terminal only")
+            warning = (f"ringtrain: warning: cannot write the events of {events.run_dir} "
+                       f"({err}); events go to this terminal only")
             self._emit(lambda: self.console.print(warning, markup=False))
             self.events = None

@@ -22,6 +22,17 @@ def stacked(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
     return apply
 
 
+def ssh_transport_option(func: Any) -> Any:
+    """``--ssh-transport``: how the probe and teardown reach hosts (``launch`` and ``check``;
+    config key ``ssh_transport``)."""
+    return click.option(
+        "--ssh-transport", type=click.Choice(["paramiko", "openssh"]), default="paramiko",
+        show_default=True,
+        help="How the probe and teardown reach hosts: paramiko, or openssh (OpenSSH's own ssh, "
+        "as mpirun's: hostbased auth, Kerberos/GSSAPI and @cert-authority host keys work).",
+    )(func)
+
+
 def ring_check_options(flag: str) -> Callable[[F], F]:
     """The ring check's options, shared by ``check --ring`` and ``launch --ring-check``."""
     return stacked(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ Examples:
       train.py --epochs 10                   print the sbatch script
   ringtrain slurm submit --nodes 2 --gpus-per-node 8 train.py    write it and sbatch it
   ringtrain slurm render ... --launch-arg=--max-restarts=2 --setup 'module load cuda'
+  ringtrain slurm submit --requeue --launch-arg=--checkpoint=file:///shared/ckpt train.py
+                     preempted: commit at once, back to the queue, resume from the checkpoint
 
 Inside the job, `ringtrain launch train.py` (what the script runs) reads the allocation from
 SLURM_JOB_NODELIST / SLURM_TASKS_PER_NODE and starts one rank per task with srun --mpi=pmix.
@@ -88,24 +91,45 @@ def command() -> None:
     """Slurm: sbatch wrapper jobs that run `ringtrain launch`, and a local test cluster."""
 
 
+def preemption_options(fn: click.decorators.FC) -> click.decorators.FC:
+    return stacked(
+        click.option("--partition", "-p", help="Partition to run in."),
+        click.option("--signal-lead", "signal_lead", type=int, default=120, show_default=True,
+                     metavar="SECONDS",
+                     help="Ask Slurm for SIGUSR1 this long before a preemption or the time "
+                     "limit (--signal=B:USR1@SECONDS): rank 0 commits a checkpoint at once and "
+                     "the job ends cleanly. 0: no signal."),
+        click.option("--requeue", is_flag=True,
+                     help="After that commit, put the job back in the queue (scontrol requeue); "
+                     "it resumes from the checkpoint. Needs --launch-arg=--checkpoint=URL."),
+    )(fn)
+
+
+def slurm_job(opts: dict[str, Any]) -> BatchJob:
+    lead = opts.pop("signal_lead")
+    requeue = opts.pop("requeue")
+    job = make_batch_job(opts, opts.pop("partition"))
+    return replace(job, signal_lead_s=lead or None, requeue=requeue)
+
+
 @command.command("render", epilog=_EPILOG,
                  context_settings={"allow_interspersed_args": False})
-@click.option("--partition", "-p", help="Partition to run in.")
+@preemption_options
 @batch_options
-def render_cmd(partition: str | None, **opts: Any) -> None:
+def render_cmd(**opts: Any) -> None:
     """Print the sbatch script that runs SCRIPT with ringtrain launch."""
-    click.echo(render_sbatch(make_batch_job(opts, partition)), nl=False)
+    click.echo(render_sbatch(slurm_job(opts)), nl=False)
 
 
 @command.command("submit", epilog=_EPILOG,
                  context_settings={"allow_interspersed_args": False})
-@click.option("--partition", "-p", help="Partition to run in.")
 @click.option("--script-out", type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the sbatch script (default: WORKDIR/ringtrain-JOBNAME.sbatch).")
+@preemption_options
 @batch_options
-def submit_cmd(partition: str | None, script_out: Path | None, **opts: Any) -> None:
+def submit_cmd(script_out: Path | None, **opts: Any) -> None:
     """Write the sbatch script and submit it; print the job id."""
-    job = make_batch_job(opts, partition)
+    job = slurm_job(opts)
     text = render_sbatch(job)
     path = script_out or Path(job.working_dir) / f"{job.name}.sbatch"
     write_script(text, path)

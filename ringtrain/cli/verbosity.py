@@ -1,15 +1,41 @@
 """``-v``/``-q`` on every sub-command, where users type them (``ringtrain launch -v ...``), as
 well as before it (``ringtrain -v launch``). Added by the command group to each command it
 loads; a command that already uses ``-q`` for something else (``pbs submit -q QUEUE``, qsub's
-own spelling) keeps it and gets ``--quiet`` alone."""
+own spelling) keeps it and gets ``--quiet`` alone.
+
+Without -v/-q, ``LOGLEVEL`` (torchrun's variable: DEBUG, INFO, WARNING, ERROR or CRITICAL, any
+case) sets ringtrain's own log level; -v/-q on the command line win over it. A value that is
+not a level is refused, naming the variable and the values it takes."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import click
 
+from ringtrain.errors import UsageError
+
 _state = {"quiet": False}
+LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING,
+          "ERROR": logging.ERROR, "CRITICAL": logging.CRITICAL}
+_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # logging's own spellings
+
+
+def level_from(environ: Mapping[str, str], verbose: int = 0) -> int:
+    """ringtrain's log level before a sub-command's -v/-q: ``-v`` (counted) on the group, else
+    ``LOGLEVEL``, else WARNING. A bad LOGLEVEL is a UsageError even when -v is given."""
+    text = environ.get("LOGLEVEL", "").strip()
+    name = _ALIASES.get(text.upper(), text.upper())
+    if text and name not in LEVELS:
+        raise UsageError(
+            f"LOGLEVEL={text!r} is not a log level",
+            f"set LOGLEVEL to one of {', '.join(LEVELS)} (any case), or unset it "
+            "(-v/-q set ringtrain's level on the command line)",
+        )
+    if verbose:
+        return max(logging.WARNING - 10 * verbose, logging.DEBUG)
+    return LEVELS[name] if name else logging.WARNING
 
 
 def quiet() -> bool:

@@ -29,7 +29,7 @@ from ringtrain.keras.state import (
 )
 from ringtrain.keras.steps import StepTimer
 from ringtrain.keras.uploader import UPLOADER
-from ringtrain.rank import envvars
+from ringtrain.rank import agent, envvars, preempt
 from ringtrain.rank.progress import report as progress
 
 DEFAULT_GRACE_S = 60.0
@@ -128,6 +128,33 @@ class CommitCheckpoint(tf.keras.callbacks.Callback):  # type: ignore[misc]
         self.commit = commit  # False: write only (MultiWorkerMirrored's other workers)
         self.rank0_now = rank0_now  # act only while this process is rank 0 (--elastic)
         self.last_committed: int | None = None
+        self.epoch = 0  # the epoch under way (0-based): epochs finished so far
+        self.preempt_committed = False
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """A preemption notice (SIGUSR1 to the launcher): commit here, at once, and say so; the
+        launcher then ends the job. Under Horovod only, where rank 0 alone holds the whole
+        model (TF's strategies would need every worker in step); the other ranks wait in their
+        next all-reduce meanwhile. The resumed job starts this epoch again from these weights."""
+        if self.preempt_committed or not preempt.requested() or not self.commit:
+            return
+        world = keras_world.world()
+        if world.kind != keras_world.HOROVOD or world.rank() != 0:
+            return
+        self.preempt_committed = True
+        UPLOADER.wait()  # the epoch's upload in flight first: commits stay in order
+        optimizer = self.model.optimizer
+        step = int(optimizer.iterations.numpy())
+        if step != self.last_committed:
+            _commit(self.model, optimizer, self.url, epoch=self.epoch, step=step,
+                    keep=self.keep, meta={**self.meta, "preempted": True}, background=False)
+            self.last_committed = step
+        current = agent.agent()
+        if current is not None:
+            current.send("preempt_committed", epoch=self.epoch, step=step)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
         if self.rank0_now and keras_world.world().rank() != 0:

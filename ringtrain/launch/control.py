@@ -129,6 +129,7 @@ class ControlServer:
         self._progress: Progress | None = None
         self._resets: list[float] = []  # bounded (ELASTIC_KEPT): a peer cannot grow them
         self._restores: list[Restored] = []
+        self.preempt_commit: tuple[int | None, int | None] | None = None  # (epoch, step)
         self._conns: set[_Conn] = set()
         self._pending: set[_Conn] = set()  # connections that have not said hello yet
         self.refused = 0  # connections closed unheard: over max_pending, silent, bad token
@@ -162,6 +163,11 @@ class ControlServer:
                 tuple(self._resets),
                 tuple(self._restores),
             )
+
+    def commits_checkpoints(self) -> bool:
+        """Whether a rank said it commits checkpoints (``ringtrain.keras``)."""
+        with self._lock:
+            return any("checkpoint" in r.api for r in self._ranks.values())
 
     def close(self) -> None:
         """Stop; every connection is closed when this returns (the loop closes them)."""
@@ -346,6 +352,8 @@ class ControlServer:
                 )
             elif kind == "elastic_reset":
                 self._resets = [*self._resets, now][-ELASTIC_KEPT:]
+            elif kind == "preempt_committed":  # numbers only: (epoch, step)
+                self.preempt_commit = (count(msg.get("epoch")), count(msg.get("step")))
             elif kind == "elastic_restored":  # numbers only, as for progress
                 self._restores = [*self._restores, Restored(
                     now, count(msg.get("source")), count(msg.get("epoch")),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ringtrain.errors import SetupError
 
-__all__ = ["make_run_dir", "write_private"]
+__all__ = ["append_private", "make_run_dir", "write_private"]
 
 
 def make_run_dir(run_dir: Path) -> None:
@@ -56,6 +56,19 @@ def write_private(path: Path, text: str, mode: int = 0o600) -> None:
         f.write(text)
         os.fchmod(f.fileno(), mode)
     os.replace(tmp, path)
+
+
+def append_private(path: Path, text: str) -> None:
+    """Append ``text`` to a file of the run directory (created 0600), never through a link: a
+    link planted at ``path`` fails with ELOOP instead of being followed."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    data = text.encode()
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
 
 
 def _owner_of_new_file(folder: Path) -> int:

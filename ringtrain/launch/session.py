@@ -43,6 +43,7 @@ from ringtrain.launch.hostrest import HostRest, check_floor, choose
 from ringtrain.launch.milestones import Milestones, observe
 from ringtrain.launch.outcome import Ending, decide, merge
 from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
+from ringtrain.launch.preemption import DEFAULT_WAIT_S, Preemption, ask_commit
 from ringtrain.launch.recheck import recheck
 from ringtrain.launch.reporter import NullReporter, Reporter
 from ringtrain.launch.result import FailureKind, HostTeardown, JobResult
@@ -88,6 +89,7 @@ class Session:
         self.rest = HostRest()  # hosts sitting out after failures (a value, replaced)
         self._live: tuple[Job | None, ControlServer] | None = None  # the running attempt
         self._stopped: int | None = None
+        self.preemption: Preemption | None = None
         self._first_np: int | None = None
         self._started = time.monotonic()
         self._marks = Milestones()
@@ -111,6 +113,12 @@ class Session:
             if job is not None:
                 job.request_stop(self.spec.supervision.teardown_grace, signum=signum)
 
+    def preempt(self, signal_name: str, wait_s: float = DEFAULT_WAIT_S) -> Preemption:
+        """A preemption notice (from a signal handler's thread): rank 0 commits, the job ends."""
+        self.preemption = ask_commit((self._live or (None, None))[1], signal_name, wait_s)
+        self.stop(signal.SIGTERM)
+        return self.preemption
+
     def run(self) -> JobResult:
         self._started = time.monotonic()
         make_run_dir(self.run_dir)  # before any SSH: a launch that cannot log is refused
@@ -131,7 +139,7 @@ class Session:
             result = replace(result, decision=reason,
                              excluded=decision.exclude if restart else ())
             self.results.append(result)
-            final = self._write_summary()
+            final = self._write_summary(self.preemption.describe() if self.preemption else None)
             if not restart:
                 return final
             self.rest = self.rest.after(decision, time.monotonic(), self.spec.restart.cooldown_s)
@@ -314,16 +322,9 @@ class Session:
         alloc = plan.allocation
         reachable = replace(alloc, hosts=tuple(h for h in alloc.hosts if h.name not in lost))
         rows = reap_hosts(self.remote, reachable, self._python, plan.run_id, control.snapshot())
-        skipped = tuple(
-            HostTeardown(
-                h,
-                0,
-                (),
-                "not verified: host lost; its ranks end themselves and their "
-                "daemon once they stop hearing from ringtrain",
-            )
-            for h in sorted(lost)
-        )
+        skipped = tuple(HostTeardown(h, 0, (), "not verified: host lost; its ranks end themselves "
+                                     "and their daemon once they stop hearing from ringtrain")
+                        for h in sorted(lost))
         local: tuple[HostTeardown, ...] = ()
         if not alloc.is_local_only:
             local = (local_teardown("(launcher)", plan.run_id, {}),)
@@ -380,13 +381,12 @@ class Session:
     def _write_launcher_record(self) -> None:
         """Who runs this launch (``launcher.json``): ``ringtrain runs`` tells a running launch
         from one whose launcher was killed before it could write result.json."""
-        pid = os.getpid()
-        record = {"pid": pid, "start": procfs.start_time(pid), "host": socket.gethostname()}
+        record = {"pid": os.getpid(), "start": procfs.start_time(os.getpid()),
+                  "host": socket.gethostname()}
         (self.run_dir / "launcher.json").write_text(json.dumps(record))
 
     def _write_summary(self, stop_reason: str | None = None) -> JobResult:
-        """The run so far on its last attempt's result (what run() returns), written as
-        result.json."""
+        """The run so far on its last attempt's result (what run() returns), as result.json."""
         final = replace(
             self.results[-1],
             earlier=tuple(self.results[:-1]),

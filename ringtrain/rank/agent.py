@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from ringtrain.rank import envvars, procfs, relay
+from ringtrain.rank import envvars, preempt, procfs, relay
 from ringtrain.rank.events import HEARTBEAT_S, decode, encode
 
 _DAEMON_NAMES = ("orted", "prted")
@@ -109,6 +109,8 @@ class RankAgent:
                         self._die("the launcher asked this rank to stop")
                     elif msg["t"] == "finish":
                         self._finish()
+                    elif msg["t"] == "preempt":  # rank 0's checkpoint callback commits now
+                        preempt.request()
 
     def _beat(self) -> None:
         while True:

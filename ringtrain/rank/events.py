@@ -15,9 +15,11 @@ Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port) and first send ``hello``
   work, whatever the others do) and ``wall`` (the whole step) in seconds
 * ``api``      the script uses ringtrain.keras: ``checkpoint`` (URL) and/or ``progress``
 * ``done``     the script returned (or exited 0); interpreter finalisation follows
+* ``preempt_committed``  epoch, step: rank 0 committed the checkpoint a ``preempt`` asked for
 
 and launcher -> rank: ``hb`` every ``HEARTBEAT_S``; ``stop`` (a fault: the rank ends itself and
-its daemon); ``finish`` (tf-ps: the chief is done; a serving task says ``done`` and exits 0). A
+its daemon); ``finish`` (tf-ps: the chief is done; a serving task says ``done`` and exits 0);
+``preempt`` (SIGUSR1 reached the launcher: rank 0 commits a checkpoint at its next batch end). A
 rank that hears nothing from the launcher for its ``RINGTRAIN_LAUNCHER_TIMEOUT`` ends itself and
 its Open MPI daemon (a dead-man switch), so a partitioned host cannot keep the job's processes
 alive after the launcher gave up on it.

@@ -1,6 +1,9 @@
 """known_hosts files: parse, match (plain, hashed ``|1|``, wildcard, negated), append.
 
-Pure text handling plus one appending writer; no SSH library. ``remote.py`` decides with it.
+Pure text handling plus one appending writer; no SSH library. ``ssh.py`` decides with it.
+``@cert-authority`` lines are kept with their file and line: paramiko cannot verify a host
+certificate, so a host trusted only through one is refused with a pointer to
+``--ssh-transport openssh`` (``cert_authority``).
 """
 
 from __future__ import annotations
@@ -53,16 +56,22 @@ def _pattern_matches(pattern: str, name: str) -> bool:
 
 def parse_known_hosts(text: str) -> tuple[KnownHostsEntry, ...]:
     """Entries of an OpenSSH known_hosts file; malformed lines are skipped like ssh does."""
-    entries: list[KnownHostsEntry] = []
-    for raw in text.splitlines():
+    return tuple(entry for _, entry in _numbered_entries(text))
+
+
+def _numbered_entries(text: str) -> list[tuple[int, KnownHostsEntry]]:
+    """(line number from 1, entry) for each well-formed line."""
+    entries: list[tuple[int, KnownHostsEntry]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
         fields = raw.split()
         if not fields or fields[0].startswith("#"):
             continue
         marker = fields.pop(0) if fields[0].startswith("@") else ""
         if len(fields) < 3:
             continue
-        entries.append(KnownHostsEntry(tuple(fields[0].split(",")), fields[1], fields[2], marker))
-    return tuple(entries)
+        entries.append((number, KnownHostsEntry(tuple(fields[0].split(",")), fields[1],
+                                                fields[2], marker)))
+    return entries
 
 
 def fingerprint(key_b64: str) -> str:
@@ -86,9 +95,12 @@ class KnownHosts:
         self._by_name: dict[str, list[int]] = {}
         self._scanned: list[int] = []
         self._revoked: set[str] = set()
+        self._authorities: list[tuple[KnownHostsEntry, Path, int]] = []  # @cert-authority
         for path in self.paths:
             with contextlib.suppress(FileNotFoundError):
-                for entry in parse_known_hosts(path.read_text(errors="replace")):
+                for number, entry in _numbered_entries(path.read_text(errors="replace")):
+                    if entry.marker == "@cert-authority":
+                        self._authorities.append((entry, path, number))
                     self._append(entry)
 
     def _append(self, entry: KnownHostsEntry) -> None:
@@ -111,6 +123,19 @@ class KnownHosts:
             hits.update(i for i in self._scanned
                         if any(self._entries[i].matches(n) for n in names))
             return tuple(self._entries[i] for i in sorted(hits))
+
+    def cert_authority(self, names: Sequence[str], alias: str) -> str | None:
+        """The refusal for a host with no plain key that a ``@cert-authority`` line covers
+        (paramiko sees the plain key of a CA-signed host, never the certificate); None when
+        the host has a plain key or no such line matches ``names``."""
+        if self.keys_for(names):
+            return None
+        for entry, path, number in self._authorities:  # read-only after __init__
+            if any(entry.matches(n) for n in names):
+                return (f"{alias}: this host's key is CA-signed (@cert-authority in {path} "
+                        f"line {number}): paramiko cannot verify host certificates; pass "
+                        "--ssh-transport openssh")
+        return None
 
     def is_revoked(self, key_b64: str) -> bool:
         with self._lock:

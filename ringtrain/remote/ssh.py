@@ -1,6 +1,8 @@
 """``SshRemote``: the Remote seam over SSH (paramiko), with strict host keys.
 
-With ``remote/keys.py``, the only module that imports paramiko. Every host is tried; a host
+With ``remote/keys.py`` and ``remote/targets.py``, the only modules that import paramiko.
+Settings come from OpenSSH (``ssh -G``, remote/sshg.py) where ``ssh`` is installed; ProxyJump
+hops are reached through each other, as ``ssh -J`` does. Every host is tried; a host
 that cannot be reached carries its reason in ``CmdResult.error`` and the others still run
 (like Fabric's GroupResult).
 
@@ -13,15 +15,14 @@ not used for connections because it hard-codes AutoAddPolicy.
 
 from __future__ import annotations
 
-import os
+import logging
 import select
 import shlex
+import shutil
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import paramiko
 
@@ -37,133 +38,21 @@ from ringtrain.remote.base import (
     fan_out,
 )
 from ringtrain.remote.keys import KnownHosts, KnownHostsEntry, fingerprint
+from ringtrain.remote.sshg import OpenSshConfig
+from ringtrain.remote.targets import (
+    IndexedSshConfig,
+    SshOptions,
+    SshTarget,
+    load_ssh_config,
+    parse_jump,
+    resolve_target,
+)
+
+__all__ = ["IndexedSshConfig", "SshRemote", "SshTarget", "describe_error", "resolve_target"]
+log = logging.getLogger(__name__)
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 _RSA_SHA2 = ("rsa-sha2-512", "rsa-sha2-256")
-
-
-# --------------------------------------------------------------------------- ssh_config
-
-
-@dataclass(frozen=True, slots=True)
-class SshTarget:
-    """Where and how to reach one inventory host, after ssh_config and inventory overrides."""
-
-    alias: str
-    hostname: str
-    port: int
-    user: str | None
-    identity_files: tuple[str, ...]
-    identities_only: bool
-    known_hosts_files: tuple[Path, ...]
-    strict: str  # "yes" | "accept-new"
-    connect_timeout: float
-    proxy_command: str | None = None
-    proxy_jump: str | None = None
-    host_key_alias: str | None = None
-
-    @property
-    def key_names(self) -> tuple[str, ...]:
-        """Names looked up in known_hosts, as OpenSSH writes them."""
-        names: tuple[str, ...] = (
-            (self.host_key_alias,) if self.host_key_alias else (self.alias, self.hostname))
-        if self.port != 22:
-            names = tuple(f"[{n}]:{self.port}" for n in names)
-        return tuple(dict.fromkeys(names))
-
-
-def resolve_target(
-    host: Host,
-    config: paramiko.SSHConfig | IndexedSshConfig,
-    *,
-    known_hosts: Path | None = None,
-    accept_new: bool = False,
-    connect_timeout: float = 5.0,
-) -> SshTarget:
-    """Merge inventory coordinates (they win, like ssh's command line) with ssh_config."""
-    opts = config.lookup(host.name)
-    user_files = tuple(Path(os.path.expanduser(p)) for p in
-                       str(opts.get("userknownhostsfile", "")).split() if p.lower() != "none")
-    if known_hosts is not None:
-        kh_files: tuple[Path, ...] = (known_hosts,)
-    else:
-        home = Path("~/.ssh").expanduser()
-        kh_files = user_files or (home / "known_hosts", home / "known_hosts2")
-        kh_files += (Path("/etc/ssh/ssh_known_hosts"),)
-    strict_cfg = str(opts.get("stricthostkeychecking", "yes")).lower()
-    identity = (host.identity_file,) if host.identity_file else tuple(
-        os.path.expanduser(p) for p in opts.get("identityfile", []))
-    return SshTarget(
-        alias=host.name,
-        hostname=str(opts.get("hostname", host.name)),
-        port=host.port or int(opts.get("port", 22)),
-        user=host.user or opts.get("user"),
-        identity_files=identity,
-        identities_only=str(opts.get("identitiesonly", "no")).lower() == "yes",
-        known_hosts_files=kh_files,
-        # "no"/"off" are read as accept-new: a changed key is refused whatever the config says.
-        strict="accept-new" if accept_new or strict_cfg in ("accept-new", "no", "off")
-        else "yes",
-        connect_timeout=float(opts.get("connecttimeout", connect_timeout)),
-        proxy_command=opts.get("proxycommand") if opts.get("proxycommand", "none") != "none"
-        else None,
-        proxy_jump=opts.get("proxyjump"),
-        host_key_alias=opts.get("hostkeyalias"),
-    )
-
-
-class IndexedSshConfig:
-    """paramiko's SSHConfig, looked up at O(stanzas that can match) instead of O(stanzas).
-
-    paramiko tries every stanza for every host (and asks the OS for the user name at each
-    one), so a config with a ``Host`` stanza per host made resolving 1,000 hosts take ~1 s per
-    100 hosts, quadratic (bench/launcher/scale.py; 10 of 15 s of a 400-host probe). Stanzas whose
-    ``Host`` patterns are all plain names are indexed by name; the others (wildcards,
-    negations, ``Match``) are tried for every host as before. A host is looked up in a config
-    holding only its candidate stanzas, in file order, so the first-value-wins rules are
-    paramiko's own. Where canonicalization may rename the host between passes, every lookup
-    uses the whole config."""
-
-    def __init__(self, config: paramiko.SSHConfig) -> None:
-        self.config = config
-        self._entries: list[dict[str, Any]] = list(getattr(config, "_config", []))
-        self._by_name: dict[str, list[int]] = {}
-        self._always: list[int] = []
-        self._plain = not self._entries or any(
-            "canonicalizehostname" in e.get("config", {}) for e in self._entries)
-        for i, entry in enumerate(self._entries):
-            patterns = entry.get("host") or []
-            if patterns and not entry.get("matches") and all(
-                    not set(p) & set("*?![") for p in patterns):
-                for p in patterns:
-                    self._by_name.setdefault(p, []).append(i)
-            else:
-                self._always.append(i)
-
-    def lookup(self, hostname: str) -> Any:
-        if self._plain:
-            return self.config.lookup(hostname)
-        chosen = sorted({*self._always, *self._by_name.get(hostname, ())})
-        sub = paramiko.SSHConfig()
-        sub._config = [self._entries[i] for i in chosen]  # type: ignore[attr-defined]
-        return sub.lookup(hostname)
-
-
-def load_ssh_config(path: Path | None) -> paramiko.SSHConfig:
-    """``-F FILE`` when given (must exist), else ~/.ssh/config when present, else empty."""
-    if path is None:
-        default = Path("~/.ssh/config").expanduser()
-        if not default.is_file():
-            return paramiko.SSHConfig()
-        path = default
-    try:
-        return paramiko.SSHConfig.from_path(str(path))
-    except FileNotFoundError as err:
-        raise RemoteError(f"ssh config {path} does not exist",
-                          "pass an existing file to --ssh-config") from err
-    except (OSError, paramiko.SSHException, ValueError) as err:
-        raise RemoteError(f"cannot read ssh config {path}: {err}",
-                          "fix the file; `ssh -G HOST -F FILE` shows how OpenSSH reads it") from err
 
 
 # --------------------------------------------------------------------------- host keys
@@ -171,6 +60,10 @@ def load_ssh_config(path: Path | None) -> paramiko.SSHConfig:
 
 class _KeyRefused(paramiko.SSHException):
     pass
+
+
+class JumpFailed(paramiko.SSHException):
+    """A ProxyJump hop could not be reached: the message names the hop."""
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
@@ -195,6 +88,8 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
                 f"host key for {t.alias} CHANGED (possible MITM): fix known_hosts: the server "
                 f"offers {key_type} {fingerprint(key_b64)}, {where} has another; if the host "
                 f"was reinstalled run `ssh-keygen -f {where} -R {shlex.quote(names[0])}`")
+        if t.strict != "accept-new" and (ca := self.store.cert_authority(names, t.alias)):
+            raise _KeyRefused(ca)
         if t.strict != "accept-new":
             raise _KeyRefused(
                 f"unknown host key for {t.alias} ({key_type} {fingerprint(key_b64)}): add it "
@@ -217,6 +112,19 @@ def _disabled_host_key_types(known: Sequence[KnownHostsEntry]) -> list[str]:
 # --------------------------------------------------------------------------- running
 
 
+def ssh_options(path: Path | None) -> SshOptions:
+    """OpenSSH's answer (``ssh -G``) where ``ssh`` is installed, else paramiko's reader."""
+    if path is not None and not path.exists():
+        raise RemoteError(f"ssh config {path} does not exist",
+                          "pass an existing file to --ssh-config")
+    ssh = shutil.which("ssh")
+    if ssh is not None:
+        return OpenSshConfig(path, ssh)
+    log.info("no ssh binary here: reading the ssh config with paramiko (no Include, no "
+             "/etc/ssh/ssh_config)")
+    return IndexedSshConfig(load_ssh_config(path))
+
+
 class SshRemote:
     """SSH fan-out with strict host keys; ``localhost`` hosts run locally unless
     ``ssh_localhost``. Connections are made fresh per ``run`` and closed after it."""
@@ -236,7 +144,7 @@ class SshRemote:
         if concurrency < 1:
             raise RemoteError(f"SSH concurrency must be >= 1, got {concurrency}",
                               "pass a positive number")
-        self.config = IndexedSshConfig(load_ssh_config(ssh_config))
+        self.config = ssh_options(ssh_config)
         self.known_hosts = known_hosts
         self.accept_new = accept_new_host_keys
         self.connect_timeout = connect_timeout
@@ -268,6 +176,9 @@ class SshRemote:
         argv_of = {h.name: argv for h, argv in commands}
         targets: dict[str, SshTarget | str] = {}
         stores: dict[tuple[Path, ...], KnownHosts] = {}
+        if isinstance(self.config, OpenSshConfig):  # one ssh -G per host, in parallel
+            self.config.prefetch([h.name for h, _ in commands if not host_name_problem(h.name)
+                                  and (self.ssh_localhost or not h.is_local)])
         for host, _argv in commands:  # resolved up front so threads share one store per file set
             if host.is_local and not self.ssh_localhost:
                 continue
@@ -296,13 +207,13 @@ class SshRemote:
     def _run_one(self, target: SshTarget, command: str, timeout: float,
                  store: KnownHosts, data: bytes | None = None) -> CmdResult:
         start = time.monotonic()
-        if target.proxy_jump and not target.proxy_command:
-            return _failed(target.alias, "ProxyJump is not supported: use ProxyCommand "
-                           "`ssh -W %h:%p JUMPHOST` in the ssh config", start)
         client = paramiko.SSHClient()
         client.set_missing_host_key_policy(_HostKeyPolicy(store, target))
+        hops: list[paramiko.SSHClient] = []
         try:
-            self._connect(client, target, store)
+            sock = self._through_jumps(target, hops) if (
+                target.proxy_jump and not target.proxy_command) else None
+            self._connect(client, target, store, sock)
             transport = client.get_transport()
             if transport is None:  # pragma: no cover - connect() sets it or raises
                 return _failed(target.alias, "SSH transport missing after connect", start)
@@ -312,14 +223,41 @@ class SshRemote:
             return _failed(target.alias, describe_error(exc, target, timeout), start)
         finally:
             client.close()
+            for hop in reversed(hops):
+                hop.close()
         error = None if code is not None else "remote command ended without an exit status"
         return CmdResult(target.alias, code, out, err, error, time.monotonic() - start)
 
+    def _through_jumps(self, target: SshTarget,
+                       hops: list[paramiko.SSHClient]) -> paramiko.Channel:
+        """ProxyJump, as ``ssh -J`` does it: each hop (its own settings from the same config,
+        its host key checked like any host's) reached through the one before, and from the
+        last a ``direct-tcpip`` channel to the target's HostName and port."""
+        sock: paramiko.Channel | None = None
+        chain = [resolve_target(hop, self.config, known_hosts=self.known_hosts,
+                                accept_new=self.accept_new,
+                                connect_timeout=self.connect_timeout)
+                 for hop in parse_jump(target.proxy_jump or "")]
+        for hop, after in zip(chain, [*chain[1:], target], strict=True):
+            client = paramiko.SSHClient()
+            hops.append(client)
+            store = KnownHosts(hop.known_hosts_files, hop.known_hosts_files[0])
+            client.set_missing_host_key_policy(_HostKeyPolicy(store, hop))
+            try:
+                self._connect(client, hop, store, sock)
+            except Exception as exc:
+                raise JumpFailed(f"jump host {hop.alias}: {describe_error(exc, hop, 0)}") from exc
+            transport = client.get_transport()
+            assert transport is not None  # connect() sets it or raises
+            sock = transport.open_channel("direct-tcpip", (after.hostname, after.port),
+                                          ("127.0.0.1", 0), timeout=target.connect_timeout)
+        assert sock is not None  # parse_jump gives at least one hop
+        return sock
+
     def _connect(self, client: paramiko.SSHClient, target: SshTarget,
-                 store: KnownHosts) -> None:
-        sock = None
+                 store: KnownHosts, sock: paramiko.Channel | None = None) -> None:
         if target.proxy_command:
-            sock = paramiko.ProxyCommand(target.proxy_command)
+            sock = paramiko.ProxyCommand(target.proxy_command)  # type: ignore[assignment]
         client.connect(
             target.hostname, port=target.port, username=target.user,
             key_filename=list(target.identity_files) or None,  # type: ignore[arg-type]
@@ -366,7 +304,7 @@ def describe_error(  # noqa: PLR0911 - one return per kind of failure
 ) -> str:
     """One line, phrased for the user, for anything that stopped a host's command."""
     where = f"{target.hostname}:{target.port}"
-    if isinstance(exc, _KeyRefused):
+    if isinstance(exc, _KeyRefused | JumpFailed | ValueError):  # ValueError: a bad ProxyJump
         return str(exc)
     if isinstance(exc, paramiko.BadHostKeyException):  # pragma: no cover - policy decides
         return f"host key for {target.alias} CHANGED (possible MITM): fix known_hosts"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from ringtrain.errors import UsageError
@@ -51,6 +51,11 @@ class BatchJob:
     working_dir: str = "."
     launch_args: tuple[str, ...] = ()
     setup: tuple[str, ...] = ()
+    # Slurm: SIGUSR1 this many seconds before the end (preemption or time limit): rank 0
+    # commits a checkpoint at once; None: no --signal. requeue: the job goes back to the queue
+    # after it and resumes from that checkpoint (ringtrain launch --requeue)
+    signal_lead_s: int | None = 120
+    requeue: bool = False
 
     @property
     def ntasks_per_node(self) -> int:
@@ -68,12 +73,26 @@ def render_sbatch(job: BatchJob) -> str:
     """The sbatch script for ``job``."""
     _check_common(job)
     _check(job.time, _SLURM_TIME_RE, "--time", "a Slurm time such as 30, 4:00:00 or 1-12:00:00")
+    if job.signal_lead_s is not None and not 1 <= job.signal_lead_s <= 65535:
+        raise UsageError(f"--signal-lead {job.signal_lead_s} is out of range",
+                         "pass the seconds before the end Slurm should warn at (e.g. 120)")
+    if job.requeue and job.signal_lead_s is None:
+        raise UsageError("--requeue needs the preemption signal",
+                         "leave --signal-lead at its default, or pass --signal-lead SECONDS")
     lines = ["#!/bin/bash", *_sbatch_directives(job)]
     lines += [
         "# Rendered by `ringtrain slurm render`. ringtrain launch reads the allocation from",
         "# SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE and starts one rank per task with",
         "# srun --mpi=pmix; scancel stops every rank.",
     ]
+    if job.signal_lead_s is not None:
+        lines += [
+            f"# SIGUSR1 {job.signal_lead_s} s before the end: rank 0 commits a checkpoint at "
+            "once and the job ends" + (", then goes back to the queue and resumes from it."
+                                       if job.requeue else "."),
+        ]
+    if job.requeue:
+        job = replace(job, launch_args=("--requeue", *job.launch_args))
     return "\n".join(lines + _body(job, cd=False)) + "\n"
 
 
@@ -95,6 +114,10 @@ def _sbatch_directives(job: BatchJob) -> list[str]:
         out.append(f"--account={job.account}")
     out.append(f"--chdir={_directive_path(job.working_dir, 'working directory')}")
     out.append(f"--output={job.output or '%x-%j.out'}")
+    if job.signal_lead_s is not None:  # B: to the batch shell, which exec'd ringtrain launch
+        out.append(f"--signal=B:USR1@{job.signal_lead_s}")
+    if job.requeue:  # and each run's output after the last one's, not over it
+        out += ["--requeue", "--open-mode=append"]
     return [f"#SBATCH {d}" for d in out]
 
 

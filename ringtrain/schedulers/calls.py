@@ -66,6 +66,20 @@ def scontrol_job_detail(job_id: str, environ: Mapping[str, str] | None = None) -
                      "GPU counts from the environment instead")
 
 
+def requeue(job_id: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """``scontrol requeue JOB`` (the job goes back to pending, ending its current run): None
+    when Slurm took it, else what went wrong."""
+    if not job_id.isdigit():
+        return f"{job_id!r} is not a Slurm job id"
+    try:
+        done = subprocess.run(("scontrol", "requeue", job_id), capture_output=True, text=True,
+                              timeout=SCONTROL_TIMEOUT_S, check=False,
+                              env=None if environ is None else dict(environ))
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return str(err)
+    return None if done.returncode == 0 else (done.stderr.strip() or f"rc {done.returncode}")
+
+
 def _scontrol(argv: Sequence[str], environ: Mapping[str, str] | None, fallback: str
               ) -> str | None:
     try:

@@ -233,6 +233,23 @@ def test_console_ranks_shows_only_the_chosen_ranks(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "not a rank list" in bad.stderr
 
 
+def test_events_jsonl_says_what_events_log_says(tmp_path: Path) -> None:
+    """Each status line, once for people (events.log) and once as JSON for log shippers."""
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello', flush=True)\n")
+    proc = _launch(tmp_path, "-H", "localhost:2", str(script))
+    assert proc.returncode == 0, proc.stderr
+    run_dir = _run_dir(tmp_path)
+    log = (run_dir / "events.log").read_text().splitlines()
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["message"] for e in events] == [line.split(" ", 1)[1] for line in log]
+    assert any(e["message"].startswith("job succeeded") for e in events)
+    assert {e["run_id"] for e in events} == {run_dir.name}
+    assert {e["attempt"] for e in events} == {1} and {e["level"] for e in events} <= {
+        "INFO", "WARNING"}
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["ts"]) for e in events)
+
+
 CHATTY_THEN_FAILING = """\
 import os, sys, time
 rank = int(os.environ["OMPI_COMM_WORLD_RANK"])

@@ -28,6 +28,7 @@ FULL = LaunchOptions(
     known_hosts=Path("/etc/rt/known_hosts"),
     ssh_port=2222,
     ssh_identity_file="/etc/rt/id_ed25519",
+    ssh_transport="openssh",
     gpu_mode="ignored",
     ring_check=True,
     expect_link="25gbit",
@@ -88,7 +89,8 @@ def test_cli_parameters_and_launch_options_match_one_for_one() -> None:
     fields = {f.name: f for f in dataclasses.fields(LaunchOptions)}
     # how to run or show, not the launch (-v/-q: added to every command by the group)
     display = ("dry_run", "from_run", "console_ranks", "json_out", "verbose", "quiet",
-               "mpi_args_line")  # --mpi-args "...": its words join mpi_args (--mpi-arg)
+               "mpi_args_line",  # --mpi-args "...": its words join mpi_args (--mpi-arg)
+               "requeue")  # what the CLI process does on SIGUSR1 (the Slurm batch job's)
     params = {p.name: p for p in command.params if p.name not in display}
     assert set(params) == set(fields)
     for name, param in params.items():

@@ -23,6 +23,8 @@ ALLOWED = {
     "subprocess": (
         "remote/base.py",
         "remote/ssh.py",
+        "remote/sshg.py",  # ssh -G: OpenSSH's own reading of the ssh config
+        "remote/openssh.py",  # OpenSSH's ssh (--ssh-transport openssh)
         "launch/run.py",
         "hostfile/discover.py",
         "schedulers/calls.py",
@@ -32,7 +34,7 @@ ALLOWED = {
         "sim/",
         "bench/",
     ),
-    "paramiko": ("remote/ssh.py", "remote/keys.py", "sim/sshfarm.py"),
+    "paramiko": ("remote/ssh.py", "remote/keys.py", "remote/targets.py", "sim/sshfarm.py"),
     "tensorflow": ("keras/", "models/", "bench/"),
     "horovod": ("keras/", "models/", "bench/"),
     "mpi4py": ("rank/entry.py", "models/", "bench/", "ringcheck/rankprog.py"),

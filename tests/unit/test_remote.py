@@ -16,7 +16,7 @@ import pytest
 
 from ringtrain.errors import RemoteError
 from ringtrain.hostfile.model import Host
-from ringtrain.remote import CmdResult, InputRemote, LocalRemote, fan_out
+from ringtrain.remote import CmdResult, InputRemote, LocalRemote, fan_out, sshg
 from ringtrain.remote.keys import KnownHosts, fingerprint, parse_known_hosts
 from ringtrain.remote.ssh import (
     SshRemote,
@@ -27,6 +27,7 @@ from ringtrain.remote.ssh import (
     describe_error,
     resolve_target,
 )
+from ringtrain.remote.targets import parse_jump
 from ringtrain.schedulers.calls import SrunRemote
 
 KEY_A = paramiko.ECDSAKey.generate()
@@ -170,11 +171,49 @@ def test_missing_ssh_config_is_a_remote_error(tmp_path: Path) -> None:
         SshRemote(tmp_path / "nope")
 
 
-def test_proxyjump_reported_per_host(tmp_path: Path) -> None:
+def test_an_unreachable_jump_host_is_named_per_host(tmp_path: Path) -> None:
+    """ProxyJump is followed (tests/integration/test_ssh_openssh_sim.py goes through a real
+    bastion); a hop that cannot be reached is this host's error, naming the hop."""
     cfg = tmp_path / "cfg"
-    cfg.write_text(CONFIG)
+    cfg.write_text(CONFIG + "Host bastion\n    HostName bastion.invalid\n")
     r = SshRemote(cfg).run([Host("jumpy", 1)], ["true"], 5)["jumpy"]
-    assert r.error is not None and r.error.startswith("ProxyJump is not supported")
+    assert r.error is not None and r.error.startswith("jump host bastion: cannot resolve host "
+                                                      "name bastion.invalid"), r.error
+
+
+@pytest.mark.parametrize(("spec", "hops"), [
+    ("bastion", [("bastion", None, None)]),
+    ("alice@b1:2222,b2", [("b1", "alice", 2222), ("b2", None, None)]),
+    ("ssh://bob@[fe80::1]:22", [("fe80::1", "bob", 22)]),
+])
+def test_proxyjump_hops(spec: str, hops: list[tuple[str, str | None, int | None]]) -> None:
+    assert [(h.name, h.user, h.port) for h in parse_jump(spec)] == hops
+
+
+@pytest.mark.parametrize("spec", ["", "a b", "x@", "h:99999", "h;rm -rf /"])
+def test_bad_proxyjump_hops_are_named(spec: str) -> None:
+    with pytest.raises(ValueError, match="ProxyJump hop"):
+        parse_jump(spec)
+
+
+def test_ssh_g_output_reads_as_paramikos_lookup() -> None:
+    opts = sshg.parse("user bob\nhostname 10.0.0.7\nport 2222\nproxyjump j1,j2\n"
+                      "proxycommand none\nconnecttimeout none\nidentityfile ~/.ssh/id_a\n"
+                      "identityfile ~/.ssh/id_b\nuserknownhostsfile /k1 /k2\n")
+    assert opts["identityfile"] == ["~/.ssh/id_a", "~/.ssh/id_b"]
+    assert "proxycommand" not in opts and "connecttimeout" not in opts
+    t = resolve_target(Host("gpu01", 1), _Answer(opts))
+    assert (t.hostname, t.port, t.user, t.proxy_jump) == ("10.0.0.7", 2222, "bob", "j1,j2")
+    assert t.identity_files == ()  # OpenSSH's defaults that do not exist are skipped
+    assert t.known_hosts_files[:2] == (Path("/k1"), Path("/k2"))
+
+
+class _Answer:
+    def __init__(self, opts: dict[str, object]) -> None:
+        self.opts = opts
+
+    def lookup(self, hostname: str) -> dict[str, object]:
+        return self.opts
 
 
 def test_error_wording() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,43 @@ def test_cli_submit_without_scheduler(tmp_path: Path) -> None:
     code, _, err = _invoke(["slurm", "submit", "--workdir", str(tmp_path), "train.py"],
                            {"PATH": str(tmp_path)})
     assert code == 7 and "sbatch not found" in err
+
+
+# --------------------------------------------------------------------------- preemption
+
+
+def test_sbatch_asks_for_sigusr1_ahead_of_the_end_by_default() -> None:
+    script = render_sbatch(JOB)
+    assert "#SBATCH --signal=B:USR1@120\n" in script
+    assert "--requeue" not in script and "--open-mode" not in script
+    assert "--signal" not in render_sbatch(replace(JOB, signal_lead_s=None))
+
+
+def test_sbatch_requeue_appends_output_and_passes_requeue_to_the_launch() -> None:
+    script = render_sbatch(replace(JOB, requeue=True, signal_lead_s=300))
+    assert "#SBATCH --signal=B:USR1@300\n#SBATCH --requeue\n#SBATCH --open-mode=append\n" in script
+    assert "-m ringtrain launch --requeue --max-restarts 2" in script
+    with pytest.raises(UsageError, match="--requeue needs the preemption signal"):
+        render_sbatch(replace(JOB, requeue=True, signal_lead_s=None))
+    with pytest.raises(UsageError, match="--signal-lead 0 is out of range"):
+        render_sbatch(replace(JOB, signal_lead_s=0))
+
+
+def test_cli_signal_lead_and_requeue() -> None:
+    code, out, _ = _invoke(["slurm", "render", "--partition", "gpu", "--requeue",
+                            "--signal-lead", "90", *CLI_ARGS])
+    assert code == 0 and out == render_sbatch(replace(JOB, requeue=True, signal_lead_s=90))
+    code, out, _ = _invoke(["slurm", "render", "--signal-lead", "0", *CLI_ARGS])
+    assert code == 0 and "--signal" not in out
+
+
+def test_launch_requeue_outside_slurm_or_without_a_checkpoint_is_refused(
+        tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    env = {k: "" for k in os.environ if k.startswith("SLURM_")}
+    code, _, err = _invoke(["launch", "--requeue", "-H", "localhost:1", str(script)], env=env)
+    assert code == 2 and "not inside a Slurm batch job" in err and "fix:" in err
+    code, _, err = _invoke(["launch", "--requeue", "-H", "localhost:1", str(script)],
+                           env={**env, "SLURM_JOB_ID": "42"})
+    assert code == 2 and "pass --checkpoint URL" in err

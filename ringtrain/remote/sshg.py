@@ -1,0 +1,84 @@
+"""Each host's SSH settings as OpenSSH itself resolves them: ``ssh [-F CONFIG] -G HOST``.
+
+mpirun and horovodrun reach the hosts with OpenSSH, which reads ``Include``,
+``/etc/ssh/ssh_config`` (without ``-F``), ``Match``, tokens such as ``%h`` and ``ProxyJump``.
+paramiko's reader ignores the first two and refused the last, so the probe could reach another
+endpoint, as another user, than the job would. Here OpenSSH is the truth: one ``ssh -G`` per
+host, in parallel (bounded), once per host per run (cached), its answer handed to
+``targets.resolve_target`` in paramiko's key names.
+
+``parse`` is pure. ``ssh -G`` prints every option, defaults included; ``none`` means unset.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+CONCURRENCY = 16
+TIMEOUT_S = 10.0
+_LISTS = frozenset({"identityfile", "certificatefile", "localforward", "remoteforward",
+                    "dynamicforward", "sendenv", "setenv"})
+_UNSET_WHEN_NONE = frozenset({"proxycommand", "proxyjump", "connecttimeout", "hostkeyalias"})
+
+
+def parse(text: str) -> dict[str, Any]:
+    """``ssh -G``'s lines (``key value...``) as paramiko's lookup would give them: a list for
+    the keys that may repeat, a string for the others; ``none`` left out where it means unset.
+    ``_openssh`` marks the answer as OpenSSH's (its IdentityFile list holds defaults)."""
+    out: dict[str, Any] = {"_openssh": True}
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        key, value = key.lower(), value.strip()
+        if not key or (key in _UNSET_WHEN_NONE and value.lower() == "none"):
+            continue
+        if key in _LISTS:
+            out.setdefault(key, []).append(value)
+        else:
+            out.setdefault(key, value)
+    return out
+
+
+class OpenSshConfig:
+    """``lookup(host)`` from ``ssh -G``, cached; ``prefetch(hosts)`` asks for many at once."""
+
+    def __init__(self, path: Path | None, ssh: str = "ssh",
+                 concurrency: int = CONCURRENCY) -> None:
+        self.path, self.ssh, self.concurrency = path, ssh, concurrency
+        self._cache: dict[str, dict[str, Any] | str] = {}
+
+    def argv(self, host: str) -> tuple[str, ...]:
+        config = ("-F", str(self.path)) if self.path is not None else ()
+        return (self.ssh, *config, "-G", "--", host)
+
+    def prefetch(self, hosts: Sequence[str]) -> None:
+        todo = [h for h in dict.fromkeys(hosts) if h not in self._cache]
+        if not todo:
+            return
+        with ThreadPoolExecutor(min(self.concurrency, len(todo)),
+                                thread_name_prefix="ssh-G") as pool:
+            for host, answer in zip(todo, pool.map(self._ask, todo), strict=True):
+                self._cache[host] = answer
+
+    def lookup(self, hostname: str) -> dict[str, Any]:
+        """OpenSSH's settings for ``hostname``; ValueError (with ssh's words) when it refuses."""
+        if hostname not in self._cache:
+            self._cache[hostname] = self._ask(hostname)
+        answer = self._cache[hostname]
+        if isinstance(answer, str):
+            raise ValueError(answer)
+        return answer
+
+    def _ask(self, host: str) -> dict[str, Any] | str:
+        try:
+            done = subprocess.run(self.argv(host), capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL, timeout=TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"`{' '.join(self.argv(host))}` failed: {err}"
+        if done.returncode != 0:
+            said = " ".join(done.stderr.split())[:300] or f"exit status {done.returncode}"
+            return f"`{' '.join(self.argv(host))}`: {said}"
+        return parse(done.stdout)

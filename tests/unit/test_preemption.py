@@ -1,0 +1,78 @@
+"""A preemption notice over a real control server on loopback: ``preempt`` reaches the rank,
+rank 0's ``preempt_committed`` comes back, and the wait is bounded."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from ringtrain.launch.control import ControlServer
+from ringtrain.launch.preemption import ask_commit
+from ringtrain.rank.events import decode, encode
+
+
+def _rank(server: ControlServer, *, checkpoints: bool, answer: bool) -> socket.socket:
+    host, port = server.address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    sock.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
+    if checkpoints:
+        sock.sendall(encode("api", checkpoint="file:///tmp/c", progress=True))
+
+    def read() -> None:
+        with sock.makefile("rb") as stream:
+            for line in stream:
+                msg = decode(line)
+                if msg is not None and msg["t"] == "preempt" and answer:
+                    sock.sendall(encode("preempt_committed", epoch=3, step=117))
+                    return
+
+    threading.Thread(target=read, daemon=True).start()
+    return sock
+
+
+def _until(condition: object) -> None:
+    deadline = time.monotonic() + 5
+    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.02)
+
+
+def test_rank_0_commits_and_says_so() -> None:
+    server = ControlServer()
+    try:
+        sock = _rank(server, checkpoints=True, answer=True)
+        _until(server.commits_checkpoints)
+        got = ask_commit(server, "SIGUSR1", wait_s=10)
+        sock.close()
+    finally:
+        server.close()
+    assert got.committed == (3, 117) and got.asked and got.waited_s < 10
+    assert got.describe().startswith("preempted (SIGUSR1): rank 0 committed step 117 (epoch 3")
+
+
+def test_a_script_without_checkpoints_is_not_waited_for() -> None:
+    server = ControlServer()
+    try:
+        sock = _rank(server, checkpoints=False, answer=True)
+        _until(lambda: server.snapshot().ranks)
+        got = ask_commit(server, "SIGUSR1", wait_s=10)
+        sock.close()
+    finally:
+        server.close()
+    assert not got.asked and got.committed is None and got.waited_s == 0.0
+    assert "commits no checkpoints" in got.describe()
+    assert not ask_commit(None, "SIGUSR1").asked  # between attempts: nothing to ask
+
+
+def test_the_wait_for_a_silent_rank_0_is_bounded() -> None:
+    server = ControlServer()
+    try:
+        sock = _rank(server, checkpoints=True, answer=False)
+        _until(server.commits_checkpoints)
+        got = ask_commit(server, "SIGUSR1", wait_s=0.5)
+        sock.close()
+    finally:
+        server.close()
+    assert got.asked and got.committed is None and 0.5 <= got.waited_s < 3
+    assert "rank 0 committed nothing within" in got.describe()
+    assert "the last committed checkpoint stands" in got.describe()
