@@ -7,7 +7,7 @@ that cannot be reached carries its reason in ``CmdResult.error`` and the others 
 (like Fabric's GroupResult).
 
 Host keys are checked the way OpenSSH's ``StrictHostKeyChecking yes`` does: the key must be in
-a known_hosts file under the alias, the HostName or HostKeyAlias (``[name]:port`` off port 22).
+a known_hosts file under the HostKeyAlias, else the HostName (``[name]:port`` off port 22).
 ``accept_new_host_keys`` is OpenSSH's ``accept-new``: a host with no known key is trusted on
 first use and appended to the user's known_hosts; a *changed* key is refused, always. Fabric is
 not used for connections because it hard-codes AutoAddPolicy.

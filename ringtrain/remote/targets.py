@@ -45,9 +45,10 @@ class SshTarget:
 
     @property
     def key_names(self) -> tuple[str, ...]:
-        """Names looked up in known_hosts, as OpenSSH writes them."""
-        names: tuple[str, ...] = (
-            (self.host_key_alias,) if self.host_key_alias else (self.alias, self.hostname))
+        """Names looked up in known_hosts, as OpenSSH looks them up and writes them: the
+        HostKeyAlias, else the HostName (never the alias the inventory uses, which OpenSSH,
+        and so mpirun's ssh, does not look up)."""
+        names: tuple[str, ...] = (self.host_key_alias or self.hostname,)
         if self.port != 22:
             names = tuple(f"[{n}]:{self.port}" for n in names)
         return tuple(dict.fromkeys(names))

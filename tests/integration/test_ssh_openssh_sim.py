@@ -57,10 +57,12 @@ def _config(tmp_path: Path, cluster: sim.SimCluster, inside: str) -> Path:
         f"    IdentitiesOnly yes\n    UserKnownHostsFile {tmp_path / 'known_hosts'}\n"
         "    GlobalKnownHostsFile /dev/null\n    StrictHostKeyChecking yes\n"
         "    BatchMode yes\n    ConnectTimeout 5\n")
-    # OpenSSH checks the second host's key under its alias (ProxyJump keeps it): the names
-    known = [line.split(" ", 1) for line in cluster.known_hosts.read_text().splitlines()]
-    (tmp_path / "known_hosts").write_text("".join(
-        f"{names.split(',')[0]} {key}\n" for names, key in known))
+    # keys under the names OpenSSH looks up: each HostName (the bastion's address, the name
+    # only the bastion resolves), not the aliases
+    keys = {names.split(",")[0]: key for names, key in (
+        line.split(" ", 1) for line in cluster.known_hosts.read_text().splitlines())}
+    (tmp_path / "known_hosts").write_text(
+        f"{cluster.addresses[G1]} {keys[G1]}\n{inside} {keys[G2]}\n")
     main = tmp_path / "ssh_config"
     main.write_text(f"Include {included.parent}/*.conf\n")
     return main

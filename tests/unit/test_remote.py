@@ -76,8 +76,8 @@ def test_known_hosts_store_and_accept_new_append(tmp_path: Path) -> None:
 
 
 def test_key_names_follow_openssh() -> None:
-    assert target().key_names == ("gpu01", "10.0.0.1")
-    assert target(port=2222).key_names == ("[gpu01]:2222", "[10.0.0.1]:2222")
+    assert target().key_names == ("10.0.0.1",)  # HostName: what OpenSSH checks, not the alias
+    assert target(port=2222).key_names == ("[10.0.0.1]:2222",)
     assert target(host_key_alias="node").key_names == ("node",)
     assert target(hostname="gpu01").key_names == ("gpu01",)
 
@@ -93,18 +93,28 @@ def test_policy_known_key_passes(tmp_path: Path) -> None:
     policy.missing_host_key(paramiko.SSHClient(), "10.0.0.1", KEY_A)
 
 
+def test_a_key_known_only_under_the_alias_is_unknown(tmp_path: Path) -> None:
+    """OpenSSH (mpirun's ssh) looks the key up under the HostName, never the inventory's alias:
+    the probe refuses what mpirun would refuse, instead of passing a host the job cannot
+    reach."""
+    policy, _ = _policy(tmp_path, line("gpu01"))
+    with pytest.raises(_KeyRefused, match=r"^unknown host key for gpu01 .*ssh-keyscan -p 22 "
+                                          r"10\.0\.0\.1"):
+        policy.missing_host_key(paramiko.SSHClient(), "10.0.0.1", KEY_A)
+
+
 def test_policy_unknown_key_refused_unless_accept_new(tmp_path: Path) -> None:
     policy, kh = _policy(tmp_path, line("other"))
     with pytest.raises(_KeyRefused, match=r"^unknown host key for gpu01 .*--accept-new-host-keys"):
         policy.missing_host_key(paramiko.SSHClient(), "10.0.0.1", KEY_A)
     policy, kh = _policy(tmp_path, line("other"), strict="accept-new")
     policy.missing_host_key(paramiko.SSHClient(), "10.0.0.1", KEY_A)
-    assert kh.read_text().endswith(line("gpu01,10.0.0.1"))
+    assert kh.read_text().endswith(line("10.0.0.1"))
 
 
 @pytest.mark.parametrize("strict", ["yes", "accept-new"])
 def test_policy_changed_key_always_refused(tmp_path: Path, strict: str) -> None:
-    policy, kh = _policy(tmp_path, line("gpu01", KEY_B), strict=strict)
+    policy, kh = _policy(tmp_path, line("10.0.0.1", KEY_B), strict=strict)
     before = kh.read_text()
     with pytest.raises(_KeyRefused, match=r"^host key for gpu01 CHANGED \(possible MITM\): fix "
                                           r"known_hosts"):
