@@ -10,7 +10,12 @@ The keyword arguments are the options of ``ringtrain launch`` (``hosts`` is ``-H
 ``hostfile`` is ``--hosts``, ``checkpoint`` is ``--checkpoint``; the rest keep their names:
 ``np``, ``max_restarts``, ``min_np``, ``runs_dir``, ``gpu_mode``, ``stall_timeout``,
 ``ring_check``, ``elastic``, ``max_np``, ``ssh_transport``, ...; ``dry_run`` and ``probe``
-too). It builds the same LaunchSpec through the same function and assembles it through the
+too). An option not passed (or passed as None) takes the same defaults as the command: a
+``RINGTRAIN_<KEY>`` variable, then the project's ``ringtrain.toml``, then the user's config
+file (assembly/settings.py), then the built-in one; ``hosts`` or ``hostfile`` sets the
+configured hosts aside, and a config file's ``env`` goes under ``env=``.
+
+It builds the same LaunchSpec through the same function and assembles it through the
 same ``ringtrain.assembly.prepare`` as the command: the same entry check, hosts, srun refusal
 and ring pre-check, the same Session. A mistake raises the same typed error
 (``ringtrain.errors.UsageError`` and friends). Nothing is printed unless a ``reporter`` is
@@ -20,17 +25,20 @@ given.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from ringtrain.assembly import LaunchOptions, build_spec, prepare, write_plan
+from ringtrain.assembly import LaunchOptions, build_spec, prepare, settings, write_plan
 from ringtrain.errors import JobFailed, UsageError
 from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.reporter import NullReporter, Reporter
 from ringtrain.launch.result import JobResult, JobState
 from ringtrain.remote import Remote
 from ringtrain.spec import EnvSpec
+
+log = logging.getLogger(__name__)
 
 _RENAMED = {"hosts": "host_spec", "hostfile": "hosts_file", "checkpoint": "checkpoint_url"}
 
@@ -62,7 +70,10 @@ def run(
     (with the root-cause report) instead of returning a failed result. ``dry_run=True``
     writes the run directory and returns the LaunchPlan attempt 1 would run, starting
     nothing (``ringtrain launch --dry-run``); ``probe=False`` is ``--no-probe``."""
-    opts = _options(script, args, options)
+    layers = settings.load(Path.cwd(), os.environ)
+    for skipped in layers.skipped:
+        log.warning("%s; fix: %s", skipped.describe(), skipped.fix(os.geteuid()))
+    opts = _options(script, args, options, layers)
     if not probe:
         opts = dataclasses.replace(opts, no_probe=True)
     reporter = reporter or NullReporter()
@@ -81,7 +92,9 @@ def run(
     return result
 
 
-def _options(script: str, args: tuple[str, ...], given: dict[str, Any]) -> LaunchOptions:
+def _options(script: str, args: tuple[str, ...], given: dict[str, Any],
+             layers: settings.Config) -> LaunchOptions:
+    """The keyword arguments as LaunchOptions fields, over the configured defaults."""
     names = {f.name for f in dataclasses.fields(LaunchOptions)} - {"script", "script_args"}
     public = sorted({_public(n) for n in names})
     values: dict[str, Any] = {}
@@ -93,7 +106,8 @@ def _options(script: str, args: tuple[str, ...], given: dict[str, Any]) -> Launc
                 f"use one of: {', '.join(public)}",
             )
         values[name] = _coerce(name, value)
-    return LaunchOptions(script=script, script_args=tuple(args), **values)
+    return LaunchOptions(script=script, script_args=tuple(args),
+                         **settings.layered(values, layers))
 
 
 def _public(name: str) -> str:

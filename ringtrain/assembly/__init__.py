@@ -2,6 +2,8 @@
 flags and draws; ``ringtrain.run()`` (api.py) maps keyword arguments; both hand the same
 ``LaunchOptions`` to ``build_spec`` and the spec to ``prepare``, which returns the Session.
 
+    layers.py        PURE: the config keys, their types, and how the layers fill options
+    config.py        ringtrain.toml, the user's config, RINGTRAIN_<KEY>: read for both doors
     launch_spec.py   PURE: LaunchOptions -> LaunchSpec (build_spec)
     entry_kind.py    a script, a module or a program; --from's recorded spec
     ring_gate.py     --ring-check before the job, through the Reporter
@@ -9,7 +11,8 @@ flags and draws; ``ringtrain.run()`` (api.py) maps keyword arguments; both hand 
     prepare.py       spec -> entry -> hosts -> srun refusal -> ring pre-check -> Session
 """
 
+from ringtrain.assembly import settings
 from ringtrain.assembly.launch_spec import LaunchOptions, build_spec
 from ringtrain.assembly.prepare import prepare, write_plan
 
-__all__ = ["LaunchOptions", "build_spec", "prepare", "write_plan"]
+__all__ = ["LaunchOptions", "build_spec", "prepare", "settings", "write_plan"]

@@ -13,7 +13,6 @@ import importlib
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -94,9 +93,9 @@ def cli(ctx: click.Context, verbose: int) -> None:
 
 
 def _apply_config(ctx: click.Context) -> None:
-    """Defaults from ringtrain.toml, the user's config and RINGTRAIN_<KEY> (cli/defaults.py)
-    for the sub-command about to run: the command line still wins."""
-    from ringtrain.cli import defaults as config  # noqa: PLC0415 - after argv parsing
+    """Defaults from ringtrain.toml, the user's config and RINGTRAIN_<KEY> (assembly/settings.py,
+    cli/defaults.py) for the sub-command about to run: the command line still wins."""
+    from ringtrain.cli import defaults  # noqa: PLC0415 - after argv parsing
 
     name = ctx.invoked_subcommand
     if not name or not isinstance(ctx.command, click.Group):
@@ -104,13 +103,13 @@ def _apply_config(ctx: click.Context) -> None:
     command = ctx.command.get_command(ctx, name)
     if command is None:
         return
-    loaded = config.load(Path.cwd(), os.environ)
+    loaded = defaults.load(ctx)
     for skipped in loaded.skipped if name != "config" else ():  # config lists them itself
         click.echo(f"ringtrain: warning: {skipped.describe()}\n  fix: "
                    f"{skipped.fix(os.geteuid())}", err=True)
-    defaults = config.default_map(loaded.settings, command)
-    if defaults:
-        ctx.default_map = {**(ctx.default_map or {}), name: defaults}
+    filled = defaults.default_map(loaded.settings, command)
+    if filled:
+        ctx.default_map = {**(ctx.default_map or {}), name: filled}
 
 
 

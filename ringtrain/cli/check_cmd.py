@@ -12,7 +12,14 @@ import click
 from ringtrain.assembly.launch_spec import ssh_transport as checked_transport
 from ringtrain.cli import jsonout, ring_view
 from ringtrain.cli.context import SshOptions, cli_context
-from ringtrain.cli.options import on_bad_host_option, ring_check_options, ssh_transport_option
+from ringtrain.cli.defaults import with_layers
+from ringtrain.cli.options import (
+    host_source_options,
+    on_bad_host_option,
+    placement_options,
+    ring_check_options,
+    ssh_options,
+)
 from ringtrain.cli.verdict_view import (
     doctor_to_dict,
     print_doctor,
@@ -20,8 +27,9 @@ from ringtrain.cli.verdict_view import (
     verdict_to_dict,
 )
 from ringtrain.errors import RingtrainError
-from ringtrain.hostfile import Host, Inventory, resolve_hosts
-from ringtrain.launch.hosts import mark_this_machine
+from ringtrain.hostfile import AllocationPolicy, Host, Inventory, allocate, resolve_hosts
+from ringtrain.hostfile.allocate import placement_only, select
+from ringtrain.launch.hosts import mark_this_machine, with_ssh_defaults
 from ringtrain.probe.doctor import CHECKS
 from ringtrain.probe.doctor_policy import parse_on_bad_host
 from ringtrain.probe.gate import evaluate_remembering, gpu_rule
@@ -45,27 +53,16 @@ Exit code: 0 when a launch would go ahead (warnings allowed), 4 when it would be
 
 
 @click.command("check", epilog=_EPILOG)
-@click.option("--hosts", "--hostfile", "hosts_file", metavar="SOURCE",
-              help="Inventory file (any format); --hostfile as horovodrun spells it.")
-@click.option("-H", "host_spec", metavar="h1:N,h2:N", help="Hosts inline, horovodrun style.")
-@click.option("--hosts-format", help="Force the inventory format instead of detecting it.")
+@host_source_options("Inventory file (any format); --hostfile as horovodrun spells it.")
 @click.option("-np", "--np", "--num-proc", "np", type=click.IntRange(min=1),
               help="Ranks the launch would ask.")
-@click.option("-F", "--ssh-config", type=click.Path(path_type=Path),
-              help="ssh_config (like ssh -F).")
-@click.option("--known-hosts", type=click.Path(path_type=Path),
-              help="known_hosts file (default: UserKnownHostsFile or ~/.ssh/known_hosts).")
-@click.option("--accept-new-host-keys", is_flag=True,
-              help="Trust hosts seen for the first time (OpenSSH accept-new); changed keys are "
-              "always refused.")
-@ssh_transport_option
+@ssh_options()
 @on_bad_host_option
 @click.option("--doctor", is_flag=True,
               help="Show the GPU and NIC doctor's findings alone: one row per finding, with "
               "its reason code, the value measured, the one expected and the fix. Codes: "
               + "; ".join(f"{c.code} ({c.severity}): {c.what}" for c in CHECKS) + ".")
-@click.option("--min-hosts", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Refuse when fewer usable hosts are left.")
+@placement_options()
 @click.option("--on-busy", type=click.Choice(["warn", "exclude"]), default="warn",
               show_default=True, help="What a GPU already in use does to its host.")
 @click.option("--busy-memory-mib", type=click.IntRange(min=0), default=1024, show_default=True)
@@ -89,10 +86,15 @@ Exit code: 0 when a launch would go ahead (warnings allowed), 4 when it would be
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
               show_default=True, help="Where the ring check's run (logs, measurements) goes.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+@click.pass_context
 def command(
+    ctx: click.Context,
     hosts_file: str | None, host_spec: str | None, hosts_format: str | None, np: int | None,
-    ssh_config: Path | None, known_hosts: Path | None, accept_new_host_keys: bool,
+    ssh_config: Path | None, known_hosts: Path | None, ssh_port: int | None,
+    ssh_identity_file: str | None, accept_new_host_keys: bool,
     ssh_transport: str, on_bad_host: tuple[str, ...], doctor: bool, min_hosts: int,
+    include: tuple[str, ...], exclude: tuple[str, ...], slots: tuple[tuple[str, int], ...],
+    ring_label: str | None,
     on_busy: str, busy_memory_mib: int, busy_util: int,
     gpu_mode: str | None, allow_mixed_versions: bool, python: str | None,
     network_interface: str | None,
@@ -107,17 +109,23 @@ def command(
     def note(text: str) -> None:
         click.echo(f"ringtrain: {text}", err=True)
 
-    inventory = mark_this_machine(resolve_hosts(hosts_file, host_spec, hosts_format, note=note)
-                                  or Inventory((Host("localhost", 1),), source="localhost",
-                                               format="local"))
+    hosts = with_layers(ctx, {"hosts_file": hosts_file, "host_spec": host_spec,
+                              "hosts_format": hosts_format, "ssh_config": ssh_config})
+    ssh = SshSpec(ssh_config, known_hosts, accept_new_host_keys, ssh_port, ssh_identity_file,
+                  transport=checked_transport(ssh_transport))
+    placement = AllocationPolicy(include=include, exclude=exclude, slot_overrides=slots,
+                                 min_hosts=min_hosts, ring_label=ring_label)
+    found = resolve_hosts(hosts["hosts_file"], hosts["host_spec"], hosts["hosts_format"],
+                          note=note)
+    inventory = with_ssh_defaults(mark_this_machine(
+        select(found, placement) if found is not None  # --include/--exclude/--slots, as launch
+        else Inventory((Host("localhost", 1),), source="localhost", format="local")), ssh)
     bad = parse_on_bad_host(on_bad_host)
     policy = PreflightPolicy(
         on_bad_host=bad.general, doctor_actions=bad.per_code,
         min_hosts=min_hosts, np=np, busy_memory_mib=busy_memory_mib, busy_util_pct=busy_util,
         on_busy="exclude" if on_busy == "exclude" else "warn",
         require_same_versions=not allow_mixed_versions, network_interface=network_interface)
-    ssh = SshSpec(ssh_config, known_hosts, accept_new_host_keys,
-                  transport=checked_transport(ssh_transport))
     remote: Remote
     if inventory.is_local_only:
         remote = LocalRemote()
@@ -135,6 +143,8 @@ def command(
     elif not as_json:
         print_verdict(inventory, report, verdict, policy)
     err: RingtrainError | None = verdict.error()
+    if err is None:  # where a launch would place -np ranks (--ring-label), or why it cannot
+        allocate(verdict.apply(inventory), np, policy=placement_only(placement))
     if err is None and ring_check:
         from ringtrain.ringcheck.outliers import parse_link_rate  # noqa: PLC0415
         from ringtrain.ringcheck.runner import RingCheckOptions, run_ring_check  # noqa: PLC0415

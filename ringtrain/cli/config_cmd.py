@@ -1,19 +1,22 @@
-"""``ringtrain config``: the defaults in effect and where each came from."""
+"""``ringtrain config``: the defaults in effect and where each came from (both doors read the
+same layers: assembly/settings.py). The variables for the ranks show by name, never by value."""
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import click
 
-from ringtrain.cli import defaults as config
+from ringtrain.assembly import settings
+from ringtrain.assembly.layers import shown
+from ringtrain.cli import defaults
 
 _EPILOG = """\b
-Sources, highest first: the command line, RINGTRAIN_<KEY> environment variables, the
-project's ringtrain.toml (this directory or the nearest parent), the user's
-~/.config/ringtrain/config.toml ($XDG_CONFIG_HOME), then ringtrain's built-in defaults.
+Sources, highest first: the command line (or ringtrain.run()'s arguments), RINGTRAIN_<KEY>
+environment variables, the project's ringtrain.toml (this directory or the nearest parent),
+the user's ~/.config/ringtrain/config.toml ($XDG_CONFIG_HOME), then ringtrain's built-in
+defaults. A relative path in a file is taken from that file's folder.
 
 \b
 Example ringtrain.toml:
@@ -21,30 +24,35 @@ Example ringtrain.toml:
   ssh_config = "~/.ssh/cluster_config"
   runs_dir = "/scratch/ringtrain/runs"
   stall_timeout = 900
+  env = { NCCL_DEBUG = "WARN", WANDB_API_KEY = "..." }
+  env_file = ".ringtrain_env"
 """
 
 
 @click.command("config", epilog=_EPILOG)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
-def command(as_json: bool) -> None:
+@click.pass_context
+def command(ctx: click.Context, as_json: bool) -> None:
     """Show the defaults in effect: each key, its value and where it came from."""
-    loaded = config.load(Path.cwd(), os.environ)
-    settings = loaded.settings
+    loaded = defaults.load(ctx)
+    found = loaded.settings
     rows = [
-        {"key": key, "value": None if key not in settings else str(settings[key].value),
-         "source": settings[key].source if key in settings else "built-in default",
-         "means": means}
-        for key, (_param, _kind, means) in config.KEYS.items()
+        {"key": key, "value": shown(found[key].value) if key in found else None,
+         "source": found[key].source if key in found else "built-in default",
+         "means": spec.means}
+        for key, spec in settings.KEYS.items() if key != "env"
     ]
+    rows += [{"key": f"env.{e.spec.name}", "value": e.masked(), "source": e.source,
+              "means": "a variable for every rank (value not shown)"} for e in loaded.env]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    width = max(len(k) for k in config.KEYS)
+    width = max(len(str(r["key"])) for r in rows)
     for row in rows:
         value = row["value"] if row["value"] is not None else "-"
         click.echo(f"{row['key']:<{width}}  {value:<28}  {row['source']}")
     project = loaded.project
-    click.echo(f"\nproject file: {project or 'none (' + config.PROJECT_FILE + ' not found)'}")
-    click.echo(f"user file:    {config.user_file(os.environ)}")
+    click.echo(f"\nproject file: {project or 'none (' + settings.PROJECT_FILE + ' not found)'}")
+    click.echo(f"user file:    {settings.user_file(os.environ)}")
     for skipped in loaded.skipped:
         click.echo(f"{skipped.describe()}\n  fix: {skipped.fix(os.geteuid())}")

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ringtrain.cli import jsonout
+from ringtrain.cli.defaults import with_layers
+from ringtrain.cli.options import host_source_options, placement_options
 from ringtrain.errors import AllocationError, UsageError
 from ringtrain.hostfile import (
-    FORMATS,
     RENDER_FORMATS,
     Allocation,
     AllocationPolicy,
@@ -36,36 +38,12 @@ Examples:
 """
 
 
-def slot_override(
-    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
-) -> tuple[tuple[str, int], ...]:
-    out = []
-    for value in values:
-        pattern, eq, count = value.rpartition("=")
-        if not eq or not pattern or not count.isdigit():
-            raise click.BadParameter(f"{value!r} is not PATTERN=N, e.g. gpu03=2")
-        out.append((pattern, int(count)))
-    return tuple(out)
-
-
 @click.command("hosts", epilog=_EPILOG)
 @click.argument("source", required=False)
-@click.option("--hosts", "--hostfile", "hosts_file", metavar="SOURCE",
-              help="Same as the SOURCE argument (--hostfile as horovodrun spells it).")
-@click.option("-H", "host_spec", metavar="h1:N,h2:N", help="Hosts inline, horovodrun style.")
-@click.option(
-    "--hosts-format", type=click.Choice(FORMATS), help="Force the format instead of detecting it."
-)
+@host_source_options("Same as the SOURCE argument (--hostfile as horovodrun spells it).")
 @click.option("-np", "--np", "--num-proc", "np", type=int,
               help="Number of ranks (default: every slot).")
-@click.option("--include", multiple=True, metavar="PATTERN", help="Use only matching hosts.")
-@click.option("--exclude", multiple=True, metavar="PATTERN", help="Leave matching hosts out.")
-@click.option(
-    "--slots", "slots", multiple=True, callback=slot_override, metavar="PATTERN=N",
-    help="Override the slots of matching hosts.",
-)
-@click.option("--min-hosts", type=int, default=1, show_default=True, help="Fewest hosts to use.")
-@click.option("--ring-label", metavar="LABEL", help="Group the ring by this label (e.g. rack).")
+@placement_options()
 @click.option("--discovery-timeout", type=float, default=30.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print inventory and allocation as JSON.")
 @click.option(
@@ -74,16 +52,18 @@ def slot_override(
     help="Print the allocated hosts in a format. Every format but json reads back as an "
     "inventory (yaml/toml keep labels and SSH settings); json is a report for tools.",
 )
+@click.pass_context
 def command(
+    ctx: click.Context,
     source: str | None,
     hosts_file: str | None,
     host_spec: str | None,
     hosts_format: str | None,
     np: int | None,
+    min_hosts: int,
     include: tuple[str, ...],
     exclude: tuple[str, ...],
     slots: tuple[tuple[str, int], ...],
-    min_hosts: int,
     ring_label: str | None,
     discovery_timeout: float,
     as_json: bool,
@@ -93,10 +73,15 @@ def command(
 
     Patterns are globs (gpu0*) or Slurm host lists (gpu[01-04,07]), comma-separated.
     """
-    if source is not None and hosts_file is not None:
+    typed = ctx.get_parameter_source("hosts_file") is ParameterSource.COMMANDLINE
+    if source is not None and typed:
         raise UsageError("SOURCE and --hosts both given", "pass the inventory once")
+    hosts = with_layers(ctx, {"hosts_file": hosts_file, "host_spec": host_spec,
+                              "hosts_format": hosts_format},
+                        given={"hosts_file": source})  # SOURCE is the command line's --hosts
     inventory = resolve_hosts(
-        source or hosts_file, host_spec, hosts_format, discovery_timeout=discovery_timeout,
+        hosts["hosts_file"], hosts["host_spec"], hosts["hosts_format"],
+        discovery_timeout=discovery_timeout,
         note=lambda text: click.echo(f"ringtrain: {text}", err=True),
     )
     if inventory is None:

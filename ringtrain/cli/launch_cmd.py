@@ -13,15 +13,17 @@ import click
 from ringtrain.assembly import LaunchOptions, build_spec, prepare
 from ringtrain.cli import jsonout, launch_entry, launch_report, launch_signals, verbosity
 from ringtrain.cli.context import cli_context
-from ringtrain.cli.hosts_cmd import slot_override
+from ringtrain.cli.defaults import with_layers
 from ringtrain.cli.live import EventFiles, LiveView
 from ringtrain.cli.options import (
     elastic_options,
     horovod_tuning_options,
+    host_source_options,
     on_bad_host_option,
+    placement_options,
     restart_options,
     ring_check_options,
-    ssh_transport_option,
+    ssh_options,
 )
 from ringtrain.errors import JobFailed
 from ringtrain.launch.milestones import incidents
@@ -60,15 +62,7 @@ def _env_specs(
     epilog=_EPILOG,
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
 )
-@click.option(
-    "--hosts",
-    "--hostfile",
-    "hosts_file",
-    metavar="SOURCE",
-    help="Inventory file (hostfile, YAML, TOML, ...); --hostfile as horovodrun spells it.",
-)
-@click.option("-H", "host_spec", metavar="h1:N,h2:N", help="Hosts inline, horovodrun style.")
-@click.option("--hosts-format", help="Force the inventory format instead of detecting it.")
+@host_source_options()
 @click.option("-np", "--np", "--num-proc", "np", type=int,
               help="Number of ranks (default: every slot); --num-proc as horovodrun spells it.")
 @click.option(
@@ -114,30 +108,10 @@ def _env_specs(
     multiple=True,
     callback=_env_specs,
     metavar="NAME[=VALUE]",
-    help="Forward NAME to every rank, or set it to VALUE. Repeatable.",
+    help="Forward NAME to every rank, or set it to VALUE. Repeatable; over the config "
+    "files' env and env_file, name by name.",
 )
-@click.option(
-    "-F", "--ssh-config", type=click.Path(path_type=Path), help="ssh_config for remote hosts."
-)
-@click.option("--known-hosts", type=click.Path(path_type=Path), help="known_hosts to verify keys.")
-@click.option(
-    "-p",
-    "--ssh-port",
-    type=click.IntRange(1, 65535),
-    help="SSH port of every host whose inventory line names none (horovodrun's -p).",
-)
-@click.option(
-    "-i",
-    "--ssh-identity-file",
-    metavar="FILE",
-    help="SSH private key for every host whose inventory line names none (horovodrun's -i).",
-)
-@click.option(
-    "--accept-new-host-keys",
-    is_flag=True,
-    help="Trust keys of hosts not yet in known_hosts (a changed key is always refused).",
-)
-@ssh_transport_option
+@ssh_options()
 @click.option("--no-probe", is_flag=True, help="Skip the SSH pre-flight probe of every host.")
 @ring_check_options("--ring-check")
 @click.option(
@@ -148,24 +122,7 @@ def _env_specs(
 )
 @click.option("--cpu", "gpu_mode", flag_value="ignored", help="CPU job: GPUs do not matter.")
 @on_bad_host_option
-@click.option(
-    "--min-hosts",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Refuse when fewer hosts are usable, or when the ranks would fill fewer.",
-)
-@click.option("--include", multiple=True, metavar="PATTERN", help="Use only matching hosts.")
-@click.option("--exclude", multiple=True, metavar="PATTERN", help="Leave matching hosts out.")
-@click.option(
-    "--slots",
-    "slots",
-    multiple=True,
-    callback=slot_override,
-    metavar="PATTERN=N",
-    help="Override the slots of matching hosts (glob or host list, e.g. gpu03=2).",
-)
-@click.option("--ring-label", metavar="LABEL", help="Keep ring neighbours within this label.")
+@placement_options()
 @click.option(
     "--allow-mixed-versions",
     is_flag=True,
@@ -326,6 +283,7 @@ def command(
         spec = launch_entry.spec_from_run(ctx, from_run)
     else:
         launch_entry.refuse_unknown_option(ctx, options)
+        options = with_layers(ctx, options)  # as ringtrain.run() fills them
         options["mpi_args"] = (*options["mpi_args"], *options.pop("mpi_args_line"))
         spec = build_spec(LaunchOptions(**options), Path.cwd())
     requeue_job = launch_signals.check_requeue(spec, os.environ) if requeue else None

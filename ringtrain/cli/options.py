@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
+from ringtrain.hostfile import FORMATS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -20,6 +23,72 @@ def stacked(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
         return fn
 
     return apply
+
+
+def host_source_options(hosts_help: str = "Inventory file (hostfile, YAML, TOML, ...); "
+                        "--hostfile as horovodrun spells it.") -> Callable[[F], F]:
+    """Where the hosts come from: ``--hosts FILE`` or ``-H h1:N,...`` (one of them; a
+    configured ``hosts`` gives way to either), and the inventory's format."""
+    return stacked(
+        click.option("--hosts", "--hostfile", "hosts_file", metavar="SOURCE", help=hosts_help),
+        click.option("-H", "host_spec", metavar="h1:N,h2:N",
+                     help="Hosts inline, horovodrun style."),
+        click.option("--hosts-format", type=click.Choice(FORMATS),
+                     help="Force the inventory format instead of detecting it."),
+    )
+
+
+def ssh_options() -> Callable[[F], F]:
+    """How the hosts are reached over SSH (``launch`` and ``check``)."""
+    return stacked(
+        click.option("-F", "--ssh-config", type=click.Path(path_type=Path),
+                     help="ssh_config for remote hosts (like ssh -F)."),
+        click.option("--known-hosts", type=click.Path(path_type=Path),
+                     help="known_hosts to verify keys (default: UserKnownHostsFile or "
+                     "~/.ssh/known_hosts)."),
+        click.option("-p", "--ssh-port", type=click.IntRange(1, 65535),
+                     help="SSH port of every host whose inventory line names none "
+                     "(horovodrun's -p)."),
+        click.option("-i", "--ssh-identity-file", metavar="FILE",
+                     help="SSH private key for every host whose inventory line names none "
+                     "(horovodrun's -i)."),
+        click.option("--accept-new-host-keys", is_flag=True,
+                     help="Trust keys of hosts not yet in known_hosts (OpenSSH's accept-new); "
+                     "a changed key is always refused."),
+        ssh_transport_option,
+    )
+
+
+def placement_options() -> Callable[[F], F]:
+    """Which hosts and slots a launch may use, and the ring order (``launch``, ``check`` and
+    ``hosts``)."""
+    return stacked(
+        click.option("--min-hosts", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Refuse when fewer hosts are usable, or when the ranks would fill "
+                     "fewer."),
+        click.option("--include", multiple=True, metavar="PATTERN",
+                     help="Use only matching hosts."),
+        click.option("--exclude", multiple=True, metavar="PATTERN",
+                     help="Leave matching hosts out."),
+        click.option("--slots", "slots", multiple=True, callback=slot_override,
+                     metavar="PATTERN=N",
+                     help="Override the slots of matching hosts (glob or host list, e.g. "
+                     "gpu03=2)."),
+        click.option("--ring-label", metavar="LABEL",
+                     help="Keep ring neighbours within this label (e.g. rack)."),
+    )
+
+
+def slot_override(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[tuple[str, int], ...]:
+    out = []
+    for value in values:
+        pattern, eq, count = value.rpartition("=")
+        if not eq or not pattern or not count.isdigit():
+            raise click.BadParameter(f"{value!r} is not PATTERN=N, e.g. gpu03=2")
+        out.append((pattern, int(count)))
+    return tuple(out)
 
 
 def ssh_transport_option(func: Any) -> Any:

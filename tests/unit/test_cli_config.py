@@ -33,13 +33,13 @@ def _dry_run(*extra: str, env: dict[str, str] | None = None) -> tuple[int, dict[
 def test_project_file_then_user_file_then_environment_then_command_line(project: Path) -> None:
     user = project / "xdg" / "ringtrain"
     user.mkdir(parents=True)
-    (project / "hosts.txt").write_text("localhost slots=2\n")
+    (user / "hosts.txt").write_text("localhost slots=2\n")  # beside the file that names it
     (user / "config.toml").write_text('hosts = "hosts.txt"\nstall_timeout = 300\n')
     (project / "ringtrain.toml").write_text('runs_dir = "from-project"\nstall_timeout = 900\n')
     code, spec = _dry_run()
     assert code == 0
-    assert spec["host_spec"] is None and spec["hosts_file"] == "hosts.txt"  # user file
-    assert spec["runs_dir"] == "from-project"
+    assert spec["host_spec"] is None and spec["hosts_file"] == str(user / "hosts.txt")
+    assert spec["runs_dir"] == str(project / "from-project")  # the file's folder
     assert spec["supervision"]["stall_timeout"] == 900  # project beats user
     for p in Path("from-project").rglob("plan.json"):
         p.unlink()

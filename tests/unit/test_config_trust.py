@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from ringtrain.assembly import settings
 from ringtrain.cli import cli
-from ringtrain.cli import defaults as config
 from ringtrain.errors import InventoryError
 from ringtrain.hostfile import load_inventory
 from ringtrain.trust import Owner, untrusted_file
@@ -73,7 +73,7 @@ def test_a_group_writable_config_file_is_skipped_and_config_says_why(shared: Pat
     toml.write_text('runs_dir = "elsewhere"\n')
     toml.chmod(0o664)
     os.chown(toml, -1, NOBODY)  # a group others are in (not the owner's private group)
-    loaded = config.load(Path.cwd(), os.environ)
+    loaded = settings.load(Path.cwd(), os.environ)
     assert "runs_dir" not in loaded.settings
     assert [s.path for s in loaded.skipped] == [toml]
     shown = CliRunner().invoke(cli, ["config"])
@@ -86,7 +86,7 @@ def test_the_search_stops_at_a_directory_owned_by_another_user(shared: Path) -> 
     (shared / "ringtrain.toml").write_text('runs_dir = "elsewhere"\n')  # root's own file
     os.chown(shared, NOBODY, NOBODY)  # ... in a directory nobody owns: they could swap it
     try:
-        loaded = config.load(Path.cwd(), os.environ)
+        loaded = settings.load(Path.cwd(), os.environ)
     finally:
         os.chown(shared, 0, 0)
     assert "runs_dir" not in loaded.settings
@@ -96,11 +96,11 @@ def test_the_search_stops_at_a_directory_owned_by_another_user(shared: Path) -> 
 def test_the_search_stops_at_the_repository_root_and_home(shared: Path) -> None:
     (shared / "ringtrain.toml").write_text('runs_dir = "elsewhere"\n')
     (shared / "project" / ".git").mkdir()
-    assert "runs_dir" not in config.load(Path.cwd(), os.environ).settings
+    assert "runs_dir" not in settings.load(Path.cwd(), os.environ).settings
     (shared / "project" / ".git").rmdir()
-    assert "runs_dir" in config.load(Path.cwd(), os.environ).settings
+    assert "runs_dir" in settings.load(Path.cwd(), os.environ).settings
     env = {**os.environ, "HOME": str(shared / "project")}
-    assert "runs_dir" not in config.load(Path.cwd(), env).settings
+    assert "runs_dir" not in settings.load(Path.cwd(), env).settings
 
 
 def test_keys_that_run_code_only_from_the_users_own_file(shared: Path) -> None:
@@ -108,11 +108,11 @@ def test_keys_that_run_code_only_from_the_users_own_file(shared: Path) -> None:
     owner = os.stat(toml.parent).st_uid
     toml.write_text('python = "/opt/py"\nssh_config = "cfg"\nstall_timeout = 90\n')
     os.chmod(toml, 0o644)
-    mine = config.load(Path.cwd(), os.environ, uid=owner)
+    mine = settings.load(Path.cwd(), os.environ, uid=owner)
     assert mine.settings["python"].value == "/opt/py" and not mine.skipped
     if owner != 0:
         pytest.skip("the file must be root's for the second half")
-    theirs = config.load(Path.cwd(), os.environ, uid=1000)  # a user reading root's file
+    theirs = settings.load(Path.cwd(), os.environ, uid=1000)  # a user reading root's file
     assert "python" not in theirs.settings and "ssh_config" not in theirs.settings
     assert theirs.settings["stall_timeout"].value == 90
     assert theirs.skipped[0].keys == ("python", "ssh_config")

@@ -71,8 +71,9 @@ LAYERS: dict[str, set[str]] = {
     "bench": {"errors", "hostfile", "remote", "rank", "checkpoint", "launch", "keras", "models",
               "sim", "spec", "ringcheck", "probe"},
     # the assembly of a launch, below both doors: the ring pre-check runs a ringcheck job
+    # and the config layers both doors read (rank: the RINGTRAIN_ prefix)
     "assembly": {"errors", "hostfile", "remote", "spec", "launch", "ringcheck", "probe",
-                 "checkpoint", "hvd_tuning", "trust"},
+                 "checkpoint", "hvd_tuning", "trust", "rank"},
     "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
             "bench", "sim", "rank", "ringcheck", "trust", "assembly", "probe"},
     "api": {"errors", "remote", "spec", "launch", "assembly"},

@@ -107,3 +107,25 @@ def test_a_network_interface_missing_on_a_host_refuses_with_what_is_there(use_re
     assert result.exit_code == 4
     assert "--network-interface ib0 matches no interface with an address on gpu01, gpu02 " \
            "(gpu01: eth0 10.0.0.1; gpu02: eth0 10.0.0.2)" in result.stderr
+
+
+def test_check_takes_launchs_selection_and_ssh_defaults(use_remote: Cli) -> None:
+    """--include/--exclude/--slots leave hosts out before the probe, as launch does; -p/-i
+    reach every host whose line names no port or key (issue 27, item 5)."""
+    seen: list[tuple[str, int | None, str | None]] = []
+
+    class Recording(FakeRemote):
+        def run(self, hosts: Any, argv: Any, timeout: float) -> Any:
+            seen.extend((h.name, h.port, h.identity_file) for h in hosts)
+            return super().run(hosts, argv, timeout)
+
+    remote = Recording(answers=fake(gpu01=4, gpu02=4).answers)
+    use_remote(remote)
+    result = use_remote.invoke(["check", "-H", "gpu01:4,gpu02:4,gpu03:4", "--exclude", "gpu03",
+                                "--slots", "gpu02=2", "-np", "6", "-p", "2222",
+                                "-i", "/k/id", "--json"])
+    assert result.exit_code == 0, result.output
+    assert seen == [("gpu01", 2222, "/k/id"), ("gpu02", 2222, "/k/id")]  # gpu03 not probed
+    refused = use_remote.invoke(["check", "-H", "gpu01:4,gpu02:4", "--slots", "gpu02=2",
+                                 "-np", "8"])
+    assert refused.exit_code != 0 and "-np 8" in refused.stderr
