@@ -66,8 +66,9 @@ def callbacks(
     if world.kind == keras_world.HOROVOD and memory.under_elastic_driver():
         # a script in hvd.elastic.run keeps these callbacks across resets, and rank 0 may then
         # be another process: every rank holds them, whichever is rank 0 at the time acts
-        return [CommitCheckpoint(where, keep=keep, meta=meta, rank0_now=True,
-                                 background=async_commit),
+        ckpt = CommitCheckpoint(where, keep=keep, meta=meta, rank0_now=True,
+                                background=async_commit)
+        return [ckpt, PreemptCommit(ckpt),
                 ProgressCallback(batch_size, every_s=progress_every_s, rank0_now=True), *timer]
     if world.rank() != 0:
         if not world.all_write:
@@ -78,8 +79,9 @@ def callbacks(
         report: Any = EpochProgressCallback(batch_size, world_size=world.size())
     else:
         report = ProgressCallback(batch_size, world_size=world.size(), every_s=progress_every_s)
-    return [CommitCheckpoint(where, keep=keep, meta=meta, background=async_commit), report,
-            *timer]
+    ckpt = CommitCheckpoint(where, keep=keep, meta=meta, background=async_commit)
+    preempted = [PreemptCommit(ckpt)] if world.kind == keras_world.HOROVOD else []
+    return [ckpt, *preempted, report, *timer]
 
 
 def save(
@@ -129,32 +131,9 @@ class CommitCheckpoint(tf.keras.callbacks.Callback):  # type: ignore[misc]
         self.rank0_now = rank0_now  # act only while this process is rank 0 (--elastic)
         self.last_committed: int | None = None
         self.epoch = 0  # the epoch under way (0-based): epochs finished so far
-        self.preempt_committed = False
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self.epoch = epoch
-
-    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        """A preemption notice (SIGUSR1 to the launcher): commit here, at once, and say so; the
-        launcher then ends the job. Under Horovod only, where rank 0 alone holds the whole
-        model (TF's strategies would need every worker in step); the other ranks wait in their
-        next all-reduce meanwhile. The resumed job starts this epoch again from these weights."""
-        if self.preempt_committed or not preempt.requested() or not self.commit:
-            return
-        world = keras_world.world()
-        if world.kind != keras_world.HOROVOD or world.rank() != 0:
-            return
-        self.preempt_committed = True
-        UPLOADER.wait()  # the epoch's upload in flight first: commits stay in order
-        optimizer = self.model.optimizer
-        step = int(optimizer.iterations.numpy())
-        if step != self.last_committed:
-            _commit(self.model, optimizer, self.url, epoch=self.epoch, step=step,
-                    keep=self.keep, meta={**self.meta, "preempted": True}, background=False)
-            self.last_committed = step
-        current = agent.agent()
-        if current is not None:
-            current.send("preempt_committed", epoch=self.epoch, step=step)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
         if self.rank0_now and keras_world.world().rank() != 0:
@@ -168,6 +147,35 @@ class CommitCheckpoint(tf.keras.callbacks.Callback):  # type: ignore[misc]
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         UPLOADER.wait()  # the last epoch's upload, before fit returns; its failure raised here
+
+
+class PreemptCommit(tf.keras.callbacks.Callback):  # type: ignore[misc]
+    """A preemption notice (SIGUSR1 to the launcher): rank 0 commits at the batch end, at once,
+    and says so; the launcher then ends the job. Horovod only (``callbacks()`` adds it there):
+    rank 0 alone holds the whole model, and the other ranks wait in their next all-reduce
+    meanwhile; TF's strategies would need every worker in step, and ParameterServerStrategy
+    refuses batch-level callbacks. The resumed job starts this epoch again from these weights."""
+
+    def __init__(self, checkpoint: CommitCheckpoint) -> None:
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.committed = False
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        c = self.checkpoint
+        if self.committed or not preempt.requested() or keras_world.world().rank() != 0:
+            return
+        self.committed = True
+        UPLOADER.wait()  # the epoch's upload in flight first: commits stay in order
+        optimizer = self.model.optimizer
+        step = int(optimizer.iterations.numpy())
+        if step != c.last_committed:
+            _commit(self.model, optimizer, c.url, epoch=c.epoch, step=step, keep=c.keep,
+                    meta={**c.meta, "preempted": True}, background=False)
+            c.last_committed = step
+        current = agent.agent()
+        if current is not None:
+            current.send("preempt_committed", epoch=c.epoch, step=step)
 
 
 class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]

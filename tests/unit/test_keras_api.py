@@ -4,6 +4,7 @@ longer skips that checkpoint with a warning, two lost in a row stop training."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from pathlib import Path
@@ -172,3 +173,25 @@ def test_under_horovods_elastic_driver_whichever_process_is_rank_0_commits(
     rt.wait_for_commits()  # uploaded in the background
     (listed,) = list_checkpoints(open_store(url))
     assert listed.ok and listed.manifest is not None and listed.manifest.epoch == 2
+
+
+def _batch_hooks(callback: object) -> bool:
+    import tensorflow as tf
+
+    base = tf.keras.callbacks.Callback
+    return any(getattr(type(callback), name) is not getattr(base, name)
+               for name in ("on_train_batch_begin", "on_train_batch_end", "on_batch_end"))
+
+
+def test_parameter_servers_get_no_batch_level_callback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ParameterServerStrategy's Keras refuses batch-level callbacks (ValueError in fit): the
+    coordinator's callbacks have none, the preemption commit included; Horovod's rank 0 has it."""
+    monkeypatch.setattr(state, "_STATE", state._State())
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"chief": ["h:1"], "worker": ["h:2"], "ps": ["h:3"]},
+        "task": {"type": "chief", "index": 0}}))
+    found = rt.callbacks(url=str(tmp_path / "store"))
+    assert [type(c).__name__ for c in found if _batch_hooks(c)] == []
+    assert any(isinstance(c, rt.CommitCheckpoint) for c in found)
