@@ -4,7 +4,7 @@ A step of one GPU takes ``T_1``. It is split over the layers by FLOPs: each laye
 FLOPs, and ``bwd_per_fwd`` times as many backward (a layer computes the gradients of its
 input and of its weights; the first layer has no input gradient, so half). FLOPs rather than
 parameters, because the two are unrelated across a network: VGG-16's fully connected layers
-hold 89% of its parameters and 0.4% of its FLOPs, its convolutions the reverse. The backward
+hold 89% of its parameters and 0.8% of its FLOPs, its convolutions the reverse. The backward
 pass runs from the last layer to the first, so a layer's gradient is ready once the backward
 of every layer after it, and its own, is done: the large late layers first.
 
