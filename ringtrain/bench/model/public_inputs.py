@@ -53,7 +53,8 @@ SOURCES = (
            "tensors ready in a cycle are fused into buffers of up to HOROVOD_FUSION_THRESHOLD "
            "bytes, one all-reduce per buffer"),
     Source("nccl-tuning",
-           "https://github.com/NVIDIA/nccl/blob/master/src/graph/tuning.cc (2.7-era table)",
+           "https://github.com/NVIDIA/nccl/blob/01afd20a77b5804e0ecf1042509dd9d20ebf9e93/"
+           "src/graph/tuning.cc (NCCL 2.7-era table)",
            "ring/Simple latency model: 8.4 us per call + 9.6 us per network step, 5.7 us per "
            "PCIe step, 3.4 us per NVLink step; x1.9 for large multi-node all-reduce "
            "('plateau effect'); PCIe ~12 GB/s"),
