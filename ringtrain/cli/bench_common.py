@@ -26,7 +26,7 @@ Examples:
   ringtrain bench tune -n 2                   Horovod vs mpi4py tuning ladder
   ringtrain bench train --model resnet50 -n 1,2
   ringtrain bench train --strategy horovod,tf-multiworker,tf-ps --ps 1,2 --model dense -n 2
-  ringtrain bench project --run runs/bench-<id> --train runs/bench-train-<id>
+  ringtrain bench project                     Horovod's 512-GPU benchmark from public inputs
 """
 
 

@@ -4,6 +4,7 @@ the cost model) and ``ringtrain bench project`` (the cost model projected to pub
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -159,20 +160,65 @@ def _run_strategies(cfg: StrategyBench, hosts: Inventory, params: Params,
     click.echo(f"written: {run_dir}/strategies.json, strategies.md, strategies.png")
 
 
-@click.command("project", epilog=EPILOG)
-@click.option("--run", "run_dir", required=True, help="A compare/allreduce run (the fit).",
-              type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--train", "train_dirs", multiple=True, help="Train runs (measured T_1).",
-              type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--fit", "fit_key", default="horovod", show_default=True,
-              help="Which fitted transport gives a and g.")
-@click.option("--images-per-sec", type=float,
-              help="Instead of a measured T_1: this per-worker rate (label it yourself).")
-@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1))
-def project_cmd(run_dir: Path, train_dirs: tuple[Path, ...], fit_key: str,
-                images_per_sec: float | None, batch_size: int) -> None:
-    """Predict Horovod's published 512-GPU scaling efficiency from the fit and a step time."""
-    from ringtrain.bench.model import projection_report  # noqa: PLC0415 - see _config
+PROJECT_EPILOG = """\b
+Examples:
+  ringtrain bench project                       public inputs only: table, sources, sensitivity
+  ringtrain bench project --json                the same as one JSON document
+  ringtrain bench project --plot runs/projection.png
+  ringtrain bench project --run runs/bench-<id> --train runs/bench-train-<id>
+                                                also the projection from this machine's fit
 
-    text = projection_report.render(run_dir, train_dirs, fit_key, images_per_sec, batch_size)
-    click.echo(text)
+\b
+The projection takes every input from a published source (docs/BENCH.md lists them): one
+P100's img/s (TensorFlow's benchmarks), the models' per-layer gradients and FLOPs
+(tf.keras.applications), NCCL's latency model and NIC goodput, Horovod's 2017 fusion buffer
+and cycle. Gradients become ready from the last layer to the first and are all-reduced under
+Horovod's cycle while the backward pass goes on; nothing is fitted to the published figures.
+"""
+
+
+@click.command("project", epilog=PROJECT_EPILOG)
+@click.option("--ps", "ps_counts", default="32,64,128,256", show_default=True, metavar="LIST",
+              help="Parameter-server counts k to predict on the same hardware (push, then "
+              "pull, through k servers with a NIC each).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the tables.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write predicted vs published as a PNG here.")
+@click.option("--run", "run_dir", help="Also project from this compare/allreduce run's fit "
+              "(this machine's a and g, measured T_1 from --train).",
+              type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--train", "train_dirs", multiple=True, help="With --run: train runs (measured "
+              "T_1).", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--fit", "fit_key", default="horovod", show_default=True,
+              help="With --run: which fitted transport gives a and g.")
+@click.option("--images-per-sec", type=float,
+              help="With --run, instead of a measured T_1: this per-worker rate (label it "
+              "yourself).")
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1),
+              help="With --images-per-sec: the batch that rate is for.")
+def project_cmd(ps_counts: str, as_json: bool, plot_path: Path | None, run_dir: Path | None,
+                train_dirs: tuple[Path, ...], fit_key: str, images_per_sec: float | None,
+                batch_size: int) -> None:
+    """Predict Horovod's published 128- and 512-GPU scaling efficiency from public inputs,
+    with the sources, the sensitivity to each input and the parameter-server alternative."""
+    from ringtrain.bench.model import gpu_report, projection_report  # noqa: PLC0415 - numpy
+
+    if run_dir is None and (train_dirs or images_per_sec is not None):
+        raise UsageError("--train and --images-per-sec go with --run (a measured fit)",
+                         "add --run runs/bench-<id>, or drop them for the public projection")
+    ks = tuple(parse_ints(ps_counts, "--ps", 1, 4096))
+    report = gpu_report.build(ks=ks)
+    measured = (projection_report.render(run_dir, train_dirs, fit_key, images_per_sec,
+                                         batch_size) if run_dir is not None else None)
+    if plot_path is not None:
+        from ringtrain.bench.model import projection_plot  # noqa: PLC0415 - matplotlib
+
+        projection_plot.plot(report, plot_path)
+    if as_json:
+        click.echo(json.dumps({**report.as_dict(), "measured": measured}, indent=1))
+        return
+    click.echo(gpu_report.render(report))
+    if measured is not None:
+        click.echo("\n" + measured)
+    if plot_path is not None:
+        click.echo(f"written: {plot_path}")

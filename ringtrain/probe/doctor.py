@@ -114,6 +114,16 @@ CHECKS: tuple[Check, ...] = (
     Check("eth-speed-low", WARN, "Ethernet link speed of the job's interface",
           "the hosts' most common speed", "/sys/class/net/IF/speed",
           "check the cable and the switch port (ethtool IF)"),
+    Check("tf-cpu-build", FATAL, "TensorFlow build on a GPU host", "not tensorflow-cpu",
+          "the installed distribution (NAME-VERSION.dist-info)", "install TensorFlow's GPU "
+          "build: pip install 'tensorflow[and-cuda]==VERSION' (the same version on every host)"),
+    Check("tf-no-cudnn", WARN, "cuDNN for TensorFlow on a GPU host", "found",
+          "pip nvidia-cudnn-cu*, or libcudnn.so* in LD_LIBRARY_PATH or the system library dirs",
+          "pip install 'tensorflow[and-cuda]==VERSION', or install cuDNN for the host's CUDA"),
+    Check("hvd-no-nccl", FATAL, "Horovod's GPU all-reduce (Horovod jobs)", "built with NCCL",
+          "ncclAllReduce in horovod/tensorflow/mpi_lib*.so (`horovodrun --check-build` lists "
+          "NCCL)", "rebuild: HOROVOD_GPU_OPERATIONS=NCCL pip install --no-cache-dir "
+          "--no-build-isolation --force-reinstall horovod==VERSION"),
 )
 BY_CODE = {c.code: c for c in CHECKS}
 

@@ -17,6 +17,7 @@ from ringtrain.errors import UsageError
 from ringtrain.hostfile.model import Host
 from ringtrain.probe.doctor import BY_CODE, FATAL, Baseline, Finding, examine, fleet_of
 from ringtrain.probe.probe_parse import ProbeResult
+from ringtrain.probe.stack import stack_findings
 
 Action = Literal["fail", "exclude", "warn", "ignore"]
 ACTIONS: tuple[Action, ...] = ("fail", "exclude", "warn", "ignore")
@@ -88,6 +89,8 @@ def judge(hosts: Sequence[Host], results: Mapping[str, ProbeResult], policy: Bad
             continue
         found = examine(h, host.slots, iface=iface.get(host.name), run_id=run_id,
                         baseline=(baselines or {}).get(host.name), fleet=fleet, gpus=gpus)
+        used = min(host.slots, len(results[host.name].gpu.healthy)) if gpus else 0
+        found += stack_findings(results[host.name].versions, used)
         judged = tuple(Judged(f, a) for f in found if (a := policy.action(f.code)) != "ignore")
         if judged:
             out[host.name] = judged

@@ -25,7 +25,7 @@ from ringtrain.probe.netif import NetworkChoice
 from ringtrain.probe.probe_parse import GpuStatus, ProbeReport
 from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict, evaluate
 from ringtrain.remote import Remote
-from ringtrain.spec import GpuRule, LaunchSpec
+from ringtrain.spec import GpuRule, LaunchSpec, Strategy
 
 _NO_DRIVER = (GpuStatus.NOT_INSTALLED, GpuStatus.NO_GPUS)
 
@@ -60,12 +60,20 @@ def policy_for(spec: LaunchSpec, need: int | None) -> PreflightPolicy:
     the restart's floor on a later one), before the GPU rule is applied."""
     return PreflightPolicy(
         on_bad_host=spec.preflight.on_bad_host,
-        doctor_actions=spec.preflight.doctor_actions,
+        doctor_actions=_doctor_actions(spec),
         min_hosts=spec.allocation.min_hosts,
         np=need,
         require_same_versions=spec.preflight.require_same_versions,
         network_interface=spec.network_interface,
     )
+
+
+def _doctor_actions(spec: LaunchSpec) -> tuple[tuple[str, str], ...]:
+    """--on-bad-host CODE=ACTION; Horovod's NCCL does not matter to TF's own strategies."""
+    actions = dict(spec.preflight.doctor_actions)
+    if spec.strategy is not Strategy.HOROVOD:
+        actions.setdefault("hvd-no-nccl", "ignore")
+    return tuple(sorted(actions.items()))
 
 
 def run_gate(

@@ -91,6 +91,9 @@ class Versions:
     mpi4py: str | None = None
     mpi: str | None = None  # "Open MPI 4.1.4", "MPICH 4.0.2", "Intel MPI 2021.6"
     error: str | None = None
+    cudnn: str | None = None  # "nvidia-cudnn-cu12" (pip), "system" (a libcudnn), None: none seen
+    horovod_nccl: bool | None = None  # Horovod's TF ops built with NCCL; None: not known
+    sim_cpu_training: bool = False  # the simulated cluster declares its GPUs train on the CPU
 
     def items(self) -> tuple[tuple[str, str | None], ...]:
         """The versions that must agree across hosts, by package name."""
@@ -250,6 +253,9 @@ def parse_python_versions(text: str, exit_code: int | None, python: str = "pytho
         tensorflow_dist=tf_dist,
         horovod=found.get("horovod"),
         mpi4py=found.get("mpi4py"),
+        cudnn=found.get("cudnn"),
+        horovod_nccl={"yes": True, "no": False}.get(found.get("horovod-nccl") or ""),
+        sim_cpu_training=found.get("sim-cpu-training") == "yes",
     )
 
 

@@ -150,6 +150,7 @@ def _build(c: SimCluster) -> None:
         state = make_state(c.name, h.name, cfg.gpus_per_host, cfg.gpu_model)
         write_state(h.gpu_state_file, state)
         gpufaults.write_sysfs(h.sysfs_dir, state)
+        _write(h.cpu_training_flag, "the fake GPUs train on the CPU (tensorflow-cpu, no NCCL)\n")
     netns.create(c)
     if cfg.hosts_in_etc_hosts:
         etc_hosts.add(c.name, c.addresses)

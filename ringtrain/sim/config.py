@@ -166,6 +166,12 @@ class SimHost:
         return self.dir / "bin"
 
     @property
+    def cpu_training_flag(self) -> Path:
+        """Present: the host declares that its fake GPUs train on the CPU (the probe passes its
+        tensorflow-cpu and NCCL-less Horovod); ``ops.declare_cpu_training`` removes it."""
+        return self.dir / "trains-on-cpu"
+
+    @property
     def sysfs_dir(self) -> Path:
         """The host's fake /sys (``$RINGTRAIN_SIM_SYSFS``): its interfaces and RDMA ports."""
         return self.dir / "sys"

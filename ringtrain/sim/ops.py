@@ -107,6 +107,17 @@ def gpu_fault(cfg: SimConfig, host: str, gpu: int, fault: gpufaults.Fault | None
     log.info("%s: GPU %d faults %s", host, gpu, fault or "cleared")
 
 
+def declare_cpu_training(cfg: SimConfig, host: str, declared: bool) -> None:
+    """Whether ``host`` declares that its fake GPUs train on the CPU (``up`` declares it on
+    every host, so the demo runs on tensorflow-cpu); undeclared, the pre-flight refuses the
+    host as it would a real GPU host with tensorflow-cpu (probe/stack.py)."""
+    flag = cluster(cfg).host(host).cpu_training_flag
+    if declared:
+        flag.write_text("the fake GPUs train on the CPU (tensorflow-cpu, no NCCL)\n")
+    else:
+        flag.unlink(missing_ok=True)
+
+
 def set_link(cfg: SimConfig, host: str, up: bool) -> None:
     """Take ``host``'s link down (it vanishes from the network, open connections hang) or up."""
     require_root()

@@ -69,6 +69,7 @@ def render_sshd_config(cluster: SimCluster, host: SimHost, python_bin: Path) -> 
         "PYTHONPATH": str(host.site_dir),
         "RINGTRAIN_SIM_GPU_STATE": str(host.gpu_state_file),
         "RINGTRAIN_SIM_SYSFS": str(host.sysfs_dir),
+        "RINGTRAIN_SIM_TRAINS_ON_CPU": str(host.cpu_training_flag),
         "RINGTRAIN_SIM_HOST": host.name,
     }
     return "\n".join([

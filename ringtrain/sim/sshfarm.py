@@ -64,6 +64,9 @@ tensorflow-cpu -
 tensorflow-gpu -
 horovod 0.28.1
 mpi4py 4.1.2
+cudnn nvidia-cudnn-cu12
+horovod-nccl yes
+sim-cpu-training -
 @@ringtrain:end 0@@
 @@ringtrain:begin mpi@@
 mpirun (Open MPI) 4.1.4

@@ -140,3 +140,25 @@ def test_host_reporting_another_horovod(cluster: Any) -> None:
         assert err.count("horovod") == 1  # a diff naming the odd host, not a dump of all
     finally:
         sim.clear_versions(cluster.config, G2)
+
+
+def test_a_gpu_host_that_would_train_on_its_cpu_is_refused(cluster: Any) -> None:
+    """The sim's hosts run tensorflow-cpu and a Horovod built without NCCL under fake GPUs,
+    and declare it. Without that declaration G4 is what it would be on a real cluster: a GPU
+    host whose job would silently train on the CPU."""
+    sim.declare_cpu_training(cluster.config, G4, False)
+    try:
+        code, data, err = check(cluster)
+        assert code == 4, err
+        problems = row(data, G4)["problems"]
+        assert problems[0].startswith("[tf-cpu-build] tensorflow-cpu 2.15.1 on a host with 4 "
+                                      "GPUs (expected a TensorFlow that sees the GPUs); "
+                                      "install TensorFlow's GPU build"), problems
+        assert problems[1].startswith("[hvd-no-nccl] horovod 0.28.1 built without NCCL"), problems
+        assert others_ok(data, G4)
+        code, data, _ = check(cluster, "--on-bad-host", "tf-cpu-build=warn,hvd-no-nccl=warn")
+        assert code == 0 and row(data, G4)["status"] == "warn"
+        code, data, _ = check(cluster, "--cpu")  # a CPU job: GPUs, and so their stack, not judged
+        assert code == 0 and row(data, G4)["status"] == "ok"
+    finally:
+        sim.declare_cpu_training(cluster.config, G4, True)
