@@ -31,7 +31,7 @@ def test_sigusr1_commits_requeues_and_resumes_from_that_step(slurm_cluster: slur
     argv = [sys.executable, "-m", "ringtrain", "slurm", "submit", "--workdir", str(tmp_path),
             "--job-name", "pre", "--requeue", "--nodes", "1", "--ntasks-per-node", "2",
             f"--launch-arg=--runs-dir={tmp_path / 'runs'}", "--launch-arg=--no-probe",
-            f"--launch-arg=--checkpoint=file://{ckpt}", str(DIGITS), "--epochs", "25"]
+            f"--launch-arg=--checkpoint=file://{ckpt}", str(DIGITS), "--epochs", "8"]
     done = subprocess.run(argv, capture_output=True, text=True, env=job_env(slurm_cluster),
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
