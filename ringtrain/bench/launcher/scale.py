@@ -62,8 +62,11 @@ FAIL_EVERY = 97  # every 97th simulated host reports a lost GPU: the parser's fa
 
 
 def _cpu_self() -> float:
+    """This process's CPU and its finished children's: the probe's ``ssh -G`` per host counts
+    (the farm, a child too, is reaped only after the measurements)."""
     me = resource.getrusage(resource.RUSAGE_SELF)
-    return me.ru_utime + me.ru_stime
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _farm_cpu(proc: psutil.Process) -> float:
