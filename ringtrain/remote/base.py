@@ -82,6 +82,29 @@ class InputRemote(Protocol):
     ) -> HostResults: ...
 
 
+class FanRemote:
+    """``run``, ``run_each`` and ``run_with_input`` as one fan-out over the hosts, ``_fan``
+    (SshRemote, OpenSshRemote): each host its argv, and the same stdin bytes or none."""
+
+    def run(self, hosts: Sequence[Host], argv: Sequence[str],
+            timeout: float) -> HostResults:
+        return self._fan([(h, argv) for h in hosts], timeout, None)
+
+    def run_each(self, commands: Sequence[HostCommand],
+                 timeout: float) -> HostResults:
+        return self._fan(commands, timeout, None)
+
+    def run_with_input(self, hosts: Sequence[Host], argv: Sequence[str], data: bytes,
+                       timeout: float) -> HostResults:
+        """``argv`` on every host with ``data`` on its stdin, never in a command line that ssh,
+        sshd or the remote shell see."""
+        return self._fan([(h, argv) for h in hosts], timeout, data)
+
+    def _fan(self, commands: Sequence[HostCommand], timeout: float,
+             data: bytes | None) -> HostResults:
+        raise NotImplementedError
+
+
 class LocalRemote:
     """Runs argv directly (no shell, no SSH) for ``localhost`` hosts. ``env`` replaces the
     environment when given (tests put fake tools first on PATH this way)."""

@@ -27,6 +27,7 @@ from ringtrain.errors import RemoteError
 from ringtrain.hostfile.model import Host, host_name_problem
 from ringtrain.remote.base import (
     CmdResult,
+    FanRemote,
     HostCommand,
     HostResults,
     LocalRemote,
@@ -46,7 +47,7 @@ MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # per stream, as SshRemote keeps (remote/ssh
 _CHUNK = 4096  # at most PIPE_BUF: a write to a pipe select() calls writable never blocks
 
 
-class OpenSshRemote:
+class OpenSshRemote(FanRemote):
     """SSH fan-out through the ``ssh`` program; ``localhost`` hosts run locally unless
     ``ssh_localhost``. ``env`` replaces ssh's environment when given (else it inherits this
     process's: SSH_AUTH_SOCK, KRB5CCNAME)."""
@@ -80,20 +81,6 @@ class OpenSshRemote:
         self.ssh_localhost = ssh_localhost
         self.local = local or LocalRemote()
         self.env = dict(env) if env is not None else None
-
-    def run(self, hosts: Sequence[Host], argv: Sequence[str],
-            timeout: float) -> HostResults:
-        return self.run_each([(h, argv) for h in hosts], timeout)
-
-    def run_each(self, commands: Sequence[HostCommand],
-                 timeout: float) -> HostResults:
-        return self._fan(commands, timeout, None)
-
-    def run_with_input(self, hosts: Sequence[Host], argv: Sequence[str], data: bytes,
-                       timeout: float) -> HostResults:
-        """``argv`` on every host with ``data`` on its stdin (through ssh's pipe, never in the
-        command line ssh, sshd or the remote shell see)."""
-        return self._fan([(h, argv) for h in hosts], timeout, data)
 
     def _fan(self, commands: Sequence[HostCommand], timeout: float,
              data: bytes | None) -> HostResults:

@@ -30,6 +30,7 @@ from ringtrain.errors import RemoteError
 from ringtrain.hostfile.model import Host, host_name_problem
 from ringtrain.remote.base import (
     CmdResult,
+    FanRemote,
     HostCommand,
     HostResults,
     LocalRemote,
@@ -125,7 +126,7 @@ def ssh_options(path: Path | None) -> SshOptions:
     return IndexedSshConfig(load_ssh_config(path))
 
 
-class SshRemote:
+class SshRemote(FanRemote):
     """SSH fan-out with strict host keys; ``localhost`` hosts run locally unless
     ``ssh_localhost``. Connections are made fresh per ``run`` and closed after it."""
 
@@ -156,20 +157,6 @@ class SshRemote:
     def target(self, host: Host) -> SshTarget:
         return resolve_target(host, self.config, known_hosts=self.known_hosts,
                               accept_new=self.accept_new, connect_timeout=self.connect_timeout)
-
-    def run(self, hosts: Sequence[Host], argv: Sequence[str],
-            timeout: float) -> HostResults:
-        return self.run_each([(h, argv) for h in hosts], timeout)
-
-    def run_each(self, commands: Sequence[HostCommand],
-                 timeout: float) -> HostResults:
-        return self._fan(commands, timeout, None)
-
-    def run_with_input(self, hosts: Sequence[Host], argv: Sequence[str], data: bytes,
-                       timeout: float) -> HostResults:
-        """``argv`` on every host with ``data`` on its stdin (sent over the channel, never in
-        the command line the remote sshd and shell see)."""
-        return self._fan([(h, argv) for h in hosts], timeout, data)
 
     def _fan(self, commands: Sequence[HostCommand], timeout: float,
              data: bytes | None) -> HostResults:
