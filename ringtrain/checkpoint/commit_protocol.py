@@ -18,6 +18,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from ringtrain.checkpoint.store import StorageError, Store
 from ringtrain.errors import CheckpointError
 
 log = logging.getLogger(__name__)
+HDFS_PARALLEL_PUTS = 8
 
 
 class CommitConflict(CheckpointError):
@@ -75,8 +77,19 @@ def scan_local(src: Path) -> tuple[tuple[FileEntry, Path], ...]:
 
 
 def _upload(store: Store, data: str, files: tuple[tuple[FileEntry, Path], ...]) -> None:
-    for entry, path in files:
-        store.put_file(f"{data}/{entry.path}", path)
+    puts = [(f"{data}/{entry.path}", path) for entry, path in files]
+    if store.is_hdfs and len(puts) > 1:
+        # hdfs-native waits a fixed 500 ms once the NameNode answers a file's first complete()
+        # with "not yet" (its DataNode has not reported the block), which it does for nearly
+        # every file (rust/src/file.rs, COMPLETE_RETRY_DELAY_MS): in parallel, a commit pays it
+        # about once for its data instead of once per file
+        with ThreadPoolExecutor(min(len(puts), HDFS_PARALLEL_PUTS),
+                                thread_name_prefix="hdfs-put") as pool:
+            for _ in pool.map(lambda put: store.put_file(*put), puts):
+                pass
+    else:
+        for rel, path in puts:
+            store.put_file(rel, path)
     present = store.find_files(data)
     wrong = [e.path for e, _ in files if present.get(e.path) != e.size]
     if wrong:
