@@ -16,7 +16,7 @@ PYTHON="${PYTHON:-python3}"
 CONSTRAINTS=requirements/constraints.txt
 APT_PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 procps make
               slurm-wlm munge libpmix-dev g++ python3-dev python3-venv)
-EXTRAS="train,s3,hdfs,bench,dev"
+EXTRAS="train,s3,hdfs,demo,bench,dev"
 STAMP="$VENV/.ringtrain-bootstrap"
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
