@@ -41,9 +41,11 @@ def probe_host(bin_dir: Path, where: Path, host: str, *faults: tuple[int, Fault]
         state = gpufaults.apply(state, gpu, fault, 1000.0)
     write_state(where / "gpu.json", state)
     gpufaults.write_sysfs(where / "sys", state)
+    (where / "trains-on-cpu").write_text("yes\n")  # as a sim host declares: tensorflow-cpu here
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
            "RINGTRAIN_SIM_GPU_STATE": str(where / "gpu.json"),
-           "RINGTRAIN_SIM_SYSFS": str(where / "sys")}
+           "RINGTRAIN_SIM_SYSFS": str(where / "sys"),
+           "RINGTRAIN_SIM_TRAINS_ON_CPU": str(where / "trains-on-cpu")}
     out = subprocess.run(probe_argv(sys.executable), env=env, capture_output=True, text=True,
                          timeout=60, check=True).stdout
     return parse_probe_output(host, out)
