@@ -22,6 +22,7 @@ from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.probe.hostprobe import probe
 from ringtrain.remote.openssh import OpenSshRemote
 from ringtrain.remote.ssh import SshRemote
+from tests.integration import loopback_sshd
 
 SSHD = "/usr/sbin/sshd"
 pytestmark = [
@@ -34,42 +35,21 @@ OK = Host("h-ok", 1)
 
 
 @dataclass
-class Sshd:
-    dir: Path
-    port: int
-    closed_port: int
-    config: Path
-    known_hosts: Path
-    host_pub: str
-    ca_pub: str
+class Sshd(loopback_sshd.Sshd):
+    ca_pub: str = ""
 
     def remote(self, **kw: object) -> OpenSshRemote:
         return OpenSshRemote(self.config, **kw)  # type: ignore[arg-type]
-
-    def trust(self, pub: str | None = None) -> None:
-        names = f"[h-ok]:{self.port},[127.0.0.1]:{self.port}"
-        self.known_hosts.write_text(f"{names} {pub or self.host_pub}\n")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _keygen(path: Path) -> str:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
-    return " ".join(path.with_suffix(".pub").read_text().split()[:2])
 
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     d = tmp_path_factory.mktemp("osshd")
-    host_pub, ca_pub = _keygen(d / "host_key"), _keygen(d / "ca")
+    host_pub, ca_pub = loopback_sshd.keygen(d / "host_key"), loopback_sshd.keygen(d / "ca")
     subprocess.run(["ssh-keygen", "-q", "-s", str(d / "ca"), "-I", "ringtrain-test", "-h",
                     "-n", "127.0.0.1,h-ok", str(d / "host_key.pub")], check=True)
-    (d / "authorized_keys").write_text(_keygen(d / "client_key") + "\n")
-    port, closed = _free_port(), _free_port()
+    (d / "authorized_keys").write_text(loopback_sshd.keygen(d / "client_key") + "\n")
+    port, closed = loopback_sshd.free_port(), loopback_sshd.free_port()
     (d / "sshd_config").write_text(f"""Port {port}
 ListenAddress 127.0.0.1
 HostKey {d}/host_key
@@ -149,7 +129,7 @@ def test_unknown_key_accepted_with_accept_new(sshd: Sshd) -> None:
 
 @pytest.mark.parametrize("accept_new", [False, True])
 def test_changed_key_refused_even_with_accept_new(sshd: Sshd, accept_new: bool) -> None:
-    sshd.trust(_keygen(sshd.dir / f"other_{accept_new}"))
+    sshd.trust(loopback_sshd.keygen(sshd.dir / f"other_{accept_new}"))
     before = sshd.known_hosts.read_text()
     r = sshd.remote(accept_new_host_keys=accept_new).run([OK], ["true"], 20)["h-ok"]
     assert r.error is not None

@@ -16,6 +16,7 @@ import pytest
 from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.probe.hostprobe import probe
 from ringtrain.remote.ssh import SshRemote
+from tests.integration import loopback_sshd
 
 SSHD = "/usr/sbin/sshd"
 pytestmark = [
@@ -26,40 +27,18 @@ pytestmark = [
 
 
 @dataclass
-class Sshd:
-    dir: Path
-    port: int
-    closed_port: int
-    config: Path
-    known_hosts: Path
-    host_pub: str  # "ssh-ed25519 AAAA..."
-
+class Sshd(loopback_sshd.Sshd):
     def remote(self, **kw: object) -> SshRemote:
         return SshRemote(self.config, **kw)  # type: ignore[arg-type]
-
-    def trust(self, pub: str | None = None) -> None:
-        names = f"[h-ok]:{self.port},[127.0.0.1]:{self.port}"
-        self.known_hosts.write_text(f"{names} {pub or self.host_pub}\n")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _keygen(path: Path) -> str:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
-    return " ".join(path.with_suffix(".pub").read_text().split()[:2])
 
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     d = tmp_path_factory.mktemp("sshd")
-    host_pub = _keygen(d / "host_key")
-    client_pub = _keygen(d / "client_key")
+    host_pub = loopback_sshd.keygen(d / "host_key")
+    client_pub = loopback_sshd.keygen(d / "client_key")
     (d / "authorized_keys").write_text(client_pub + "\n")
-    port, closed = _free_port(), _free_port()
+    port, closed = loopback_sshd.free_port(), loopback_sshd.free_port()
     (d / "sshd_config").write_text(f"""Port {port}
 ListenAddress 127.0.0.1
 HostKey {d}/host_key
@@ -151,7 +130,7 @@ def test_unknown_key_accepted_with_accept_new(sshd: Sshd) -> None:
 
 @pytest.mark.parametrize("accept_new", [False, True])
 def test_changed_key_refused_even_with_accept_new(sshd: Sshd, accept_new: bool) -> None:
-    other = _keygen(sshd.dir / f"other_{accept_new}")
+    other = loopback_sshd.keygen(sshd.dir / f"other_{accept_new}")
     sshd.trust(other)
     before = sshd.known_hosts.read_text()
     r = sshd.remote(accept_new_host_keys=accept_new).run([Host("h-ok", 1)], ["true"], 20)["h-ok"]
