@@ -8,7 +8,7 @@ import threading
 import time
 
 from ringtrain.launch.control import ControlServer
-from ringtrain.launch.preemption import ask_commit
+from ringtrain.launch.preemption import Preemption, ask_commit
 from ringtrain.rank.events import decode, encode
 
 
@@ -37,42 +37,34 @@ def _until(condition: object) -> None:
         time.sleep(0.02)
 
 
-def test_rank_0_commits_and_says_so() -> None:
+def _ask(*, checkpoints: bool, answer: bool, wait_s: float) -> Preemption:
+    """A real control server, one rank connected over loopback, then the preemption notice."""
     server = ControlServer()
     try:
-        sock = _rank(server, checkpoints=True, answer=True)
-        _until(server.commits_checkpoints)
-        got = ask_commit(server, "SIGUSR1", wait_s=10)
+        sock = _rank(server, checkpoints=checkpoints, answer=answer)
+        _until(server.commits_checkpoints if checkpoints else lambda: server.snapshot().ranks)
+        got = ask_commit(server, "SIGUSR1", wait_s=wait_s)
         sock.close()
     finally:
         server.close()
+    return got
+
+
+def test_rank_0_commits_and_says_so() -> None:
+    got = _ask(checkpoints=True, answer=True, wait_s=10)
     assert got.committed == (3, 117) and got.asked and got.waited_s < 10
     assert got.describe().startswith("preempted (SIGUSR1): rank 0 committed step 117 (epoch 3")
 
 
 def test_a_script_without_checkpoints_is_not_waited_for() -> None:
-    server = ControlServer()
-    try:
-        sock = _rank(server, checkpoints=False, answer=True)
-        _until(lambda: server.snapshot().ranks)
-        got = ask_commit(server, "SIGUSR1", wait_s=10)
-        sock.close()
-    finally:
-        server.close()
+    got = _ask(checkpoints=False, answer=True, wait_s=10)
     assert not got.asked and got.committed is None and got.waited_s == 0.0
     assert "commits no checkpoints" in got.describe()
     assert not ask_commit(None, "SIGUSR1").asked  # between attempts: nothing to ask
 
 
 def test_the_wait_for_a_silent_rank_0_is_bounded() -> None:
-    server = ControlServer()
-    try:
-        sock = _rank(server, checkpoints=True, answer=False)
-        _until(server.commits_checkpoints)
-        got = ask_commit(server, "SIGUSR1", wait_s=0.5)
-        sock.close()
-    finally:
-        server.close()
+    got = _ask(checkpoints=True, answer=False, wait_s=0.5)
     assert got.asked and got.committed is None and 0.5 <= got.waited_s < 3
     assert "rank 0 committed nothing within" in got.describe()
     assert "the last committed checkpoint stands" in got.describe()
