@@ -50,6 +50,7 @@ def ask_commit(control: _Control | None, signal: str, wait_s: float = DEFAULT_WA
     started = clock()
     if control is None or not control.commits_checkpoints():
         return Preemption(signal, None, 0.0, asked=False)
+    control.preempt_commit = None  # only an answer to this notice counts
     control.broadcast("preempt")
     while control.preempt_commit is None and clock() - started < wait_s:
         sleep(0.1)

@@ -68,3 +68,18 @@ def test_the_wait_for_a_silent_rank_0_is_bounded() -> None:
     assert got.asked and got.committed is None and 0.5 <= got.waited_s < 3
     assert "rank 0 committed nothing within" in got.describe()
     assert "the last committed checkpoint stands" in got.describe()
+
+
+def test_a_commit_said_before_the_notice_does_not_count() -> None:
+    """Only an answer to this notice ends the wait: a ``preempt_committed`` sent earlier (a
+    stale or forged one) is dropped when the notice goes out."""
+    server = ControlServer()
+    try:
+        sock = _rank(server, checkpoints=True, answer=False)
+        sock.sendall(encode("preempt_committed", epoch=1, step=5))
+        _until(lambda: server.preempt_commit is not None)
+        got = ask_commit(server, "SIGUSR1", wait_s=0.5)
+        sock.close()
+    finally:
+        server.close()
+    assert got.asked and got.committed is None
