@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import os
 import re
 from pathlib import Path
@@ -134,20 +135,28 @@ def test_the_public_api_keeps_its_names() -> None:
 
 
 def test_under_horovods_elastic_driver_whichever_process_is_rank_0_commits(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """A script in hvd.elastic.run keeps its callbacks across resets, while rank 0 may become
     another process: every rank holds the commit, and acts only while it is rank 0. (One real
-    Horovod process here; the world seam says which rank it is.)"""
+    Horovod process, in a child: hvd.init() in pytest's own process would break every later
+    test that starts mpirun from it. The world seam says which rank it is.)"""
+    child = multiprocessing.get_context("spawn").Process(
+        target=_elastic_commit_as_rank_1_then_0, args=(str(tmp_path / "store"),))
+    child.start()
+    child.join(timeout=300)
+    assert child.exitcode == 0, f"the Horovod child failed (exit {child.exitcode}); see stderr"
+
+
+def _elastic_commit_as_rank_1_then_0(url: str) -> None:
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
 
     from ringtrain.keras import world as keras_world
 
     hvd.init()
-    monkeypatch.setenv("HOROVOD_ELASTIC", "1")
-    url = str(tmp_path / "store")
-    monkeypatch.setattr(state, "_STATE", state._State())
+    os.environ["HOROVOD_ELASTIC"] = "1"
+    state._STATE = state._State()
     model = tf.keras.Sequential([tf.keras.layers.Input(shape=(2,)), tf.keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     rank = [1]
@@ -162,7 +171,7 @@ def test_under_horovods_elastic_driver_whichever_process_is_rank_0_commits(
         def size(self) -> int:
             return 2
 
-    monkeypatch.setattr(keras_world, "world", lambda model=None: Seen())
+    keras_world.world = lambda model=None: Seen()  # type: ignore[assignment]
     found = rt.callbacks(url=url)
     commit = next(c for c in found if isinstance(c, rt.CommitCheckpoint))
     commit.set_model(model)
