@@ -19,6 +19,7 @@ import click
 
 from ringtrain.bench.units import parse_ints, parse_sizes
 from ringtrain.cli.bench_common import EPILOG, echo_round, terminable
+from ringtrain.cli.bench_campaign_cmd import campaign_cmd
 from ringtrain.cli.bench_recovery_cmd import recovery_cmd
 from ringtrain.cli.bench_train_cmd import project_cmd, train_cmd
 from ringtrain.cli.options import stacked
@@ -234,3 +235,4 @@ def tune_cmd(workers: int, rounds: int, reps: int, quiet_wait: float, runs_dir: 
 command.add_command(train_cmd)
 command.add_command(project_cmd)
 command.add_command(recovery_cmd)
+command.add_command(campaign_cmd)

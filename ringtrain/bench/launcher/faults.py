@@ -61,20 +61,21 @@ def _procs(cluster: sim.SimCluster, host: str, needle: str) -> list[int]:
 def _inject(
     fault: str, cluster: sim.SimCluster, proc: subprocess.Popen[str], trigger: Path
 ) -> None:
+    _, second, third = cluster.names[:3]
     if fault == "rank-kill":
         # one scan: this runs inside the timed window
         (rank,) = [
             pid
-            for pid, cmd in sim.host_processes(cluster.config, "gpu03")
+            for pid, cmd in sim.host_processes(cluster.config, third)
             if "ringtrain.rank.entry" in cmd and "orted" not in cmd
         ]
         os.kill(rank, signal.SIGKILL)
     elif fault == "exception":
         trigger.touch()
     elif fault == "host-loss":
-        sim.set_link(cluster.config, "gpu02", up=False)
+        sim.set_link(cluster.config, second, up=False)
     elif fault == "sshd-session":
-        session = _procs(cluster, "gpu03", "orted")[0]
+        session = _procs(cluster, third, "orted")[0]
         while "sshd" not in procfs.comm(session):
             session = procfs.parent(session)
         os.kill(session, signal.SIGKILL)
@@ -94,7 +95,7 @@ def run_one(fault: str, cluster: sim.SimCluster, work: Path, hb_timeout: float) 
         "--runs-dir",
         str(work / "runs"),
         "-H",
-        "gpu01:1,gpu02:1,gpu03:1",
+        ",".join(f"{h}:1" for h in cluster.names[:3]),
         "--ssh-config",
         str(cluster.ssh_config),
         "--known-hosts",
@@ -125,7 +126,7 @@ def run_one(fault: str, cluster: sim.SimCluster, work: Path, hb_timeout: float) 
     finally:
         if proc.poll() is None:
             proc.kill()
-        sim.set_link(cluster.config, "gpu02", up=True)
+        sim.set_link(cluster.config, cluster.names[1], up=True)
     (run_dir,) = (work / "runs").iterdir()
     result = json.loads((run_dir / "result.json").read_text())
     # Hosts ringtrain could not reach clean up after themselves (dead-man switch): poll.

@@ -3,8 +3,9 @@ how much work it redoes, for each way back, against ``horovodrun --elastic`` in 
 
 On a simulated 3-host cluster (root needed) the same tf.keras script (RECOVERY_SCRIPT: a small
 model, a fixed pause per batch) runs once per mode, 3 ranks on 3 hosts; rank 0 prints the wall
-time and global step of every batch. After ``--kill-at`` batches the rank on gpu03 is killed
-(SIGKILL) at T0. Modes, each launched from gpu01 as horovodrun is run from a node:
+time and global step of every batch. After ``--kill-at`` batches the rank on the third host
+(rbench-gpu03) is killed (SIGKILL) at T0. Modes, each launched from the first host as horovodrun
+is run from a node:
 
   restart     ringtrain launch --max-restarts 1 --min-np 2: every rank starts cold and resumes
               from the newest checkpoint (ringtrain.keras, one per epoch)
@@ -49,7 +50,6 @@ from ringtrain import sim
 from ringtrain.launch.launchers import ssh_shim
 
 MODES = ("restart", "elastic", "memory", "horovodrun")
-HOSTS = ("gpu01", "gpu02", "gpu03")
 
 RECOVERY_SCRIPT = """\
 import json, os, sys, time
@@ -180,28 +180,31 @@ def analyse(mode: str, steps: list[Step], t0: float, launched: float, ended: flo
 
 
 def _argv(mode: str, cluster: sim.SimCluster, work: Path, script: Path,
-          args: list[str], gloo_timeout: int | None = None) -> list[str]:
-    hosts = ",".join(f"{h}:1" for h in HOSTS)
+          args: list[str], gloo_timeout: int | None = None, hosts: int = 3,
+          extra: tuple[str, ...] = (), restarts: int = 1) -> list[str]:
+    """The launch command of one mode on the cluster's first ``hosts`` hosts (the anchor's
+    come from the discovery script ``_prepare`` wrote); ``extra`` goes to the launcher."""
+    names = cluster.names[:hosts]
     timeout = ["--gloo-timeout-seconds", str(gloo_timeout)] if gloo_timeout else []
     if mode == "horovodrun":
         horovodrun = str(Path(sys.executable).parent / "horovodrun")
-        return [horovodrun, "-np", "3", "--min-np", "2", "--max-np", "3",
+        return [horovodrun, "-np", str(hosts), "--min-np", "2", "--max-np", str(hosts),
                 "--host-discovery-script", str(work / "discover.sh"), "--network-interface",
-                "eth0", "--gloo", *timeout, sys.executable, str(script), *args, "hvd"]
-    how = ["--max-restarts", "1", "--min-np", "2"] if mode == "restart" else [
+                "eth0", "--gloo", *timeout, *extra, sys.executable, str(script), *args, "hvd"]
+    how = ["--max-restarts", str(restarts), "--min-np", "2"] if mode == "restart" else [
         "--elastic", "--min-np", "2"]
     return [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(work / "runs"), "-H",
-            hosts, "--ssh-config", str(cluster.ssh_config), "--known-hosts",
-            str(cluster.known_hosts), *how, *timeout, str(script), *args,
-            "hvd" if mode == "elastic" else "rt"]
+            ",".join(f"{h}:1" for h in names), "--ssh-config", str(cluster.ssh_config),
+            "--known-hosts", str(cluster.known_hosts), *how, *timeout, *extra, str(script),
+            *args, "hvd" if mode == "elastic" else "rt"]
 
 
-def _prepare(cluster: sim.SimCluster, work: Path) -> str:
-    """The anchor's discovery script and its ssh: ringtrain's shim (launchers.ssh_shim: the
-    cluster's ssh config, which horovodrun cannot take); returns the PATH its command runs
-    with."""
+def _prepare(cluster: sim.SimCluster, work: Path, hosts: int = 3) -> str:
+    """The anchor's discovery script (the first ``hosts`` hosts) and its ssh: ringtrain's
+    shim (launchers.ssh_shim: the cluster's ssh config, which horovodrun cannot take);
+    returns the PATH its command runs with."""
     discover = work / "discover.sh"
-    discover.write_text("#!/bin/sh\n" + "".join(f"echo {h}:1\n" for h in HOSTS))
+    discover.write_text("#!/bin/sh\n" + "".join(f"echo {h}:1\n" for h in cluster.names[:hosts]))
     bin_dir = work / "bin"
     bin_dir.mkdir()
     (bin_dir / "ssh").write_text(ssh_shim(shutil.which("ssh") or "/usr/bin/ssh",
@@ -223,7 +226,8 @@ def run_one(mode: str, cluster: sim.SimCluster, work: Path, opts: dict[str, floa
         _argv(mode, cluster, work, script, args, int(opts.get("gloo_timeout") or 0) or None))
     lines: list[str] = []
     launched = time.time()
-    proc = subprocess.Popen(cluster.ssh_argv("gpu01", command), stdout=subprocess.PIPE,
+    first, _, victim = cluster.names[:3]
+    proc = subprocess.Popen(cluster.ssh_argv(first, command), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
@@ -235,10 +239,9 @@ def run_one(mode: str, cluster: sim.SimCluster, work: Path, opts: dict[str, floa
             if proc.poll() is not None or time.monotonic() > deadline:
                 sys.exit(f"{mode}: no training under way:\n{''.join(lines[-30:])}")
             time.sleep(0.05)
-        victims = [pid for pid, cmd in sim.host_processes(cluster.config, "gpu03")
-                   if cmd.startswith(sys.executable) and str(script) in cmd]
+        victims = rank_pids(cluster, victim, script)
         if not victims:
-            sys.exit(f"{mode}: no rank process found on gpu03")
+            sys.exit(f"{mode}: no rank process found on {victim}")
         t0 = time.time()
         os.kill(victims[0], signal.SIGKILL)
         proc.wait(timeout=600)
@@ -252,6 +255,12 @@ def run_one(mode: str, cluster: sim.SimCluster, work: Path, opts: dict[str, floa
     accuracy = float(results[-1]["accuracy"]) if results else None
     return analyse(mode, parse_steps(lines), t0, launched, ended, epochs * spe, accuracy,
                    proc.returncode)
+
+
+def rank_pids(cluster: sim.SimCluster, host: str, script: Path) -> list[int]:
+    """The processes on ``host`` that run ``script`` (a rank and its wrapper), lowest first."""
+    return sorted(pid for pid, cmd in sim.host_processes(cluster.config, host)
+                  if cmd.startswith(sys.executable) and str(script) in cmd)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -280,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sim.down(cluster.config, purge=True)
     print(f"\n3 ranks on 3 simulated hosts, {args.epochs} epochs of {args.steps_per_epoch} "
-          f"batches ({args.pause:g} s pause each); the rank on gpu03 killed after "
+          f"batches ({args.pause:g} s pause each); the rank on the third host killed after "
           f"{args.kill_at} batches. TTTA: from the kill to the first batch of the smaller "
           "world; redone: batches trained again; ETTR: batch time x batches / wall time. "
           "restart checkpoints once per epoch; elastic modes commit every "

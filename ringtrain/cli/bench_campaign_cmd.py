@@ -1,0 +1,56 @@
+"""``ringtrain bench campaign``: a fault every N seconds through one long run per way back
+(restart, elastic, the three ringtrain.keras lines, with a spare) against ``horovodrun
+--elastic``, on a simulated cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+# bench/launcher/campaign.py's (a test checks)
+MODES = ("restart", "elastic", "memory", "spare", "horovodrun", "clean")
+
+
+@click.command("campaign", epilog="""\b
+Examples:
+  sudo ringtrain bench campaign --out campaign          10 faults, one a minute, every mode
+  sudo ringtrain bench campaign --modes memory,horovodrun --incidents 6 --interval 30
+""")
+@click.option("--modes", default="restart,memory,spare,horovodrun,clean", show_default=True,
+              help="Ways back: restart (--max-restarts), elastic (hvd.elastic.run), memory "
+              "(--elastic, the three ringtrain.keras lines), spare (memory with a fourth host "
+              "held as a spare), horovodrun (horovodrun --elastic, the anchor), clean (memory, "
+              "no faults: the accuracy to compare with).")
+@click.option("--incidents", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--interval", type=click.FloatRange(min=5), default=60.0, show_default=True,
+              help="Seconds between faults (kill -9, link down, stall, in turn).")
+@click.option("--epochs", type=click.IntRange(min=2), default=40, show_default=True)
+@click.option("--steps-per-epoch", type=click.IntRange(min=2), default=100, show_default=True)
+@click.option("--link-down", type=click.FloatRange(min=1), default=20.0, show_default=True,
+              help="Seconds a host's link stays down.")
+@click.option("--stall", type=click.FloatRange(min=0.5), default=4.0, show_default=True,
+              help="Seconds a straggler's processes stay stopped.")
+@click.option("--gloo-timeout-seconds", type=click.IntRange(min=1), default=10,
+              show_default=True, help="Every mode's Gloo timeout, the anchor's too.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep campaign.json (every incident) and campaign.png here.")
+def campaign_cmd(modes: str, incidents: int, interval: float, epochs: int,
+                 steps_per_epoch: int, link_down: float, stall: float,
+                 gloo_timeout_seconds: int, out: Path | None) -> None:
+    """A campaign of faults (needs root): 3 ranks on a 4-host simulated cluster train for
+    EPOCHS x STEPS batches while a fault hits a host other than the first every INTERVAL
+    seconds. Per way back: time to training again by fault kind, batches trained again,
+    joins, the effective training time ratio, final accuracy, and whether the job hung."""
+    from ringtrain.bench.launcher import campaign  # noqa: PLC0415 - starts a cluster
+
+    unknown = set(modes.split(",")) - set(MODES)
+    if unknown:
+        raise click.BadParameter(f"{', '.join(sorted(unknown))}: choose from {', '.join(MODES)}",
+                                 param_hint="--modes")
+    raise SystemExit(campaign.main([
+        "--modes", modes, "--incidents", str(incidents), "--interval", str(interval),
+        "--epochs", str(epochs), "--steps-per-epoch", str(steps_per_epoch),
+        "--link-down", str(link_down), "--stall", str(stall),
+        "--gloo-timeout-seconds", str(gloo_timeout_seconds),
+        *(["--out", str(out)] if out is not None else [])]))
