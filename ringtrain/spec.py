@@ -1,9 +1,8 @@
-"""LaunchSpec: everything one launch was asked, each field once, frozen. Pure.
-
-Built by ``assembly/launch_spec.build_spec`` (either door) or read back from plan.json
-(``ringtrain launch --from runs/<id>``). All after it (``Session``, ``make_plan``, the pre-flight)
-reads this value and nothing else the user said: the request, the allocation, pre-flight,
-supervision and restart policies, the checkpoint location parsed (``checkpoint.location``).
+"""LaunchSpec: everything one launch was asked, each field once, frozen. Pure. Built by
+``assembly/launch_spec.build_spec`` (either door) or read back from plan.json (``ringtrain
+launch --from runs/<id>``). All after it (``Session``, ``make_plan``, the pre-flight) reads this
+value and nothing else the user said: the request, the allocation, pre-flight, supervision and
+restart policies, the checkpoint location parsed (``checkpoint.location``).
 """
 
 from __future__ import annotations
@@ -191,14 +190,15 @@ class RestartPolicy:
 @dataclass(frozen=True, slots=True)
 class ElasticPolicy:
     """``--elastic``: Horovod's elastic driver runs ``min_np`` to ``max_np`` ranks on the hosts
-    ringtrain's discovery script prints (launch/spares.py: ``spares`` held back); a failed host
-    sits out ``cooldown_range`` s; Horovod waits ``timeout_s`` for ``min_np`` slots."""
+    ringtrain's discovery script prints (launch/spares.py: ``spares`` held back, warm: a
+    process per slot waiting, warmspares.py); a failed host sits out ``cooldown_range`` s."""
 
     min_np: int = 1
     max_np: int | None = None
     cooldown_range: tuple[int, int] = (60, 240)
     timeout_s: int = 600
     spares: int = 0
+    warm_spares: bool = True
 
 
 @dataclass(frozen=True, slots=True)

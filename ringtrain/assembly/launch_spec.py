@@ -110,6 +110,7 @@ class LaunchOptions:
     elastic_timeout: int = 600
     blacklist_cooldown_range: tuple[int, int] = (60, 240)
     spares: int = 0
+    warm_spares: bool = True
 
 
 def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
@@ -187,7 +188,8 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         elastic=ElasticPolicy(min_np=opts.min_np or 1, max_np=opts.max_np,
                               cooldown_range=opts.blacklist_cooldown_range,
                               timeout_s=opts.elastic_timeout,
-                              spares=opts.spares) if opts.elastic else None,
+                              spares=opts.spares, warm_spares=opts.warm_spares)
+        if opts.elastic else None,
     )
 
 

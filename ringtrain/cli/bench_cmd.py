@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ringtrain.bench.units import parse_ints, parse_sizes
-from ringtrain.cli.bench_common import EPILOG, echo_round, terminable
 from ringtrain.cli.bench_campaign_cmd import campaign_cmd
+from ringtrain.cli.bench_common import EPILOG, echo_round, terminable
 from ringtrain.cli.bench_recovery_cmd import recovery_cmd
 from ringtrain.cli.bench_train_cmd import project_cmd, train_cmd
 from ringtrain.cli.options import stacked

@@ -204,6 +204,10 @@ def elastic_options() -> Callable[[F], F]:
                      help="--elastic: hold the last N hosts the pre-flight passed (or hosts "
                      "labelled spare: true) back as spares; a spare takes a lost host's place, "
                      "so the job keeps its size."),
+        click.option("--warm-spares/--cold-spares", default=True, show_default=True,
+                     help="--elastic: keep a process waiting on each spare slot with "
+                     "TensorFlow and Horovod already imported, so a spare's rank starts "
+                     "without paying for them (--cold-spares: start it from nothing)."),
     )
 
 

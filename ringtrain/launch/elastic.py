@@ -15,11 +15,11 @@ across supervision ticks (as straggler.StragglerWatch does).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ringtrain.hostfile import Allocation
+from ringtrain.hostfile import Allocation, Host
 from ringtrain.launch.control import Restored, Snapshot
 
 if TYPE_CHECKING:
@@ -118,6 +118,13 @@ class ElasticWatch:
         self.where, self.timeout, self.started = dict(where), heartbeat_timeout, started
         self.incidents: list[Absorbed] = []
         self.keeper = keeper  # the discovery list: a lost host out, a spare in (spares.py)
+
+    def spare_hosts(self, placed: Sequence[Host]) -> tuple[Host, ...]:
+        """The hosts beyond the placement the job may have used (spares, and their warm
+        processes): the teardown reaps them too."""
+        names = {h.name for h in placed}
+        return () if self.keeper is None else tuple(
+            h for h in self.keeper.hosts if h.name not in names)
 
     def tick(self, snap: Snapshot, note: Callable[[str], None]) -> None:
         known = frozenset(i.rank for i in self.incidents)

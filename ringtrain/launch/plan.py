@@ -335,6 +335,8 @@ def _env_delta(spec: LaunchSpec, inputs: PlanInputs, run_dir: Path) -> dict[str,
         delta["TF_CPP_MIN_LOG_LEVEL"] = "1"
     for name, value in inputs.extra_env:
         delta.setdefault(name, value)
+    if spec.elastic is not None and spec.elastic.warm_spares:
+        delta[envvars.WARM] = inputs.run_id  # a rank may start in a warm process (warmspares)
     if spec.checkpoint is not None:
         delta[envvars.CHECKPOINT_URL] = spec.checkpoint.text
     delta[envvars.CHECKPOINT_GRACE] = f"{spec.checkpoint_grace:g}"

@@ -229,7 +229,7 @@ class Session:
             self._elastic = ElasticWatch(
                 rank_hosts(alloc), self.spec.supervision.heartbeat_timeout, job.started,
                 keeper_for(self.spec, checked.inventory, plan.attempt_dir, self.remote,
-                           self.reporter.note)) if el else None
+                           self.reporter.note, self._python, plan.run_id)) if el else None
             fault = self._supervise(job, control, plan, watch)
             detected_at = time.time()
             result = job.wait()
@@ -311,16 +311,15 @@ class Session:
         self._marks = observe(self._marks, snap, alloc.np, time.time())  # the ledger's times
         self.reporter.tick(snap, alloc)
 
-    def _tear_down(
-        self, plan: LaunchPlan, control: ControlServer, fault: Fault | None
-    ) -> tuple[HostTeardown, ...]:
-        """Reaper on every host (not the ones known lost: they cannot answer) and on this
-        machine, where mpirun's ssh clients ran (they may leave mpirun's process group)."""
-        lost = set()
-        if fault is not None and fault.kind is FailureKind.HOST_LOST:
-            lost = set(fault.hosts)
+    def _tear_down(self, plan: LaunchPlan, control: ControlServer,
+                   fault: Fault | None) -> tuple[HostTeardown, ...]:
+        """Reaper on every host, spares too (not the ones known lost: they cannot answer) and
+        here, where mpirun's ssh clients ran (they may leave mpirun's process group)."""
+        lost = set(fault.hosts) if fault and fault.kind is FailureKind.HOST_LOST else set()
         alloc = plan.allocation
-        reachable = replace(alloc, hosts=tuple(h for h in alloc.hosts if h.name not in lost))
+        spares = self._elastic.spare_hosts(alloc.hosts) if self._elastic is not None else ()
+        reachable = replace(alloc, hosts=tuple(h for h in (*alloc.hosts, *spares)
+                                               if h.name not in lost))
         rows = reap_hosts(self.remote, reachable, self._python, plan.run_id, control.snapshot())
         skipped = tuple(HostTeardown(h, 0, (), "not verified: host lost; its ranks end themselves "
                                      "and their daemon once they stop hearing from ringtrain")

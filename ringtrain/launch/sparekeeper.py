@@ -1,6 +1,7 @@
 """The loop side of launch/spares.py under ``--elastic``: apply a lost host to the pool, check
 hosts whose cooldown ended (in a thread, one at a time, so supervision never waits on SSH) and
-publish the discovery list Horovod's driver reads every second when it changes."""
+publish the discovery list Horovod's driver reads every second when it changes; and keep warm
+processes waiting on the spares (warmspares.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from ringtrain.hostfile import Inventory
+from ringtrain.hostfile import Host, Inventory
 from ringtrain.launch.launchers import ELASTIC_HOSTS
 from ringtrain.launch.rundir import write_private
-from ringtrain.launch.spares import Pool, due, lose, pool_of, readmit, split
+from ringtrain.launch.spares import Pool, Slots, due, lose, pool_of, readmit, split
+from ringtrain.launch.warmspares import WarmSpares
 from ringtrain.probe.gate import evaluate_remembering, gpu_rule, policy_for
 from ringtrain.probe.hostprobe import probe
 from ringtrain.remote import Remote
@@ -25,11 +27,17 @@ class SpareKeeper:
 
     def __init__(self, pool: Pool, cooldown_range: tuple[int, int],
                  publish: Callable[[str], None], check: Callable[[str], str | None],
-                 note: Callable[[str], None], clock: Callable[[], float]) -> None:
+                 note: Callable[[str], None], clock: Callable[[], float],
+                 warm: Callable[[Slots], None] | None = None,
+                 hosts: tuple[Host, ...] = ()) -> None:
         self.pool, self.range = pool, cooldown_range
         self._publish, self._check, self._note, self._clock = publish, check, note, clock
+        self._warm = warm  # called with the spares whenever they change
+        self.hosts = hosts  # every host the job may use, spares included (the teardown's)
         self._lock = threading.Lock()
         self._checking: threading.Thread | None = None
+        if warm is not None:
+            warm(pool.spares)
 
     def lost(self, host: str) -> None:
         with self._lock:
@@ -58,13 +66,16 @@ class SpareKeeper:
         self._note(said)
         if text != before:
             self._publish(text)
+        if self._warm is not None:
+            self._warm(self.pool.spares)
 
 
 def keeper_for(spec: LaunchSpec, inventory: Inventory, attempt_dir: Path, remote: Remote,
-               note: Callable[[str], None]) -> SpareKeeper:
+               note: Callable[[str], None], python: str, run_id: str) -> SpareKeeper:
     """The attempt's keeper: publishes to its discovery list (``launchers.ELASTIC_HOSTS``),
     and checks a rested host with the pre-flight's own probe, doctor included, over SSH: a
-    host with a fatal Xid or a pending row remap is not taken back."""
+    host with a fatal Xid or a pending row remap is not taken back. With warm spares, it
+    keeps warm processes on the spares (``python`` on the hosts, the run's id)."""
     el = spec.elastic
     assert el is not None  # only an --elastic launch has a keeper
     active, spares = split(inventory.hosts, el.spares)
@@ -85,5 +96,7 @@ def keeper_for(spec: LaunchSpec, inventory: Inventory, attempt_dir: Path, remote
 
     if spares:
         note(f"elastic: {', '.join(h.name for h in spares)} held back as spare(s)")
+    warm = WarmSpares(remote, python, run_id, by_name, note) if el.warm_spares else None
     return SpareKeeper(pool_of(active, spares), el.cooldown_range, publish, check, note,
-                       time.monotonic)
+                       time.monotonic, warm=warm.keep if warm else None,
+                       hosts=tuple(inventory.hosts))

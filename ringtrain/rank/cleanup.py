@@ -42,3 +42,18 @@ def run_before_done() -> None:
     """Each ``before_done`` function, in order; the first exception propagates."""
     for fn in list(_BEFORE_DONE):
         fn()
+
+
+_ON_STATUS: list[Callable[[int], Any]] = []
+
+
+def on_exit_status(fn: Callable[[int], Any]) -> None:
+    """Call ``fn(status)`` when ``ringtrain.rank.entry`` ends the rank at once with a status
+    (``os._exit``): a warm process tells its stand-in (``warm``)."""
+    _ON_STATUS.append(fn)
+
+
+def tell_exit_status(status: int) -> None:
+    for fn in _ON_STATUS:
+        with contextlib.suppress(Exception):
+            fn(status)

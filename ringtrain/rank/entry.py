@@ -60,6 +60,7 @@ def _flush() -> None:
 def _exit_now(status: int) -> None:
     cleanup.run_all()  # os._exit skips atexit: staging directories and the like
     _flush()
+    cleanup.tell_exit_status(status)  # a warm process's stand-in (warm)
     os._exit(status)
 
 
@@ -195,6 +196,13 @@ def _pump(src: IO[bytes], dst: TextIO) -> None:
 
 
 def main(argv: list[str]) -> None:
+    warm_run = os.environ.get(envvars.WARM)
+    if warm_run and not os.environ.get(envvars.WARM_TAKEN):
+        from ringtrain.rank import warm  # noqa: PLC0415 - standard library only
+
+        status = warm.handoff(warm_run, argv)
+        if status is not None:  # a warm process on this host ran the rank
+            os._exit(status)
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:

@@ -21,6 +21,8 @@ GLOO_PER_HOST = "RINGTRAIN_GLOO_PER_HOST"  # bench: ranks per host for Gloo rend
 RELAY_FD = "RINGTRAIN_RELAY_FD"  # set by the rank entry for a program it runs as its child
 TF_CLUSTER = "RINGTRAIN_TF_CLUSTER"  # TF strategies: the cluster and each rank's task (JSON)
 ENV_FILE = "RINGTRAIN_ENV_FILE"  # horovodrun --gloo: the file of the secret values (a path)
+WARM = "RINGTRAIN_WARM"  # --elastic with spares: the run whose warm processes may take a rank
+WARM_TAKEN = "RINGTRAIN_WARM_TAKEN"  # set in a warm process once it is the rank: never again
 
 ALL = (RUN_DIR, RUN_ID, ATTEMPT, CONTROL_ADDR, CONTROL_TOKEN, LAUNCHER_TIMEOUT, CHECKPOINT_URL,
-       CHECKPOINT_GRACE, GLOO_PER_HOST, RELAY_FD, TF_CLUSTER, ENV_FILE)
+       CHECKPOINT_GRACE, GLOO_PER_HOST, RELAY_FD, TF_CLUSTER, ENV_FILE, WARM, WARM_TAKEN)

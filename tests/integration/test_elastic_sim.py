@@ -184,16 +184,20 @@ def test_custom_loop_with_rt_batches_survives_a_killed_rank(
 def test_a_spare_takes_the_lost_hosts_place_and_the_size_holds(
     sim_cluster: sim.SimCluster, tmp_path: Path
 ) -> None:
-    """--spares 1: gpu03 is held back; when the rank on gpu02 is killed, ringtrain's discovery
-    list puts gpu03 in gpu02's place, Horovod starts a rank there and the job is back at two
-    ranks, the new one taking the survivor's memory commit."""
+    """--spares 1: gpu03 is held back, with a warm process waiting there; when the rank on
+    gpu02 is killed, ringtrain's discovery list puts gpu03 in gpu02's place, Horovod starts a
+    rank there, which the warm process takes, and the job is back at two ranks, the new one
+    taking the survivor's memory commit. Every process ends with the job, the spare's too."""
     status, stdout, stderr, _ = _launch_and_kill(
         sim_cluster, tmp_path, PLAIN, ["80"], kill_after="checkpoint: committed epoch 3",
         victim=G2, options=("--spares", "1", "--min-np", "1"))
     assert status == 0, stderr[-4000:]
     assert f"elastic: {G3} held back as spare(s)" in stderr, stderr[-3000:]
+    assert f"elastic: warm processes starting on spare {G3} (1)" in stderr, stderr[-3000:]
     assert re.search(fr"elastic: {G3} \(a spare\) takes {G2}'s place; {G2} sits out 60 s",
                      stderr), stderr[-3000:]
+    # the spare's rank ran in the process that had imported TensorFlow and Horovod ahead
+    assert f"this rank starts warm on {G3}" in stdout + stderr, (stdout + stderr)[-3000:]
     # the survivor may form a ring of one first, or wait for the spare's rank: either way the
     # last memory restore brings the world back to two
     restores = re.findall(r"resumed in memory at epoch \d+ step \d+ from rank \d .*; "
