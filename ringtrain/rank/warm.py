@@ -65,6 +65,14 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return data
 
 
+def _recv_msg(sock: socket.socket) -> Any:
+    """One length-prefixed JSON message (at most 64 KiB: an ack or an exit status)."""
+    size = _LEN.unpack(_recv_exact(sock, 4))[0]
+    if size > 65536:
+        raise ValueError("message too long")
+    return json.loads(_recv_exact(sock, size))
+
+
 # ---- the stand-in: ringtrain.rank.entry, on a host with a warm process ----
 
 def handoff(run_id: str, argv: list[str], timeout: float = 5.0) -> int | None:
@@ -82,8 +90,7 @@ def handoff(run_id: str, argv: list[str], timeout: float = 5.0) -> int | None:
                                  "cwd": os.getcwd()}).encode()
             sock.sendmsg([_LEN.pack(len(header)) + header],
                          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
-            ack = json.loads(_recv_exact(sock, _LEN.unpack(_recv_exact(sock, 4))[0]))
-            pid = int(ack["pid"])
+            pid = int(_recv_msg(sock)["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             sock.close()
             continue
@@ -100,8 +107,7 @@ def _stand_in(sock: socket.socket, pid: int) -> int:
         signal.signal(sig, pass_on)
     sock.settimeout(None)
     try:
-        raw = _recv_exact(sock, 4)
-        status = int(json.loads(_recv_exact(sock, _LEN.unpack(raw)[0]))["exit"])
+        status = int(_recv_msg(sock)["exit"])
     except (OSError, ValueError, KeyError, TypeError):
         status = 128 + signal.SIGKILL  # the rank went without a word: killed
     return status if 0 <= status <= 255 else 1

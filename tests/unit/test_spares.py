@@ -51,3 +51,31 @@ def test_a_rested_host_comes_back_as_needed_or_as_a_spare_and_cooldowns_double()
     assert said.startswith("elastic: gpu02 passed its check and joins again (the job is short")
     assert pool.text() == "gpu01:2\ngpu02:2\n"
     assert [spares.cooldown(n, 60, 240) for n in (1, 2, 3, 4)] == [60, 120, 240, 240]
+
+
+def test_the_keeper_keeps_warm_processes_on_whatever_hosts_are_spares_now() -> None:
+    """Warm processes: on the spares at the start, and on a host back from its cooldown as a
+    spare; a spare that took a lost host's place needs none (its rank is running)."""
+    from ringtrain.launch.sparekeeper import SpareKeeper
+
+    told: list[tuple[tuple[str, int], ...]] = []
+    clock = [100.0]
+    keeper = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), lambda _: None,
+                         lambda _: None, lambda _: None, lambda: clock[0], warm=told.append,
+                         hosts=HOSTS)
+    assert told == [(("gpu03", 2),)]
+    keeper.lost("gpu02")  # gpu03 takes its place
+    clock[0] = 200.0
+    keeper.tick()  # gpu02's cooldown is over: checked (in a thread) and back as a spare
+    assert keeper._checking is not None
+    keeper._checking.join(timeout=10)
+    assert told[-1] == (("gpu02", 2),) and keeper.pool.text() == "gpu01:2\ngpu03:2\n"
+
+
+def test_warm_processes_carry_the_run_id_for_the_reaper() -> None:
+    from ringtrain.launch.warmspares import warm_argv
+    from ringtrain.rank import envvars
+
+    argv = warm_argv("/opt/py/bin/python", "r1", 3)
+    assert argv[:4] == ("env", f"{envvars.RUN_ID}=r1", "/opt/py/bin/python", "-m")
+    assert argv[4:8] == ("ringtrain.rank.warm", "r1", "--slot", "3")

@@ -66,12 +66,15 @@ class Injector:
         self.stopped: set[tuple[str, int]] = set()
 
     def victim(self, turn: int) -> tuple[str, list[int]] | None:
-        """A host other than the first with a rank running, taken in turn."""
+        """A host other than the first with a rank running, taken in turn: its rank's
+        processes, and the warm process that may be running that rank (a spare's)."""
         hosts = [h for h in self.cluster.names[1:] if h not in self.down]
         for host in hosts[turn % len(hosts):] + hosts[:turn % len(hosts)]:
             pids = rank_pids(self.cluster, host, self.script)
             if pids:
-                return host, pids
+                warm = [pid for pid, cmd in sim.host_processes(self.cluster.config, host)
+                        if "ringtrain.rank.warm" in cmd]
+                return host, pids + warm
         return None
 
     def inject(self, kind: str, host: str, pids: list[int]) -> None:
