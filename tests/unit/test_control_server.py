@@ -1,14 +1,17 @@
-"""The control server on loopback: authenticate first, bounded reads, capped and timed-out
-unauthenticated connections (a peer that can reach the port is not trusted)."""
+"""The control server on loopback: authenticate first (both ways), bounded reads, capped and
+timed-out unauthenticated connections (a peer that can reach the port is not trusted), one
+connection per rank, each speaking for its own rank only."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 
 from ringtrain.launch.control import MAX_PENDING, ControlServer
-from ringtrain.rank.events import MAX_LINE, encode
+from ringtrain.rank.events import MAX_LINE, decode, encode, launcher_proof, rank_proof
+from tests.unit.control_peer import answer_challenge, check_in, read_line, say_hello
 
 
 def _connect(server: ControlServer) -> socket.socket:
@@ -42,11 +45,17 @@ def test_a_rank_with_the_token_is_heard_one_without_is_dropped() -> None:
     server = ControlServer()
     try:
         good = _connect(server)
-        good.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
+        check_in(good, server.token, rank=0, host="h", pid=42)
         assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
-        bad = _connect(server)
-        bad.sendall(encode("hello", token="guess", rank=1, host="h", pid=43))
+        bad = _connect(server)  # a peer that guesses: its auth is refused
+        nonce = say_hello(bad, rank=1, host="h", pid=43)
+        theirs = json.loads(read_line(bad))["nonce"]
+        bad.sendall(encode("auth", proof=rank_proof("guess", nonce, theirs)))
         assert _closed_by_peer(bad, 5)
+        old_style = _connect(server)  # the token itself, in the hello, is not an auth
+        old_style.sendall(encode("hello", token=server.token, rank=2, host="h", pid=44,
+                                 nonce="a" * 32) + encode("hb"))
+        assert _closed_by_peer(old_style, 5)
         noise = _connect(server)
         noise.sendall(b"GET / HTTP/1.1\r\n\r\n")  # not a hello: dropped at once
         assert _closed_by_peer(noise, 5)
@@ -85,7 +94,7 @@ def test_a_flood_of_idle_connections_stays_bounded_and_times_out() -> None:
         assert _wait(lambda: server.refused == 300, timeout=15)
         assert _wait(lambda: threading.active_count() - before <= 2)
         rank = _connect(server)  # and a real rank still gets in afterwards
-        rank.sendall(encode("hello", token=server.token, rank=3, host="h", pid=7))
+        check_in(rank, server.token, rank=3, host="h", pid=7)
         assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [3])
     finally:
         for s in socks:
@@ -101,8 +110,11 @@ def test_every_rank_of_a_large_job_may_check_in_at_once() -> None:
     try:
         host, port = server.address.rsplit(":", 1)
         socks = [socket.create_connection((host, int(port))) for _ in range(300)]
+        nonces: list[str] = []
         for rank, sock in enumerate(socks):
-            sock.sendall(encode("hello", rank=rank, token=server.token, host="h", pid=rank))
+            nonces.append(say_hello(sock, rank=rank, host="h", pid=rank))
+        for sock, nonce in zip(socks, nonces, strict=True):  # every hello first, then the auths
+            answer_challenge(sock, server.token, nonce)
         assert _wait(lambda: len(server.snapshot().ranks) == 300)
         assert server.refused == 0
     finally:
@@ -115,7 +127,7 @@ def test_a_rank_waiting_for_its_tensorflow_cluster_is_marked_until_it_joins() ->
     server = ControlServer()
     try:
         sock = _connect(server)
-        sock.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
+        check_in(sock, server.token, rank=0, host="h", pid=42)
         sock.sendall(encode("tf_forming", rank=0))
         assert _wait(lambda: [r.forming_since is not None for r in server.snapshot().ranks]
                      == [True])
@@ -132,13 +144,13 @@ def test_a_bad_field_is_dropped_and_logged_never_a_dead_thread() -> None:
     server = ControlServer()
     try:
         forged = _connect(server)
-        forged.sendall(encode("hello", token=server.token, rank=1, host="h", pid="12ab"))
+        say_hello(forged, rank=1, host="h", pid="12ab")
         assert _closed_by_peer(forged, 5)
         nested = _connect(server)
-        nested.sendall(encode("hello", token=server.token, rank=True, host=["x"], pid=7))
+        say_hello(nested, rank=True, host=["x"], pid=7)
         assert _closed_by_peer(nested, 5)
         good = _connect(server)
-        good.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
+        check_in(good, server.token, rank=0, host="h", pid=42)
         good.sendall(encode("progress", epoch="2", step=7, loss="x", samples_per_s=float("nan")))
         assert _wait(lambda: server.snapshot().progress is not None)
         progress = server.snapshot().progress
@@ -160,17 +172,17 @@ def test_a_process_under_a_number_already_seen_gets_its_own() -> None:
     server = ControlServer()
     try:
         first = _connect(server)
-        first.sendall(encode("hello", token=server.token, rank=1, host="gpu01", pid=42))
+        check_in(first, server.token, rank=1, host="gpu01", pid=42)
         assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [1])
         joiner = _connect(server)
-        joiner.sendall(encode("hello", token=server.token, rank=1, host="gpu03", pid=7))
+        check_in(joiner, server.token, rank=1, host="gpu03", pid=7)
         assert _wait(lambda: len(server.snapshot().ranks) == 2)
         ranks = {r.rank: (r.host, r.pid) for r in server.snapshot().ranks}
         assert ranks == {1: ("gpu01", 42), 2: ("gpu03", 7)}
         first.close()
         assert _wait(lambda: not server.snapshot().ranks[0].connected)
         again = _connect(server)
-        again.sendall(encode("hello", token=server.token, rank=1, host="gpu01", pid=42))
+        check_in(again, server.token, rank=1, host="gpu01", pid=42)
         assert _wait(lambda: all(r.connected for r in server.snapshot().ranks))
         assert len(server.snapshot().ranks) == 2
     finally:
@@ -183,7 +195,7 @@ def test_elastic_stages_are_kept_as_numbers_only_and_bounded() -> None:
     server = ControlServer()
     try:
         rank = _connect(server)
-        rank.sendall(encode("hello", token=server.token, rank=0, host="gpu01", pid=42))
+        check_in(rank, server.token, rank=0, host="gpu01", pid=42)
         rank.sendall(encode("elastic_reset"))
         rank.sendall(encode("elastic_restored", source=1, epoch=3, step=10, size=2,
                             nbytes=220_000))
@@ -199,5 +211,34 @@ def test_elastic_stages_are_kept_as_numbers_only_and_bounded() -> None:
         for _ in range(ELASTIC_KEPT + 5):
             rank.sendall(encode("elastic_reset"))
         assert _wait(lambda: len(server.snapshot().resets) == ELASTIC_KEPT)
+    finally:
+        server.close()
+
+
+def test_the_launcher_proves_the_token_first_and_each_proof_fits_one_connection() -> None:
+    """Issue 23: a rank heard whatever sat at the launcher's address, and gave it the token in
+    its hello. Now the server's first line proves the token for the rank's own nonce, the
+    rank answers for the server's, and neither proof is of use on another connection."""
+    server = ControlServer()
+    try:
+        sock = _connect(server)
+        nonce = say_hello(sock, rank=0, host="h", pid=42)
+        line = read_line(sock)
+        challenge = decode(line)
+        assert challenge is not None and challenge["t"] == "challenge"
+        assert challenge["proof"] == launcher_proof(server.token, nonce, challenge["nonce"])
+        assert server.token.encode() not in line
+        time.sleep(0.2)
+        assert server.snapshot().ranks == ()  # not a rank before its auth
+        auth = encode("auth", proof=rank_proof(server.token, nonce, challenge["nonce"]))
+        sock.sendall(auth)
+        assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
+        replay = _connect(server)  # what was seen on the wire, said again
+        replay.sendall(encode("hello", nonce=nonce, rank=1, host="h", pid=43))
+        again = decode(read_line(replay))
+        assert again is not None and again["nonce"] != challenge["nonce"]
+        replay.sendall(auth)
+        assert _closed_by_peer(replay, 5)
+        assert [r.rank for r in server.snapshot().ranks] == [0]
     finally:
         server.close()
