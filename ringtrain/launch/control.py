@@ -14,7 +14,8 @@ connection), so memory stays flat under a flood and there are two threads whatev
 of connections. ``max_pending`` is ``MAX_PENDING`` or the job's rank count, whichever is
 larger: all ranks of a large job may check in at once (bench/launcher/control_scale.py: with a
 fixed 64, 116 of 8,000 simulated ranks were closed unheard and would have been reported as
-never started).
+never started). A connection speaks for its own hello's rank only; a second one for a rank
+(host and PID) still connected is refused, never let take over.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class ControlServer:
         self.preempt_commit: tuple[int | None, int | None] | None = None  # (epoch, step)
         self._conns: set[_Conn] = set()
         self._pending: set[_Conn] = set()  # connections before their handshake's end
-        self.refused = 0  # connections closed unheard: over max_pending, silent, bad token
+        self.refused = 0  # closed unheard: over max_pending, silent, no token, a rank's 2nd
         self._lock = threading.Lock()
         self._closed = threading.Event()
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
@@ -311,7 +312,12 @@ class ControlServer:
         rank = hello.rank
         with self._lock:
             held = self._ranks.get(rank)
-            if held is not None and (held.host, held.pid) != (hello.host, hello.pid):
+            if held is not None and (held.host, held.pid) == (hello.host, hello.pid):
+                if held.connected:  # the same process is connected already: keep that one
+                    log.warning("control: refused a second connection for rank %d (pid %d "
+                                "on %r); the first one stays", rank, hello.pid, hello.host[:64])
+                    return False
+            elif held is not None:
                 # another process under a number already seen: --elastic renumbers ranks after
                 # a reset, so one that joins may get a number in use. Each keeps its own.
                 rank = max(self._ranks) + 1

@@ -11,7 +11,9 @@ Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port). Both sides hold the job
    and it closes the connection and waits for a launcher that never comes (its dead-man
    switch), so whatever sits at the address without the token cannot steer it;
 3. rank -> launcher ``auth``: ``proof``, ``rank_proof(token, rank nonce, launcher nonce)``. The
-   launcher hears nothing else from the connection before it.
+   launcher hears nothing else from the connection before it, and then the connection speaks
+   for the rank of its hello alone, whatever a message's own ``rank`` field says; a second
+   connection for a rank (same host and PID) still connected is refused.
 
 Then, rank -> launcher:
 

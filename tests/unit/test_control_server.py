@@ -5,9 +5,12 @@ connection per rank, each speaking for its own rank only."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
+
+import pytest
 
 from ringtrain.launch.control import MAX_PENDING, ControlServer
 from ringtrain.rank.events import MAX_LINE, decode, encode, launcher_proof, rank_proof
@@ -20,16 +23,19 @@ def _connect(server: ControlServer) -> socket.socket:
 
 
 def _closed_by_peer(sock: socket.socket, within: float) -> bool:
-    sock.settimeout(within)
+    """The server closed the connection within ``within`` seconds (a connection it keeps
+    gets heartbeats: a deadline, not a quiet spell, ends the wait)."""
+    deadline = time.monotonic() + within
     try:
-        while True:
-            data = sock.recv(65536)
-            if not data:
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not sock.recv(65536):
                 return True
     except (ConnectionResetError, BrokenPipeError):
         return True
     except TimeoutError:
         return False
+    return False
 
 
 def _wait(condition: object, timeout: float = 10.0) -> bool:
@@ -240,5 +246,48 @@ def test_the_launcher_proves_the_token_first_and_each_proof_fits_one_connection(
         replay.sendall(auth)
         assert _closed_by_peer(replay, 5)
         assert [r.rank for r in server.snapshot().ranks] == [0]
+    finally:
+        server.close()
+
+
+def test_a_second_connection_for_a_connected_rank_is_refused_not_a_takeover(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 23: a second hello for the same rank and process took the rank over, and when
+    the first connection closed the rank read as disconnected while the second spoke for it.
+    Now the first connection keeps the rank and the second is refused and logged."""
+    server = ControlServer()
+    try:
+        first = _connect(server)
+        check_in(first, server.token, rank=0, host="h", pid=42)
+        assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+            second = _connect(server)
+            check_in(second, server.token, rank=0, host="h", pid=42)
+            assert _closed_by_peer(second, 5)
+        assert "refused a second connection for rank 0" in caplog.text
+        first.sendall(encode("done"))
+        assert _wait(lambda: server.snapshot().ranks[0].done)
+        assert [(r.rank, r.connected) for r in server.snapshot().ranks] == [(0, True)]
+        assert server.refused == 1
+    finally:
+        server.close()
+
+
+def test_a_connection_speaks_for_its_own_hellos_rank_only() -> None:
+    """What a message's own ``rank`` field says, or a second hello on the same connection,
+    changes nothing: the connection speaks for the rank it checked in as (this held before
+    issue 23's change too; kept by this test)."""
+    server = ControlServer()
+    try:
+        zero, one = _connect(server), _connect(server)
+        check_in(zero, server.token, rank=0, host="h", pid=42)
+        check_in(one, server.token, rank=1, host="h", pid=43)
+        assert _wait(lambda: len(server.snapshot().ranks) == 2)
+        zero.sendall(encode("hello", nonce="b" * 32, rank=1, host="h", pid=43))
+        zero.sendall(encode("done", rank=1) + encode("init", rank=1, size=2))
+        assert _wait(lambda: server.snapshot().ranks[0].done)
+        one_state = server.snapshot().ranks[1]
+        assert not one_state.done and not one_state.initialized and one_state.pid == 43
+        assert [r.pid for r in server.snapshot().ranks] == [42, 43]
     finally:
         server.close()
