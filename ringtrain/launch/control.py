@@ -36,6 +36,7 @@ from ringtrain.launch.steptimes import StepTimes
 from ringtrain.rank.events import (
     HEARTBEAT_S,
     MAX_LINE,
+    RANK_EVENTS,
     RankEvent,
     count,
     decode,
@@ -112,6 +113,7 @@ class _Conn:
     rank: int | None = None  # set once the handshake is done: the rank it speaks for
     hello: Hello | None = None  # what it said in its hello, before its auth
     nonce: str = ""  # the launcher's nonce in this connection's challenge
+    noted: bool = False  # a message dropped and logged (once per connection)
     buffer: bytearray = field(default_factory=bytearray)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -271,7 +273,11 @@ class ControlServer:
             if msg is None:
                 return False
             return self._hello(conn, msg) if conn.hello is None else self._auth(conn, msg)
-        if msg is None:
+        if msg is None or msg["t"] not in RANK_EVENTS:
+            if not conn.noted:  # once per connection: a peer cannot flood the log
+                conn.noted = True
+                log.warning("control: rank %s sent a message not in the protocol (%r); "
+                            "dropped it (and any more)", conn.rank, line[:60])
             return True
         self._handle(conn, msg)
         return True

@@ -15,7 +15,7 @@ Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port). Both sides hold the job
    for the rank of its hello alone, whatever a message's own ``rank`` field says; a second
    connection for a rank (same host and PID) still connected is refused.
 
-Then, rank -> launcher:
+Then, rank -> launcher (``RANK_EVENTS``; any other kind is dropped):
 
 * ``init``     Horovod finished ``hvd.init()``: rank, size, local_rank (``init_begin`` before)
 * ``tf_forming`` / ``tf_formed``  the rank enters / leaves TensorFlow's wait for the other
@@ -57,6 +57,9 @@ HEARTBEAT_S = 1.0
 MAX_LINE = 64 * 1024  # rank -> launcher
 MAX_LAUNCHER_LINE = 1024  # launcher -> rank: its messages are short
 NONCE_HEX = 32  # 16 random bytes
+RANK_EVENTS = frozenset({
+    "hb", "init_begin", "init", "tf_forming", "tf_formed", "progress", "steps", "api", "done",
+    "preempt_committed", "elastic_reset", "elastic_restored"})
 LAUNCHER_EVENTS = frozenset({"hb", "stop", "finish", "preempt"})
 
 
@@ -88,7 +91,7 @@ def decode(line: bytes) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: "[[[[..."
         return None
     if not isinstance(data, dict) or not isinstance(data.get("t"), str):
         return None

@@ -6,14 +6,25 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+import ringtrain
 from ringtrain.launch.control import MAX_PENDING, ControlServer
-from ringtrain.rank.events import MAX_LINE, decode, encode, launcher_proof, rank_proof
+from ringtrain.rank.events import (
+    MAX_LINE,
+    RANK_EVENTS,
+    decode,
+    encode,
+    launcher_proof,
+    rank_proof,
+)
+from ringtrain.rank.relay import FORWARDED
 from tests.unit.control_peer import answer_challenge, check_in, read_line, say_hello
 
 
@@ -291,3 +302,38 @@ def test_a_connection_speaks_for_its_own_hellos_rank_only() -> None:
         assert [r.pid for r in server.snapshot().ranks] == [42, 43]
     finally:
         server.close()
+
+
+def test_a_message_outside_the_protocol_is_dropped_the_rank_kept(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 23: a deeply nested line raised RecursionError in the server's reader, and the
+    rank was dropped as if it had sent a bad message on purpose (with a traceback). Now such a
+    message, an unknown kind, or a handshake message after the handshake is dropped and
+    logged once; the rank stays heard."""
+    server = ControlServer()
+    try:
+        sock = _connect(server)
+        check_in(sock, server.token, rank=0, host="h", pid=42)
+        assert _wait(lambda: len(server.snapshot().ranks) == 1)
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+            sock.sendall(b'{"t":"hb","x":' + b"[" * 5000 + b"}\n" + encode("bogus")
+                         + encode("auth", proof="x") + b"not json\n")
+            sock.sendall(encode("progress", epoch=1, step=9))
+            assert _wait(lambda: server.snapshot().progress is not None)
+        assert caplog.text.count("not in the protocol") == 1
+        assert "Traceback" not in caplog.text
+        assert server.snapshot().ranks[0].connected and server._thread.is_alive()
+    finally:
+        server.close()
+
+
+def test_every_kind_the_rank_side_sends_is_one_the_server_hears() -> None:
+    """The server drops a kind outside RANK_EVENTS: each kind that ringtrain's code sends to
+    the launcher (``send("...")``, memory's ``_tell("...")``) and every kind the relay
+    forwards must be listed, or it would be dropped as a forgery."""
+    root = Path(ringtrain.__file__).parent
+    sent = {kind for path in root.rglob("*.py") for kind in re.findall(
+        r'\b(?:send|_tell|tell)\(\s*"([a-z_]+)"', path.read_text())}
+    assert {"hb", "progress", "done", "elastic_reset"} <= sent  # the scan sees them
+    assert sent <= RANK_EVENTS
+    assert set(FORWARDED) <= RANK_EVENTS
