@@ -337,3 +337,20 @@ def test_every_kind_the_rank_side_sends_is_one_the_server_hears() -> None:
     assert {"hb", "progress", "done", "elastic_reset"} <= sent  # the scan sees them
     assert sent <= RANK_EVENTS
     assert set(FORWARDED) <= RANK_EVENTS
+
+
+def test_step_times_that_are_not_finite_are_left_out() -> None:
+    """Issue 23: '"compute": Infinity' (JSON that Python reads) was kept, and a window mean of
+    inf or NaN went into straggler scores and result.json."""
+    server = ControlServer()
+    try:
+        sock = _connect(server)
+        check_in(sock, server.token, rank=0, host="h", pid=42)
+        sock.sendall(b'{"t":"steps","n":3,"compute":Infinity,"wall":1e999}\n')
+        assert _wait(lambda: server.snapshot().ranks
+                     and server.snapshot().ranks[0].steps is not None)
+        steps = server.snapshot().ranks[0].steps
+        assert steps is not None
+        assert (steps.compute, steps.wall, steps.total_steps) == (None, None, 0)
+    finally:
+        server.close()
