@@ -7,13 +7,15 @@ and a false "host silent": bench/launcher/control_scale.py). ``snapshot()`` retu
 immutable view that the pure supervision checks in supervise.py read.
 
 Anyone who can reach the port can connect, so nothing is trusted before the token: a peer
-must say ``hello`` with it within ``HELLO_TIMEOUT_S``; at most ``max_pending`` connections may
-be waiting to do so (more are closed at once); every read is bounded by ``MAX_LINE`` (a longer
-line drops the connection), so memory stays flat under a flood and there are two threads
-whatever the number of connections. ``max_pending`` is ``MAX_PENDING`` or the job's rank
-count, whichever is larger: all ranks of a large job may check in at once
-(bench/launcher/control_scale.py: with a fixed 64, 116 of 8,000 simulated ranks were closed
-unheard and would have been reported as never started).
+must finish the handshake (``hello``, ``challenge``, ``auth`` proving the token: events.py)
+within ``HELLO_TIMEOUT_S``; at most ``max_pending`` connections may be waiting to do so (more
+are closed at once); every read is bounded by ``MAX_LINE`` (a longer line drops the
+connection), so memory stays flat under a flood and there are two threads whatever the number
+of connections. ``max_pending`` is ``MAX_PENDING`` or the job's rank count, whichever is
+larger: all ranks of a large job may check in at once (bench/launcher/control_scale.py: with a
+fixed 64, 116 of 8,000 simulated ranks were closed unheard and would have been reported as
+never started). A connection speaks for its own hello's rank only; a second one for a rank
+(host and PID) still connected is refused, never let take over.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ringtrain.launch.hello import Hello, authentic, challenge, read_hello
 from ringtrain.launch.steptimes import StepTimes
 from ringtrain.rank.events import (
     HEARTBEAT_S,
     MAX_LINE,
+    RANK_EVENTS,
     RankEvent,
     count,
     decode,
@@ -106,7 +110,10 @@ class Snapshot:
 class _Conn:
     sock: socket.socket
     opened: float = 0.0
-    rank: int | None = None
+    rank: int | None = None  # set once the handshake is done: the rank it speaks for
+    hello: Hello | None = None  # what it said in its hello, before its auth
+    nonce: str = ""  # the launcher's nonce in this connection's challenge
+    noted: bool = False  # a message dropped and logged (once per connection)
     buffer: bytearray = field(default_factory=bytearray)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -131,8 +138,8 @@ class ControlServer:
         self._restores: list[Restored] = []
         self.preempt_commit: tuple[int | None, int | None] | None = None  # (epoch, step)
         self._conns: set[_Conn] = set()
-        self._pending: set[_Conn] = set()  # connections that have not said hello yet
-        self.refused = 0  # connections closed unheard: over max_pending, silent, bad token
+        self._pending: set[_Conn] = set()  # connections before their handshake's end
+        self.refused = 0  # closed unheard: over max_pending, silent, no token, a rank's 2nd
         self._lock = threading.Lock()
         self._closed = threading.Event()
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
@@ -262,12 +269,16 @@ class ControlServer:
     def _line(self, conn: _Conn, line: bytes) -> bool:
         """Handle one line; False: drop the peer."""
         msg = decode(line)
-        if msg is None:
-            return conn.rank is not None  # the first line must be a hello
-        if conn.rank is None:
-            if not self._hello(conn, msg):
+        if conn.rank is None:  # the handshake: hello, then auth, nothing else in between
+            if msg is None:
                 return False
-            self._pending.discard(conn)
+            return self._hello(conn, msg) if conn.hello is None else self._auth(conn, msg)
+        if msg is None or msg["t"] not in RANK_EVENTS:
+            if not conn.noted:  # once per connection: a peer cannot flood the log
+                conn.noted = True
+                log.warning("control: rank %s sent a message not in the protocol (%r); "
+                            "dropped it (and any more)", conn.rank, line[:60])
+            return True
         self._handle(conn, msg)
         return True
 
@@ -285,39 +296,42 @@ class ControlServer:
             conn.sock.close()
 
     def _hello(self, conn: _Conn, msg: dict[str, Any]) -> bool:
-        if msg.get("t") != "hello" or not secrets.compare_digest(str(msg.get("token")), self.token):
-            log.warning("control: dropped a connection without the job's token")
+        """Answer a hello with the challenge (the launcher's proof, its own nonce)."""
+        hello = read_hello(msg)
+        if isinstance(hello, str):
+            log.warning("control: dropped a connection: %s", hello)
             return False
-        bad = [k for k in ("rank", "pid") if count(msg.get(k)) is None]
-        bad += [k for k in ("start", "ppid", "parent_start")
-                if msg.get(k) is not None and count(msg.get(k)) is None]
-        bad += [k for k in ("host", "parent") if not isinstance(msg.get(k, ""), str)
-                or len(msg.get(k, "")) > MAX_NAME]
-        if bad:
-            log.warning("control: dropped a hello with bad fields: %s",
-                        ", ".join(f"{k}={str(msg.get(k))[:40]!r}" for k in bad))
+        conn.hello, conn.nonce = hello, secrets.token_hex(16)
+        data = challenge(self.token, hello, conn.nonce)
+        with conn.lock, contextlib.suppress(OSError):  # a new connection: its buffer is empty
+            return conn.sock.send(data, socket.MSG_DONTWAIT) == len(data)
+        return False
+
+    def _auth(self, conn: _Conn, msg: dict[str, Any]) -> bool:
+        """The rank proved the token: from now on the connection speaks for its hello's rank."""
+        hello = conn.hello
+        assert hello is not None
+        if not authentic(self.token, hello, conn.nonce, msg):
+            log.warning("control: dropped a connection without the job's token (its hello "
+                        "said rank %d on %r)", hello.rank, hello.host[:64])
             return False
-        rank, host, pid = int(msg["rank"]), str(msg.get("host", "?")), int(msg["pid"])
+        rank = hello.rank
         with self._lock:
             held = self._ranks.get(rank)
-            if held is not None and (held.host, held.pid) != (host, pid):
-                # another process under a number already seen: under --elastic Horovod numbers
-                # its ranks again after each reset, so a process that joins may be given the
-                # number of one still running (or of one lost). Each process keeps its own.
+            if held is not None and (held.host, held.pid) == (hello.host, hello.pid):
+                if held.connected:  # the same process is connected already: keep that one
+                    log.warning("control: refused a second connection for rank %d (pid %d "
+                                "on %r); the first one stays", rank, hello.pid, hello.host[:64])
+                    return False
+            elif held is not None:
+                # another process under a number already seen: --elastic renumbers ranks after
+                # a reset, so one that joins may get a number in use. Each keeps its own.
                 rank = max(self._ranks) + 1
-        conn.rank = rank
-        state = RankState(
-            rank=conn.rank,
-            host=host,
-            pid=pid,
-            start=count(msg.get("start")),
-            ppid=count(msg.get("ppid")),
-            parent=str(msg.get("parent", "")),
-            parent_start=count(msg.get("parent_start")),
-            last_heard=self._clock(),
-        )
-        with self._lock:
-            self._ranks[conn.rank] = state
+            conn.rank = rank
+            self._ranks[rank] = RankState(
+                rank=rank, host=hello.host, pid=hello.pid, start=hello.start, ppid=hello.ppid,
+                parent=hello.parent, parent_start=hello.parent_start, last_heard=self._clock())
+        self._pending.discard(conn)
         return True
 
     def _handle(self, conn: _Conn, msg: dict[str, Any]) -> None:
@@ -377,7 +391,6 @@ class ControlServer:
 
 
 _NO_STEPS = StepTimes(None, None, 0.0)
-MAX_NAME = 255
 ELASTIC_KEPT = 64
 
 

@@ -3,6 +3,7 @@ PURE."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ class StepTimes:
 
 
 def _seconds(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+    """A finite number of seconds >= 0 (the JSON reader takes Infinity and NaN), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    return float(value) if math.isfinite(value) and value >= 0 else None

@@ -5,6 +5,10 @@ Started by ``ringtrain.rank.entry`` in every rank before the training script whe
 
 * ``hello`` tells the launcher this rank's host, PID and parent (the Open MPI daemon ``orted`` on
   remote hosts) with their start times, so teardown can end exactly these processes by PID.
+  The launcher must answer it proving it holds the job's token (events.py's handshake) before
+  the agent hears or tells it anything; the token itself never goes on the wire. A wrong
+  proof, a line over ``MAX_LAUNCHER_LINE`` or nothing at all: the agent closes the connection
+  and the dead-man switch below ends the rank, as for a launcher that never answered.
 * An import hook wraps ``HorovodBasics.init`` (shared by every Horovod framework binding), so
   ``init`` is reported for any script, not just ringtrain's: the launcher tells which ranks have not
   arrived when start-up hangs. Under a TF strategy another wraps the TensorFlow bindings where
@@ -31,7 +35,14 @@ from types import ModuleType
 from typing import Any
 
 from ringtrain.rank import envvars, preempt, procfs, relay
-from ringtrain.rank.events import HEARTBEAT_S, decode, encode
+from ringtrain.rank.events import (
+    HEARTBEAT_S,
+    LAUNCHER_EVENTS,
+    MAX_LAUNCHER_LINE,
+    answer,
+    decode,
+    encode,
+)
 
 _DAEMON_NAMES = ("orted", "prted")
 
@@ -54,6 +65,9 @@ class RankAgent:
         self.last_heard = time.monotonic()
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
+        self._nonce = os.urandom(16).hex()  # this connection's: the launcher's proof names it
+        self._trusted = threading.Event()  # the launcher proved it holds the token
+        self._noted = False  # a message from the launcher dropped (told once)
 
     def start(self) -> bool:
         deadline = time.monotonic() + 10
@@ -67,28 +81,37 @@ class RankAgent:
                 time.sleep(0.5)
         self._sock.settimeout(None)
         ppid = os.getppid()
-        self.send(
+        self._put(encode(
             "hello",
-            token=self.token,
+            rank=self.rank,
+            nonce=self._nonce,
             host=socket.gethostname(),
             pid=os.getpid(),
             start=procfs.start_time(os.getpid()),
             ppid=ppid,
             parent=procfs.comm(ppid),
             parent_start=procfs.start_time(ppid),
-        )
+        ))
         for target in (self._read, self._beat, self._watch):
             threading.Thread(
                 target=target, name=f"ringtrain-{target.__name__}", daemon=True
             ).start()
+        # the script's first words (init, api) wait for the launcher's proof: a round trip. A
+        # launcher that gives none in time is none: the dead-man switch ends this rank
+        self._trusted.wait(self.launcher_timeout)
         return True
 
     def send(self, kind: str, **fields: Any) -> None:
+        """To the launcher, once it proved it holds the token (before that: dropped)."""
+        if self._trusted.is_set():
+            self._put(encode(kind, rank=self.rank, **fields))
+
+    def _put(self, data: bytes) -> None:
         sock = self._sock
         if sock is None:
             return
         with self._lock, contextlib.suppress(OSError):
-            sock.sendall(encode(kind, rank=self.rank, **fields))
+            sock.sendall(data)
 
     def done(self) -> None:
         """The script returned: say so at once (a blocking send, before finalisation)."""
@@ -99,18 +122,55 @@ class RankAgent:
         self.send("api", **features)
 
     def _read(self) -> None:
-        assert self._sock is not None
-        with contextlib.suppress(OSError), self._sock.makefile("rb") as stream:
-            for line in stream:
-                msg = decode(line)
-                if msg is not None:
-                    self.last_heard = time.monotonic()
-                    if msg["t"] == "stop":
-                        self._die("the launcher asked this rank to stop")
-                    elif msg["t"] == "finish":
-                        self._finish()
-                    elif msg["t"] == "preempt":  # rank 0's checkpoint callback commits now
-                        preempt.request()
+        """The launcher's challenge first (answered with this rank's proof), then its
+        messages; a line over ``MAX_LAUNCHER_LINE`` ends the connection."""
+        sock = self._sock
+        assert sock is not None
+        with contextlib.suppress(OSError, ValueError), sock.makefile("rb") as stream:
+            first = stream.readline(MAX_LAUNCHER_LINE + 1)
+            reply = answer(self.token, self._nonce, first)
+            if reply is None:
+                self._hang_up("did not prove it holds the job's token" if first else
+                              "closed the connection (it refused this rank's hello?)")
+                return
+            self._put(reply)
+            self.last_heard = time.monotonic()
+            self._trusted.set()
+            while line := stream.readline(MAX_LAUNCHER_LINE + 1):
+                if len(line) > MAX_LAUNCHER_LINE:
+                    self._hang_up(f"sent a line over {MAX_LAUNCHER_LINE} bytes")
+                    return
+                try:
+                    self._heard(line)
+                except Exception as err:  # a message nobody foresaw: the reader goes on
+                    _warn(f"a message from the launcher failed: {err!r}")
+
+    def _heard(self, line: bytes) -> None:
+        """One line from the launcher: a kind it sends, or dropped (and not a sign of life)."""
+        msg = decode(line)
+        kind = msg["t"] if msg is not None else None
+        if kind not in LAUNCHER_EVENTS:
+            if not self._noted:
+                self._noted = True
+                _warn(f"dropped a message from the launcher that is not one of the protocol's "
+                      f"({line[:60]!r}), and will drop any more")
+            return
+        self.last_heard = time.monotonic()
+        if kind == "stop":
+            self._die("the launcher asked this rank to stop")
+        elif kind == "finish":
+            self._finish()
+        elif kind == "preempt":  # rank 0's checkpoint callback commits now
+            preempt.request()
+
+    def _hang_up(self, why: str) -> None:
+        """Whatever answered at the launcher's address is not to be heard: close the
+        connection; the dead-man switch then ends this rank, as when no launcher answers."""
+        _warn(f"what answered at {self.addr} {why}: not heard; closing the connection")
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def _beat(self) -> None:
         while True:

@@ -1,10 +1,23 @@
 """The rank <-> launcher control protocol: newline-delimited JSON messages. Pure.
 
-Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port) and first send ``hello`` carrying
-``RINGTRAIN_CONTROL_TOKEN``; a connection without the token is dropped. Messages, rank -> launcher:
+Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port). Both sides hold the job's token
+(``RINGTRAIN_CONTROL_TOKEN``) and each proves it to the other without sending it:
 
-* ``hello``    rank, host, pid, ppid, parent (the parent's command name, e.g. ``orted``)
-* ``init``     Horovod finished ``hvd.init()``: rank, size, local_rank
+1. rank -> launcher ``hello``: rank, host, pid, start, ppid, parent (the parent's command
+   name, e.g. ``orted``), parent_start, and ``nonce``, fresh random hex (``NONCE_HEX`` digits);
+2. launcher -> rank ``challenge``: its own fresh ``nonce`` and ``proof``,
+   ``launcher_proof(token, rank nonce, launcher nonce)`` (HMAC-SHA256). The rank reads
+   nothing else first: a wrong proof, another message or a line over ``MAX_LAUNCHER_LINE``
+   and it closes the connection and waits for a launcher that never comes (its dead-man
+   switch), so whatever sits at the address without the token cannot steer it;
+3. rank -> launcher ``auth``: ``proof``, ``rank_proof(token, rank nonce, launcher nonce)``. The
+   launcher hears nothing else from the connection before it, and then the connection speaks
+   for the rank of its hello alone, whatever a message's own ``rank`` field says; a second
+   connection for a rank (same host and PID) still connected is refused.
+
+Then, rank -> launcher (``RANK_EVENTS``; any other kind is dropped):
+
+* ``init``     Horovod finished ``hvd.init()``: rank, size, local_rank (``init_begin`` before)
 * ``tf_forming`` / ``tf_formed``  the rank enters / leaves TensorFlow's wait for the other
   tasks of its cluster (MultiWorkerMirroredStrategy, the parameter-server coordinator), where
   TensorFlow holds the GIL and so stops this rank's heartbeats
@@ -16,24 +29,38 @@ Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port) and first send ``hello``
 * ``api``      the script uses ringtrain.keras: ``checkpoint`` (URL) and/or ``progress``
 * ``done``     the script returned (or exited 0); interpreter finalisation follows
 * ``preempt_committed``  epoch, step: rank 0 committed the checkpoint a ``preempt`` asked for
+* ``elastic_reset`` / ``elastic_restored``  --elastic: the ring forms again / rank 0 restored
+  the state (source, epoch, step, size, nbytes)
 
-and launcher -> rank: ``hb`` every ``HEARTBEAT_S``; ``stop`` (a fault: the rank ends itself and
-its daemon); ``finish`` (tf-ps: the chief is done; a serving task says ``done`` and exits 0);
-``preempt`` (SIGUSR1 reached the launcher: rank 0 commits a checkpoint at its next batch end). A
-rank that hears nothing from the launcher for its ``RINGTRAIN_LAUNCHER_TIMEOUT`` ends itself and
-its Open MPI daemon (a dead-man switch), so a partitioned host cannot keep the job's processes
-alive after the launcher gave up on it.
+and launcher -> rank (``LAUNCHER_EVENTS``; any other kind is dropped, not heard): ``hb`` every
+``HEARTBEAT_S``; ``stop`` (a fault: the rank ends itself and its daemon); ``finish`` (tf-ps:
+the chief is done; a serving task says ``done`` and exits 0); ``preempt`` (SIGUSR1 reached
+the launcher: rank 0 commits a checkpoint at its next batch end). A rank that hears nothing
+from the launcher for its ``RINGTRAIN_LAUNCHER_TIMEOUT`` ends itself and its Open MPI daemon (a
+dead-man switch), so a partitioned host cannot keep the job's processes alive after the
+launcher gave up on it.
+
+The channel is plain TCP: the proofs keep out whoever can reach the address without the
+token, not whoever can read and rewrite the traffic between the hosts (docs/THREAT_MODEL.md).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
 HEARTBEAT_S = 1.0
-MAX_LINE = 64 * 1024
+MAX_LINE = 64 * 1024  # rank -> launcher
+MAX_LAUNCHER_LINE = 1024  # launcher -> rank: its messages are short
+NONCE_HEX = 32  # 16 random bytes
+RANK_EVENTS = frozenset({
+    "hb", "init_begin", "init", "tf_forming", "tf_formed", "progress", "steps", "api", "done",
+    "preempt_committed", "elastic_reset", "elastic_restored"})
+LAUNCHER_EVENTS = frozenset({"hb", "stop", "finish", "preempt"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +91,7 @@ def decode(line: bytes) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: "[[[[..."
         return None
     if not isinstance(data, dict) or not isinstance(data.get("t"), str):
         return None
@@ -88,3 +115,43 @@ def number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def is_nonce(value: Any) -> bool:
+    """``NONCE_HEX`` lower-case hex digits."""
+    return (isinstance(value, str) and len(value) == NONCE_HEX
+            and all(c in "0123456789abcdef" for c in value))
+
+
+def _proof(token: str, role: str, rank_nonce: str, launcher_nonce: str) -> str:
+    text = f"ringtrain control\n{role}\n{rank_nonce}\n{launcher_nonce}"
+    return hmac.new(token.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def launcher_proof(token: str, rank_nonce: str, launcher_nonce: str) -> str:
+    """What the launcher's ``challenge`` carries: it holds the token, and answers this hello."""
+    return _proof(token, "launcher", rank_nonce, launcher_nonce)
+
+
+def rank_proof(token: str, rank_nonce: str, launcher_nonce: str) -> str:
+    """What the rank's ``auth`` carries (another role: a launcher's proof cannot be sent back)."""
+    return _proof(token, "rank", rank_nonce, launcher_nonce)
+
+
+def answer(token: str, rank_nonce: str, line: bytes) -> bytes | None:
+    """The rank's ``auth`` line for the launcher's first line, or None when that line is not a
+    ``challenge`` proving the token for this ``rank_nonce``."""
+    msg = decode(line) if len(line) <= MAX_LAUNCHER_LINE else None
+    if msg is None or msg["t"] != "challenge" or not is_nonce(msg.get("nonce")):
+        return None
+    theirs = msg["nonce"]
+    if not same(msg.get("proof"), launcher_proof(token, rank_nonce, theirs)):
+        return None
+    return encode("auth", proof=rank_proof(token, rank_nonce, theirs))
+
+
+def same(value: Any, expected: str) -> bool:
+    """``value`` is the string ``expected``, compared in constant time (any type, any text:
+    ``hmac.compare_digest`` itself refuses a str that is not ASCII)."""
+    return isinstance(value, str) and hmac.compare_digest(
+        value.encode(errors="replace"), expected.encode())

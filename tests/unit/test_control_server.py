@@ -1,14 +1,31 @@
-"""The control server on loopback: authenticate first, bounded reads, capped and timed-out
-unauthenticated connections (a peer that can reach the port is not trusted)."""
+"""The control server on loopback: authenticate first (both ways), bounded reads, capped and
+timed-out unauthenticated connections (a peer that can reach the port is not trusted), one
+connection per rank, each speaking for its own rank only."""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 import socket
 import threading
 import time
+from pathlib import Path
 
+import pytest
+
+import ringtrain
 from ringtrain.launch.control import MAX_PENDING, ControlServer
-from ringtrain.rank.events import MAX_LINE, encode
+from ringtrain.rank.events import (
+    MAX_LINE,
+    RANK_EVENTS,
+    decode,
+    encode,
+    launcher_proof,
+    rank_proof,
+)
+from ringtrain.rank.relay import FORWARDED
+from tests.unit.control_peer import answer_challenge, check_in, read_line, say_hello
 
 
 def _connect(server: ControlServer) -> socket.socket:
@@ -17,16 +34,19 @@ def _connect(server: ControlServer) -> socket.socket:
 
 
 def _closed_by_peer(sock: socket.socket, within: float) -> bool:
-    sock.settimeout(within)
+    """The server closed the connection within ``within`` seconds (a connection it keeps
+    gets heartbeats: a deadline, not a quiet spell, ends the wait)."""
+    deadline = time.monotonic() + within
     try:
-        while True:
-            data = sock.recv(65536)
-            if not data:
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not sock.recv(65536):
                 return True
     except (ConnectionResetError, BrokenPipeError):
         return True
     except TimeoutError:
         return False
+    return False
 
 
 def _wait(condition: object, timeout: float = 10.0) -> bool:
@@ -42,11 +62,17 @@ def test_a_rank_with_the_token_is_heard_one_without_is_dropped() -> None:
     server = ControlServer()
     try:
         good = _connect(server)
-        good.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
+        check_in(good, server.token, rank=0, host="h", pid=42)
         assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
-        bad = _connect(server)
-        bad.sendall(encode("hello", token="guess", rank=1, host="h", pid=43))
+        bad = _connect(server)  # a peer that guesses: its auth is refused
+        nonce = say_hello(bad, rank=1, host="h", pid=43)
+        theirs = json.loads(read_line(bad))["nonce"]
+        bad.sendall(encode("auth", proof=rank_proof("guess", nonce, theirs)))
         assert _closed_by_peer(bad, 5)
+        old_style = _connect(server)  # the token itself, in the hello, is not an auth
+        old_style.sendall(encode("hello", token=server.token, rank=2, host="h", pid=44,
+                                 nonce="a" * 32) + encode("hb"))
+        assert _closed_by_peer(old_style, 5)
         noise = _connect(server)
         noise.sendall(b"GET / HTTP/1.1\r\n\r\n")  # not a hello: dropped at once
         assert _closed_by_peer(noise, 5)
@@ -85,7 +111,7 @@ def test_a_flood_of_idle_connections_stays_bounded_and_times_out() -> None:
         assert _wait(lambda: server.refused == 300, timeout=15)
         assert _wait(lambda: threading.active_count() - before <= 2)
         rank = _connect(server)  # and a real rank still gets in afterwards
-        rank.sendall(encode("hello", token=server.token, rank=3, host="h", pid=7))
+        check_in(rank, server.token, rank=3, host="h", pid=7)
         assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [3])
     finally:
         for s in socks:
@@ -101,8 +127,11 @@ def test_every_rank_of_a_large_job_may_check_in_at_once() -> None:
     try:
         host, port = server.address.rsplit(":", 1)
         socks = [socket.create_connection((host, int(port))) for _ in range(300)]
+        nonces: list[str] = []
         for rank, sock in enumerate(socks):
-            sock.sendall(encode("hello", rank=rank, token=server.token, host="h", pid=rank))
+            nonces.append(say_hello(sock, rank=rank, host="h", pid=rank))
+        for sock, nonce in zip(socks, nonces, strict=True):  # every hello first, then the auths
+            answer_challenge(sock, server.token, nonce)
         assert _wait(lambda: len(server.snapshot().ranks) == 300)
         assert server.refused == 0
     finally:
@@ -115,7 +144,7 @@ def test_a_rank_waiting_for_its_tensorflow_cluster_is_marked_until_it_joins() ->
     server = ControlServer()
     try:
         sock = _connect(server)
-        sock.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
+        check_in(sock, server.token, rank=0, host="h", pid=42)
         sock.sendall(encode("tf_forming", rank=0))
         assert _wait(lambda: [r.forming_since is not None for r in server.snapshot().ranks]
                      == [True])
@@ -132,13 +161,13 @@ def test_a_bad_field_is_dropped_and_logged_never_a_dead_thread() -> None:
     server = ControlServer()
     try:
         forged = _connect(server)
-        forged.sendall(encode("hello", token=server.token, rank=1, host="h", pid="12ab"))
+        say_hello(forged, rank=1, host="h", pid="12ab")
         assert _closed_by_peer(forged, 5)
         nested = _connect(server)
-        nested.sendall(encode("hello", token=server.token, rank=True, host=["x"], pid=7))
+        say_hello(nested, rank=True, host=["x"], pid=7)
         assert _closed_by_peer(nested, 5)
         good = _connect(server)
-        good.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
+        check_in(good, server.token, rank=0, host="h", pid=42)
         good.sendall(encode("progress", epoch="2", step=7, loss="x", samples_per_s=float("nan")))
         assert _wait(lambda: server.snapshot().progress is not None)
         progress = server.snapshot().progress
@@ -160,17 +189,17 @@ def test_a_process_under_a_number_already_seen_gets_its_own() -> None:
     server = ControlServer()
     try:
         first = _connect(server)
-        first.sendall(encode("hello", token=server.token, rank=1, host="gpu01", pid=42))
+        check_in(first, server.token, rank=1, host="gpu01", pid=42)
         assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [1])
         joiner = _connect(server)
-        joiner.sendall(encode("hello", token=server.token, rank=1, host="gpu03", pid=7))
+        check_in(joiner, server.token, rank=1, host="gpu03", pid=7)
         assert _wait(lambda: len(server.snapshot().ranks) == 2)
         ranks = {r.rank: (r.host, r.pid) for r in server.snapshot().ranks}
         assert ranks == {1: ("gpu01", 42), 2: ("gpu03", 7)}
         first.close()
         assert _wait(lambda: not server.snapshot().ranks[0].connected)
         again = _connect(server)
-        again.sendall(encode("hello", token=server.token, rank=1, host="gpu01", pid=42))
+        check_in(again, server.token, rank=1, host="gpu01", pid=42)
         assert _wait(lambda: all(r.connected for r in server.snapshot().ranks))
         assert len(server.snapshot().ranks) == 2
     finally:
@@ -183,7 +212,7 @@ def test_elastic_stages_are_kept_as_numbers_only_and_bounded() -> None:
     server = ControlServer()
     try:
         rank = _connect(server)
-        rank.sendall(encode("hello", token=server.token, rank=0, host="gpu01", pid=42))
+        check_in(rank, server.token, rank=0, host="gpu01", pid=42)
         rank.sendall(encode("elastic_reset"))
         rank.sendall(encode("elastic_restored", source=1, epoch=3, step=10, size=2,
                             nbytes=220_000))
@@ -199,5 +228,129 @@ def test_elastic_stages_are_kept_as_numbers_only_and_bounded() -> None:
         for _ in range(ELASTIC_KEPT + 5):
             rank.sendall(encode("elastic_reset"))
         assert _wait(lambda: len(server.snapshot().resets) == ELASTIC_KEPT)
+    finally:
+        server.close()
+
+
+def test_the_launcher_proves_the_token_first_and_each_proof_fits_one_connection() -> None:
+    """Issue 23: a rank heard whatever sat at the launcher's address, and gave it the token in
+    its hello. Now the server's first line proves the token for the rank's own nonce, the
+    rank answers for the server's, and neither proof is of use on another connection."""
+    server = ControlServer()
+    try:
+        sock = _connect(server)
+        nonce = say_hello(sock, rank=0, host="h", pid=42)
+        line = read_line(sock)
+        challenge = decode(line)
+        assert challenge is not None and challenge["t"] == "challenge"
+        assert challenge["proof"] == launcher_proof(server.token, nonce, challenge["nonce"])
+        assert server.token.encode() not in line
+        time.sleep(0.2)
+        assert server.snapshot().ranks == ()  # not a rank before its auth
+        auth = encode("auth", proof=rank_proof(server.token, nonce, challenge["nonce"]))
+        sock.sendall(auth)
+        assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
+        replay = _connect(server)  # what was seen on the wire, said again
+        replay.sendall(encode("hello", nonce=nonce, rank=1, host="h", pid=43))
+        again = decode(read_line(replay))
+        assert again is not None and again["nonce"] != challenge["nonce"]
+        replay.sendall(auth)
+        assert _closed_by_peer(replay, 5)
+        assert [r.rank for r in server.snapshot().ranks] == [0]
+    finally:
+        server.close()
+
+
+def test_a_second_connection_for_a_connected_rank_is_refused_not_a_takeover(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 23: a second hello for the same rank and process took the rank over, and when
+    the first connection closed the rank read as disconnected while the second spoke for it.
+    Now the first connection keeps the rank and the second is refused and logged."""
+    server = ControlServer()
+    try:
+        first = _connect(server)
+        check_in(first, server.token, rank=0, host="h", pid=42)
+        assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+            second = _connect(server)
+            check_in(second, server.token, rank=0, host="h", pid=42)
+            assert _closed_by_peer(second, 5)
+        assert "refused a second connection for rank 0" in caplog.text
+        first.sendall(encode("done"))
+        assert _wait(lambda: server.snapshot().ranks[0].done)
+        assert [(r.rank, r.connected) for r in server.snapshot().ranks] == [(0, True)]
+        assert server.refused == 1
+    finally:
+        server.close()
+
+
+def test_a_connection_speaks_for_its_own_hellos_rank_only() -> None:
+    """What a message's own ``rank`` field says, or a second hello on the same connection,
+    changes nothing: the connection speaks for the rank it checked in as (this held before
+    issue 23's change too; kept by this test)."""
+    server = ControlServer()
+    try:
+        zero, one = _connect(server), _connect(server)
+        check_in(zero, server.token, rank=0, host="h", pid=42)
+        check_in(one, server.token, rank=1, host="h", pid=43)
+        assert _wait(lambda: len(server.snapshot().ranks) == 2)
+        zero.sendall(encode("hello", nonce="b" * 32, rank=1, host="h", pid=43))
+        zero.sendall(encode("done", rank=1) + encode("init", rank=1, size=2))
+        assert _wait(lambda: server.snapshot().ranks[0].done)
+        one_state = server.snapshot().ranks[1]
+        assert not one_state.done and not one_state.initialized and one_state.pid == 43
+        assert [r.pid for r in server.snapshot().ranks] == [42, 43]
+    finally:
+        server.close()
+
+
+def test_a_message_outside_the_protocol_is_dropped_the_rank_kept(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 23: a deeply nested line raised RecursionError in the server's reader, and the
+    rank was dropped as if it had sent a bad message on purpose (with a traceback). Now such a
+    message, an unknown kind, or a handshake message after the handshake is dropped and
+    logged once; the rank stays heard."""
+    server = ControlServer()
+    try:
+        sock = _connect(server)
+        check_in(sock, server.token, rank=0, host="h", pid=42)
+        assert _wait(lambda: len(server.snapshot().ranks) == 1)
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+            sock.sendall(b'{"t":"hb","x":' + b"[" * 5000 + b"}\n" + encode("bogus")
+                         + encode("auth", proof="x") + b"not json\n")
+            sock.sendall(encode("progress", epoch=1, step=9))
+            assert _wait(lambda: server.snapshot().progress is not None)
+        assert caplog.text.count("not in the protocol") == 1
+        assert "Traceback" not in caplog.text
+        assert server.snapshot().ranks[0].connected and server._thread.is_alive()
+    finally:
+        server.close()
+
+
+def test_every_kind_the_rank_side_sends_is_one_the_server_hears() -> None:
+    """The server drops a kind outside RANK_EVENTS: each kind that ringtrain's code sends to
+    the launcher (``send("...")``, memory's ``_tell("...")``) and every kind the relay
+    forwards must be listed, or it would be dropped as a forgery."""
+    root = Path(ringtrain.__file__).parent
+    sent = {kind for path in root.rglob("*.py") for kind in re.findall(
+        r'\b(?:send|_tell|tell)\(\s*"([a-z_]+)"', path.read_text())}
+    assert {"hb", "progress", "done", "elastic_reset"} <= sent  # the scan sees them
+    assert sent <= RANK_EVENTS
+    assert set(FORWARDED) <= RANK_EVENTS
+
+
+def test_step_times_that_are_not_finite_are_left_out() -> None:
+    """Issue 23: '"compute": Infinity' (JSON that Python reads) was kept, and a window mean of
+    inf or NaN went into straggler scores and result.json."""
+    server = ControlServer()
+    try:
+        sock = _connect(server)
+        check_in(sock, server.token, rank=0, host="h", pid=42)
+        sock.sendall(b'{"t":"steps","n":3,"compute":Infinity,"wall":1e999}\n')
+        assert _wait(lambda: server.snapshot().ranks
+                     and server.snapshot().ranks[0].steps is not None)
+        steps = server.snapshot().ranks[0].steps
+        assert steps is not None
+        assert (steps.compute, steps.wall, steps.total_steps) == (None, None, 0)
     finally:
         server.close()

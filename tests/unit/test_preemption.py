@@ -10,12 +10,13 @@ import time
 from ringtrain.launch.control import ControlServer
 from ringtrain.launch.preemption import Preemption, ask_commit
 from ringtrain.rank.events import decode, encode
+from tests.unit.control_peer import check_in
 
 
 def _rank(server: ControlServer, *, checkpoints: bool, answer: bool) -> socket.socket:
     host, port = server.address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=5)
-    sock.sendall(encode("hello", token=server.token, rank=0, host="h", pid=42))
+    check_in(sock, server.token, rank=0, host="h", pid=42)
     if checkpoints:
         sock.sendall(encode("api", checkpoint="file:///tmp/c", progress=True))
 

@@ -2,7 +2,7 @@
 (issue 14, items 2 and 3 in part).
 
 Simulated ranks are real sockets speaking the real protocol (``ringtrain.rank.events``): worker
-processes open one connection per rank, say hello with the job's token, heartbeat every
+processes open one connection per rank, check in proving the job's token, heartbeat every
 second and drain the launcher's beats, like ``ringtrain.rank.agent``. The control server is the
 real one, in this process, so its CPU is this process's CPU (the workers' is not counted). Per
 size it prints the time until every rank checked in, this process's CPU per second in steady
@@ -32,7 +32,7 @@ from ringtrain.hostfile import Host, Inventory, allocate
 from ringtrain.launch.control import ControlServer
 from ringtrain.launch.result import FailureKind
 from ringtrain.launch.supervise import check
-from ringtrain.rank.events import HEARTBEAT_S, encode
+from ringtrain.rank.events import HEARTBEAT_S, answer, encode
 from ringtrain.spec import SupervisionPolicy
 
 PER_HOST = 8
@@ -45,18 +45,26 @@ def raise_fd_limit() -> None:
 
 def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
             stop: Any) -> None:
-    """One process of simulated ranks: connect, hello, heartbeat; ``silence`` holds the rank
-    that must go quiet (-1: none)."""
+    """One process of simulated ranks: connect, hello, answer the challenge, heartbeat;
+    ``silence`` holds the rank that must go quiet (-1: none)."""
     raise_fd_limit()
     sel = selectors.DefaultSelector()
     socks: dict[int, socket.socket] = {}
     for rank in ranks:
         sock = socket.create_connection(addr)
-        sock.sendall(encode("hello", rank=rank, token=token, host=f"sim{rank // PER_HOST:05d}",
+        nonce = f"{rank:032x}"  # a simulation: any hex does; a real rank's is random
+        sock.sendall(encode("hello", rank=rank, nonce=nonce, host=f"sim{rank // PER_HOST:05d}",
                             pid=100000 + rank, start=1, ppid=1, parent="orted", parent_start=1))
+        socks[rank] = sock
+    for rank, sock in socks.items():  # every hello first: all ranks check in at once
+        line = b""
+        while not line.endswith(b"\n") and (chunk := sock.recv(4096)):
+            line += chunk
+        reply = answer(token, f"{rank:032x}", line)
+        assert reply is not None, f"the control server's challenge to rank {rank}: {line!r}"
+        sock.sendall(reply)
         sock.setblocking(False)
         sel.register(sock, selectors.EVENT_READ)
-        socks[rank] = sock
     beat = {rank: encode("hb", rank=rank) for rank in ranks}
     next_beat = time.monotonic()
     while not stop.is_set():

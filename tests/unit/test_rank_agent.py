@@ -1,0 +1,184 @@
+"""The rank agent against a real control server, and against impostors at the launcher's
+address, on loopback (issue 23): the launcher must prove the job's token before the agent hears
+it; the token itself never goes on the wire; a line over the bound ends the connection; a
+message the agent cannot use is dropped, never its reader thread."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from ringtrain.launch.control import ControlServer, Progress
+from ringtrain.rank import agent as rankagent
+from ringtrain.rank.agent import RankAgent
+from ringtrain.rank.events import (
+    MAX_LAUNCHER_LINE,
+    decode,
+    encode,
+    launcher_proof,
+    rank_proof,
+)
+
+TOKEN = "0123456789abcdef0123456789abcdef"  # a test's
+THEIRS = "f" * 32  # the launcher's nonce in the impostors' challenges
+
+
+def _wait(condition: Callable[[], object], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+def heard(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What agents did on the launcher's word: "preempt", or "die: <why>"."""
+    out: list[str] = []
+    monkeypatch.setattr(rankagent.preempt, "request", lambda: out.append("preempt"))
+    return out
+
+
+def _agent(address: str, token: str, heard: list[str], *, rank: int = 0,
+           timeout: float = 30.0) -> RankAgent:
+    """An agent whose ``_die`` is recorded instead (the real one kills the process). Set on
+    the instance, not the class: the agent's threads outlive the test, and its dead-man
+    switch must never reach the real one."""
+    agent = RankAgent(address, token, rank=rank, launcher_timeout=timeout)
+    agent._die = lambda why: heard.append(f"die: {why}")  # type: ignore[method-assign]
+    return agent
+
+
+class _Impostor:
+    """Something at the launcher's address: reads the agent's hello, sends ``first(hello)``
+    and ``then``, and records what comes back until the agent hangs up."""
+
+    def __init__(self, first: Callable[[dict[str, Any]], bytes], then: bytes = b"") -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        self.raw_hello = b""
+        self.after_hello: list[bytes] = []
+        self.hung_up = threading.Event()
+        self._first, self._then = first, then
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        sock, _ = self._server.accept()
+        with sock, sock.makefile("rb") as stream:
+            self.raw_hello = stream.readline()
+            hello = decode(self.raw_hello)
+            assert hello is not None
+            with contextlib.suppress(OSError):
+                sock.sendall(self._first(hello) + self._then)
+            with contextlib.suppress(OSError):
+                for line in stream:
+                    self.after_hello.append(line)
+        self.hung_up.set()
+
+    def close(self) -> None:
+        self._server.close()
+
+
+@contextlib.contextmanager
+def _impostor(first: Callable[[dict[str, Any]], bytes], then: bytes = b"") -> Iterator[_Impostor]:
+    fake = _Impostor(first, then)
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+def _challenge(token: str) -> Callable[[dict[str, Any]], bytes]:
+    """A launcher's challenge with the proof ``token`` gives for the hello's nonce."""
+    return lambda hello: encode("challenge", nonce=THEIRS,
+                                proof=launcher_proof(token, hello["nonce"], THEIRS))
+
+
+ORDERS = encode("stop") + encode("preempt") + encode("hb")
+IMPOSTORS = {
+    "a proof without the token": _challenge("a guess"),
+    "a proof for another hello (replayed)": lambda hello: encode(
+        "challenge", nonce=THEIRS, proof=launcher_proof(TOKEN, "e" * 32, THEIRS)),
+    "the rank's own proof sent back": lambda hello: encode(
+        "challenge", nonce=THEIRS, proof=rank_proof(TOKEN, hello["nonce"], THEIRS)),
+    "orders and no challenge": lambda hello: b"",
+    "an over-long challenge": lambda hello: _challenge(TOKEN)(hello)[:-2] + b" " * 2000 + b"}\n",
+}
+
+
+@pytest.mark.parametrize("first", IMPOSTORS.values(), ids=IMPOSTORS.keys())
+def test_whatever_answers_without_proving_the_token_is_no_launcher(
+        first: Callable[[dict[str, Any]], bytes], heard: list[str]) -> None:
+    """Before: the agent sent the token in its hello and obeyed the first "stop" it read. Now
+    it hangs up, obeys nothing, tells nothing, and its dead-man switch ends the rank as for a
+    launcher that never answered."""
+    with _impostor(first, then=ORDERS) as fake:
+        agent = _agent(fake.address, TOKEN, heard, rank=3, timeout=1.0)
+        began = agent.last_heard
+        assert agent.start()
+        agent.send("done")  # dropped: nobody proved they should hear it
+        assert fake.hung_up.wait(5)
+        assert _wait(lambda: heard)
+        assert heard[0].startswith("die: no word from the launcher")
+        assert "preempt" not in heard
+        assert agent.last_heard == began
+        assert fake.after_hello == []
+        hello = json.loads(fake.raw_hello)
+        assert TOKEN.encode() not in fake.raw_hello and "token" not in hello
+        assert (hello["t"], hello["rank"], hello["pid"]) == ("hello", 3, os.getpid())
+
+
+def test_an_over_long_line_from_the_launcher_ends_the_connection(heard: list[str]) -> None:
+    """Before: the agent read a line of any length, then obeyed the next one."""
+    long_line = b'{"t":"hb","pad":"' + b"x" * (4 * MAX_LAUNCHER_LINE) + b'"}\n'
+    with _impostor(_challenge(TOKEN), then=long_line + encode("preempt")) as fake:
+        agent = _agent(fake.address, TOKEN, heard)
+        assert agent.start()  # the proof was right: the agent answered it
+        assert fake.hung_up.wait(5)
+        assert [json.loads(line)["t"] for line in fake.after_hello][:1] == ["auth"]
+        time.sleep(0.2)
+        assert heard == []
+
+
+def test_a_message_the_agent_cannot_use_is_dropped_and_the_reader_goes_on(
+        heard: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: a deeply nested line raised RecursionError in the reader thread, which died;
+    the rank then heard nothing more and its dead-man switch ended it."""
+    junk = (b"[" * 1015 + b"\n"  # under the line bound, over the parser's depth
+            + b'{"t":5}\n' + b'{"t":"bogus"}\n'
+            + b"\xff\xfe\n" + b"[1,2]\n" + encode("challenge", nonce=THEIRS, proof="x"))
+    with _impostor(_challenge(TOKEN), then=junk + encode("preempt")) as fake:
+        agent = _agent(fake.address, TOKEN, heard)
+        assert agent.start()
+        assert _wait(lambda: heard == ["preempt"])
+        assert not fake.hung_up.is_set()
+        agent.send("progress", step=1)
+        assert _wait(lambda: len(fake.after_hello) >= 2)
+        assert json.loads(fake.after_hello[-1])["t"] in ("progress", "hb")
+    assert capsys.readouterr().err.count("dropped a message from the launcher") == 1
+
+
+def test_the_agent_and_the_launcher_prove_the_token_to_each_other(heard: list[str]) -> None:
+    server = ControlServer()
+    try:
+        agent = _agent(server.address, server.token, heard)
+        assert agent.start()
+        assert _wait(lambda: [(r.rank, r.pid) for r in server.snapshot().ranks]
+                     == [(0, os.getpid())])
+        agent.send("progress", epoch=2, step=5)
+        assert _wait(lambda: (server.snapshot().progress or Progress()).step == 5)
+        server.broadcast("preempt")
+        assert _wait(lambda: heard == ["preempt"])
+        before = agent.last_heard
+        assert _wait(lambda: agent.last_heard > before)  # the launcher's heartbeats
+    finally:
+        server.close()
