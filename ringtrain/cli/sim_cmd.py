@@ -14,6 +14,7 @@ from ringtrain import sim
 from ringtrain.sim import gpufaults
 from ringtrain.sim.config import DEFAULT_MODEL, DEFAULT_NAME
 from ringtrain.sim.gpus import parse_count
+from ringtrain.sim.hdfsserver import start_hdfs_server, stop_hdfs_server
 from ringtrain.sim.s3server import start_s3_server, stop_s3_server
 from ringtrain.sim.slurm import SlurmSimConfig, slurm_down, slurm_up
 from ringtrain.sim.slurm import load as load_slurm
@@ -22,6 +23,7 @@ _EPILOG = """\b
 Examples:
   sudo ringtrain sim up                      4 hosts gpu01..gpu04, 4 x H100 each
   sudo ringtrain sim up --hosts 8 --gpus 8
+  sudo ringtrain sim up --s3 --hdfs          with an S3 server and an HDFS the hosts reach
   ringtrain sim status
   sudo ringtrain sim set-gpus gpu03 2        gpu03 now reports 2 GPUs
   sudo ringtrain sim set-gpus gpu03 fail     nvidia-smi on gpu03 fails (driver message, exit 9)
@@ -58,10 +60,13 @@ def command() -> None:
               help="Also start a Slurm cluster (munge, slurmctld, one slurmd per host).")
 @click.option("--s3", is_flag=True,
               help="Also start an S3 server (SeaweedFS) on the cluster's bridge address.")
+@click.option("--hdfs", is_flag=True,
+              help="Also start an HDFS (Hadoop's MiniDFSCluster: a NameNode and a DataNode in "
+                   "one JVM; needs Java 17 and Maven) on the cluster's bridge address.")
 @_name
 @_state_dir
 def up_cmd(hosts: int, gpus: int, model: str, subnet: str | None, no_etc_hosts: bool,
-           slurm: bool, s3: bool, name: str, state_dir: Path | None) -> None:
+           slurm: bool, s3: bool, hdfs: bool, name: str, state_dir: Path | None) -> None:
     """Build the cluster (idempotent: a healthy one is left alone, a damaged one repaired)."""
     cfg = sim.SimConfig(name=name, hosts=hosts, subnet=subnet, state_dir=state_dir,
                         gpus_per_host=gpus, gpu_model=model, hosts_in_etc_hosts=not no_etc_hosts)
@@ -74,6 +79,13 @@ def up_cmd(hosts: int, gpus: int, model: str, subnet: str | None, no_etc_hosts: 
         click.echo(f"s3 {name}: {server.endpoint_url}, bucket {server.bucket} "
                    f"(credentials in a 0600 file); use it with:\n  export {exports}\n"
                    f"  ringtrain launch --checkpoint {server.url('my-run')} ...")
+    if hdfs:
+        # The NameNode and DataNodes on the bridge address too: clients in the hosts' namespaces
+        # are sent to the DataNodes' registered address, which is that one (sim/minihdfs.py).
+        namenode = start_hdfs_server(c.state_dir / "hdfs", ip=c.bridge_address)
+        click.echo(f"hdfs {name}: {namenode.url}/ (a NameNode and a DataNode; the data lasts "
+                   f"until `sim down`); use it with:\n"
+                   f"  ringtrain launch --checkpoint {namenode.url}/my-run ...")
     if slurm:
         s = slurm_up(SlurmSimConfig(name=name, nodes=hosts, gpus_per_node=gpus))
         click.echo(f"slurm {name}: {len(s.nodes)} nodes ({', '.join(s.nodes)}); "
@@ -93,10 +105,12 @@ def up_cmd(hosts: int, gpus: int, model: str, subnet: str | None, no_etc_hosts: 
 @_state_dir
 def down_cmd(purge: bool, name: str, state_dir: Path | None) -> None:
     """Remove every namespace, link, process and /etc/hosts line of the cluster (and its Slurm
-    cluster, when `up --slurm` started one)."""
+    cluster, S3 and HDFS servers, when `up --slurm`, `--s3`, `--hdfs` started them)."""
     cfg = _cfg(name, state_dir)
     if stop_s3_server(cfg.resolved_state_dir / "s3"):
         click.echo(f"s3 {name}: stopped")
+    if stop_hdfs_server(cfg.resolved_state_dir / "hdfs"):
+        click.echo(f"hdfs {name}: stopped")
     sim.down(cfg, purge=purge)
     if load_slurm(SlurmSimConfig(name=name)) is not None:
         slurm_down(SlurmSimConfig(name=name))

@@ -1,8 +1,13 @@
-"""A real HDFS for the tests: Apache Hadoop's MiniDFSCluster (a NameNode and DataNodes in one
-JVM), started by ``minihdfs/MiniHdfs.java``, on 127.0.0.1. (Not yet on the simulated cluster's
-bridge address: MiniDFSCluster's DataNodes reach its NameNode at 127.0.0.1 whatever it is bound
-to, and a DataNode registers with the address it came from, so the hosts' namespaces would be
-sent to 127.0.0.1; that needs the NameNode on every address and datanode hostnames.)
+"""A real HDFS for the tests and ``ringtrain sim up --hdfs``: Apache Hadoop's MiniDFSCluster (a
+NameNode and DataNodes in one JVM), started by ``minihdfs/MiniHdfs.java``, on one address:
+127.0.0.1 for the tests, or the simulated cluster's bridge address, which the hosts' network
+namespaces reach (hdfsserver.py). Every port clients use is on that address (the web servers
+stay on 127.0.0.1), and clients there need no configuration. MiniDFSCluster's DataNodes would
+reach the NameNode at localhost, and a DataNode registers with the address its registration
+came from, so clients would be sent to 127.0.0.1 (their own loopback, in a namespace); the
+launcher gives the NameNode a service RPC address on the cluster's address, through which the
+DataNodes register instead (and names that address as their hostname, for clients with
+``dfs.client.use.datanode.hostname``).
 
 ``build()`` fetches the pinned Hadoop client artifacts with Maven (``minihdfs/pom.xml``; Maven
 verifies their checksums) and compiles the launcher, once, into a cache directory
@@ -10,7 +15,8 @@ verifies their checksums) and compiles the launcher, once, into a cache director
 the cluster on an address and port, waits until it is out of safe mode with every DataNode
 registered, and returns a ``MiniHdfs``: its ``url``, ``command()`` for faults (restart or stop
 the NameNode, safe mode, a space quota, a directory owned by another user, a DataNode
-stopped) and ``stop()``, which ends it by PID.
+stopped) and ``stop()``, which ends it by PID. It lives as long as this process (its commands
+come on a pipe); ``java_argv(..., serve=True)`` runs one without commands until SIGTERM.
 """
 
 from __future__ import annotations
@@ -130,9 +136,9 @@ def start(base: Path, host: str = "127.0.0.1", port: int = 0, datanodes: int = 1
     base.mkdir(parents=True, exist_ok=True)
     log_path = base / "minihdfs.log"
     with log_path.open("a") as log_file:
-        proc = subprocess.Popen(_argv(cache, base, host, port, datanodes), stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=log_file, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(java_argv(cache, base, host, port, datanodes),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
+                                text=True, start_new_session=True)
     cluster = MiniHdfs("", proc, base, log_path)
     ready: queue.Queue[str] = queue.Queue()
 
@@ -158,9 +164,12 @@ def start(base: Path, host: str = "127.0.0.1", port: int = 0, datanodes: int = 1
             _failed(timeout, proc.returncode, log_path)
 
 
-def _argv(cache: Path, base: Path, host: str, port: int, datanodes: int) -> list[str]:
+def java_argv(cache: Path, base: Path, host: str, port: int, datanodes: int,
+              serve: bool = False) -> list[str]:
+    """The JVM's command line (``cache``: ``build()``'s); data under ``base / "data"``.
+    ``serve``: no commands on stdin, it runs until SIGTERM (MiniHdfs.java)."""
     return ["java", "-Xmx512m", "-cp", f"{cache / 'lib'}/*:{cache / 'classes'}", "MiniHdfs",
-            str(base / "data"), host, str(port), str(datanodes)]
+            str(base / "data"), host, str(port), str(datanodes), *(["serve"] if serve else [])]
 
 
 def _failed(timeout: float, status: int | None, log_path: Path) -> None:
