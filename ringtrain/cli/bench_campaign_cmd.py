@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 # bench/launcher/campaign.py's (a test checks)
-MODES = ("restart", "elastic", "memory", "spare", "horovodrun", "clean")
+MODES = ("restart", "elastic", "memory", "spare", "cold-spare", "horovodrun", "clean")
 
 
 @click.command("campaign", epilog="""\b
@@ -20,8 +20,9 @@ Examples:
 @click.option("--modes", default="restart,memory,spare,horovodrun,clean", show_default=True,
               help="Ways back: restart (--max-restarts), elastic (hvd.elastic.run), memory "
               "(--elastic, the three ringtrain.keras lines), spare (memory with a fourth host "
-              "held as a spare), horovodrun (horovodrun --elastic, the anchor), clean (memory, "
-              "no faults: the accuracy to compare with).")
+              "held as a warm spare), cold-spare (the same, --cold-spares), horovodrun "
+              "(horovodrun --elastic, the anchor), clean (memory, no faults: the accuracy to "
+              "compare with).")
 @click.option("--incidents", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--interval", type=click.FloatRange(min=5), default=60.0, show_default=True,
               help="Seconds between faults (kill -9, link down, stall, in turn).")

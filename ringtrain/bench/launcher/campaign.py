@@ -11,12 +11,14 @@ rank 0 live there), cycling through the kinds:
   stall   the rank's processes are stopped (SIGSTOP) for ``--stall`` seconds: a straggler
 
 Modes: restart (ringtrain --max-restarts), elastic (hvd.elastic.run), memory (the three
-ringtrain.keras lines under --elastic), spare (memory with the fourth host as a spare),
+ringtrain.keras lines under --elastic), spare (memory with the fourth host as a warm spare),
+cold-spare (the same, --cold-spares),
 horovodrun (horovodrun --elastic with a discovery script of the same 3 hosts: the anchor),
 clean (memory without faults: the accuracy and ETTR a fault-free run gets). Every elastic mode
 and the anchor get the same Gloo timeout and the same blacklist cooldown range.
 
-Per mode: median TTTA by kind, the most batches trained again for one fault, joins (a host
+Per mode: median TTTA by kind, median "whole" (from a kill or a link fault to the first batch
+of the full world again), the most batches trained again for one fault, joins (a host
 back or a spare in), the effective training time ratio (arXiv 2410.21680), final accuracy,
 wall time, exit status ("hang": no end within the deadline). ``--out DIR`` keeps campaign.json
 (every incident) and campaign.png.
@@ -50,7 +52,7 @@ from ringtrain.bench.launcher.recovery import (
     rank_pids,
 )
 
-MODES = ("restart", "elastic", "memory", "spare", "horovodrun", "clean")
+MODES = ("restart", "elastic", "memory", "spare", "cold-spare", "horovodrun", "clean")
 KINDS = ("kill", "link", "stall")
 
 
@@ -126,12 +128,15 @@ def _command(mode: str, cluster: sim.SimCluster, work: Path, opts: argparse.Name
     args = [str(opts.epochs), str(opts.steps_per_epoch), str(opts.pause), str(opts.commit)]
     path = _prepare(cluster, work)
     cooldown = ("--blacklist-cooldown-range", str(opts.cooldown[0]), str(opts.cooldown[1]))
-    extra = () if mode == "restart" else (*cooldown, "--spares", "1") if mode == "spare" else (
-        cooldown)
+    extra: tuple[str, ...] = cooldown
+    if mode == "restart":
+        extra = ()
+    elif mode in ("spare", "cold-spare"):
+        extra = (*cooldown, "--spares", "1", *(("--cold-spares",) if mode == "cold-spare" else ()))
     launcher = "horovodrun" if mode == "horovodrun" else (
         "elastic" if mode == "elastic" else "restart" if mode == "restart" else "memory")
     argv = _argv(launcher, cluster, work, script, args, opts.gloo_timeout_seconds,
-                 hosts=4 if mode == "spare" else 3, extra=extra, restarts=opts.incidents + 2)
+                 hosts=4 if "spare" in mode else 3, extra=extra, restarts=opts.incidents + 2)
     env = f"PATH={shlex.quote(path)} " if mode == "horovodrun" else ""
     return f"cd {shlex.quote(str(work))} && {env}" + shlex.join(argv)
 

@@ -31,6 +31,7 @@ class Incident:
     ttta_s: float | None  # None: no disruption seen before the job ended
     lost: int  # batches trained again
     size_after: int  # world size of the first batch after the disruption
+    whole_s: float | None = None  # from the fault to a batch of the full world again
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,7 @@ def incidents(steps: list[Step], faults: list[Fault], gap_limit: float) -> tuple
     marks = [(a, b) for a, b in pairs if disrupted(a, b, gap_limit)]
     joins = [(a, b) for a, b in marks if is_join(a, b)]
     answers = [(a, b) for a, b in marks if not is_join(a, b)]
+    full = max((s.size for s in steps), default=0)
     out, used = [], 0.0
     for fault in sorted(faults, key=lambda f: f.at):
         found = next(((a, b) for a, b in answers if b.at > max(fault.at, used)), None)
@@ -80,7 +82,9 @@ def incidents(steps: list[Step], faults: list[Fault], gap_limit: float) -> tuple
             continue
         a, b = found
         used = b.at
-        out.append(Incident(fault, b.at - fault.at, max(0, a.step - (b.step - 1)), b.size))
+        whole = next((s.at - fault.at for s in steps if s.at >= b.at and s.size == full), None)
+        out.append(Incident(fault, b.at - fault.at, max(0, a.step - (b.step - 1)), b.size,
+                            whole))
     return tuple(out), len(joins)
 
 
@@ -104,16 +108,18 @@ def _median(values: list[float]) -> str:
 
 
 HEADER = (f"{'mode':10s} {'faults':>6s} {'kill':>6s} {'link':>6s} {'stall':>6s} "
-          f"{'lost max':>8s} {'joins':>5s} {'ETTR':>5s} {'accuracy':>8s} {'wall s':>7s} "
-          f"{'exit':>5s}")
+          f"{'whole':>6s} {'lost max':>8s} {'joins':>5s} {'ETTR':>5s} {'accuracy':>8s} "
+          f"{'wall s':>7s} {'exit':>5s}")
 
 
 def row(s: Summary) -> str:
     lost = max((i.lost for i in s.incidents), default=0)
     unanswered = sum(i.ttta_s is None for i in s.incidents)
     exit_code = "hang" if s.exit_code is None else str(s.exit_code)
+    whole = [i.whole_s for i in s.incidents if i.whole_s is not None and i.fault.kind != "stall"]
     return (f"{s.mode:10s} {len(s.incidents):6d} {_median(s.ttta('kill'))} "
-            f"{_median(s.ttta('link'))} {_median(s.ttta('stall'))} {lost:8d} {s.joins:5d} "
+            f"{_median(s.ttta('link'))} {_median(s.ttta('stall'))} {_median(whole)} "
+            f"{lost:8d} {s.joins:5d} "
             f"{'-' if s.ettr is None else format(s.ettr, '5.2f'):>5s} "
             f"{'-' if s.accuracy is None else format(s.accuracy, '8.3f'):>8s} "
             f"{s.wall_s:7.0f} {exit_code:>5s}"
@@ -124,5 +130,6 @@ def as_json(s: Summary) -> dict[str, object]:
     return {"mode": s.mode, "ettr": s.ettr, "accuracy": s.accuracy, "exit_code": s.exit_code,
             "wall_s": s.wall_s, "steps": s.steps, "joins": s.joins,
             "incidents": [{"at": i.fault.at, "kind": i.fault.kind, "host": i.fault.host,
-                           "ttta_s": i.ttta_s, "lost": i.lost, "size_after": i.size_after}
+                           "ttta_s": i.ttta_s, "lost": i.lost, "size_after": i.size_after,
+                           "whole_s": i.whole_s}
                           for i in s.incidents]}
