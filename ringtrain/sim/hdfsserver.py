@@ -24,7 +24,7 @@ from pathlib import Path
 from ringtrain.errors import SetupError
 from ringtrain.rank import procfs
 from ringtrain.sim import minihdfs
-from ringtrain.sim.ports import ports_free
+from ringtrain.sim.ports import ports_free, server_state
 from ringtrain.sim.proc import alive
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def start_hdfs_server(state_dir: Path, ip: str, *, datanodes: int = 1,
         return existing
     cache = minihdfs.build()
     state_dir.mkdir(parents=True, exist_ok=True)
-    old_port = _load_state(state_dir).get("port")
+    old_port = server_state(state_dir).get("port")
     port = old_port if isinstance(old_port, int) and ports_free((old_port,), ip) else 0
     log_path, out_path = state_dir / "minihdfs.log", state_dir / "minihdfs.out"
     if log_path.exists():
@@ -102,7 +102,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], out_path: Path, log_path: Path,
 def running_hdfs_server(state_dir: Path) -> HdfsServer | None:
     """The server recorded in ``state_dir`` if its process is alive, else None."""
     state_dir = state_dir.absolute()
-    state = _load_state(state_dir)
+    state = server_state(state_dir)
     pid, url = state.get("pid"), state.get("url")
     if not isinstance(pid, int) or not isinstance(url, str) or not _ours(pid, state_dir):
         return None
@@ -116,14 +116,6 @@ def stop_hdfs_server(state_dir: Path, *, timeout: float = STOP_TIMEOUT_S) -> boo
         return False
     _stop(server.pid, timeout)
     return True
-
-
-def _load_state(state_dir: Path) -> dict[str, object]:
-    try:
-        state = json.loads((state_dir / "server.json").read_text())
-        return state if isinstance(state, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _ours(pid: int, state_dir: Path) -> bool:

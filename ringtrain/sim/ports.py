@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterable
+from pathlib import Path
 
 
 def ports_free(ports: Iterable[int], ip: str = "127.0.0.1") -> bool:
@@ -17,6 +19,16 @@ def ports_free(ports: Iterable[int], ip: str = "127.0.0.1") -> bool:
             except OSError:
                 return False
     return True
+
+
+def server_state(state_dir: Path) -> dict[str, object]:
+    """A server's ``state_dir/server.json`` (its PID and ports: the S3 and HDFS servers), or
+    {} when it is missing or unreadable."""
+    try:
+        state = json.loads((state_dir / "server.json").read_text())
+        return state if isinstance(state, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def free_ports(count: int, ip: str = "127.0.0.1", *, offsets: tuple[int, ...] = (0,),

