@@ -65,6 +65,18 @@ def make_filesystem(loc: Location, options: Mapping[str, Any] | None = None) -> 
                 "add the NameNode's RPC port (hdfs://NAMENODE:8020/path), or point "
                 "HADOOP_CONF_DIR at the cluster's configuration",
             ) from None
+        if loc.protocol == "viewfs" and "viewfs" in str(err).lower():
+            raise CheckpointError(
+                f"{loc.url}: the Hadoop configuration has no mount table for viewfs://"
+                f"{loc.host or ''} ({_first_line(str(err))})",
+                "point HADOOP_CONF_DIR at the cluster's configuration (core-site.xml with "
+                f"fs.viewfs.mounttable.{loc.host or 'NAME'}.link.* entries), or use the "
+                "hdfs://NAMENODE:PORT/path the mount points to",
+            ) from None
+        if loc.protocol in ("hdfs", "viewfs"):  # hdfs-native's client refused the URL
+            raise CheckpointError(f"{loc.url}: the HDFS client refused it: "
+                                  f"{_first_line(str(err))}",
+                                  "check the URL and HADOOP_CONF_DIR's configuration") from None
         raise
     except ImportError as err:
         extra = "s3" if loc.protocol == "s3" else "hdfs"
@@ -72,6 +84,10 @@ def make_filesystem(loc: Location, options: Mapping[str, Any] | None = None) -> 
             f"{loc.protocol}:// checkpoints need a package that is missing ({err.name})",
             f"pip install 'ringtrain[{extra}]'",
         ) from None
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:300] if text.strip() else "no reason given"
 
 
 def _resolve_namenode(loc: Location) -> None:

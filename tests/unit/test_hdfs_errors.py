@@ -3,9 +3,15 @@ captured from tests/integration/test_checkpoint_hdfs.py's minicluster)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from ringtrain.checkpoint import hdfs_errors
+from ringtrain.checkpoint.filesystems import Location, make_filesystem
 from ringtrain.checkpoint.retry import describe, is_transient
 from ringtrain.checkpoint.store import StorageError
+from ringtrain.errors import CheckpointError
 
 SAFE_MODE = RuntimeError(
     'RPCError("org.apache.hadoop.hdfs.server.namenode.SafeModeException", "Cannot create file'
@@ -42,3 +48,14 @@ def test_safe_mode_is_waited_out_a_full_quota_and_a_refusal_are_not() -> None:
                                   "DSQuotaExceededException: The DiskSpace quota of /q")
     assert "hdfs dfsadmin -setSpaceQuota" in err.hint and not err.transient
     assert "HADOOP_USER_NAME" in StorageError("put", "hdfs://x", DENIED).hint
+
+
+def test_a_viewfs_url_without_a_mount_table_is_named_with_a_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real hdfs-native client refuses it while it is built (no server is reached): before,
+    ``ckpt ls viewfs://cluster/x`` ended in its RuntimeError's traceback."""
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))  # an empty configuration
+    with pytest.raises(CheckpointError, match=r"viewfs://cluster/x: the Hadoop configuration "
+                       r"has no mount table for viewfs://cluster") as err:
+        make_filesystem(Location.parse("viewfs://cluster/x"))
+    assert "fs.viewfs.mounttable.cluster.link" in err.value.hint
