@@ -24,8 +24,9 @@ from ringtrain.probe.hostprobe import probe
 from ringtrain.probe.netif import NetworkChoice
 from ringtrain.probe.probe_parse import GpuStatus, ProbeReport
 from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict, evaluate
+from ringtrain.probe.versiondiff import script_imports
 from ringtrain.remote import Remote
-from ringtrain.spec import GpuRule, LaunchSpec, Strategy
+from ringtrain.spec import Entry, GpuRule, LaunchSpec, Strategy
 
 _NO_DRIVER = (GpuStatus.NOT_INSTALLED, GpuStatus.NO_GPUS)
 
@@ -65,7 +66,22 @@ def policy_for(spec: LaunchSpec, need: int | None) -> PreflightPolicy:
         np=need,
         require_same_versions=spec.preflight.require_same_versions,
         network_interface=spec.network_interface,
+        imported=_script_imports(spec),
     )
+
+
+def _script_imports(spec: LaunchSpec) -> tuple[str, ...]:
+    """TensorFlow or Horovod, when the script (a Python file) imports them: then no host having
+    them refuses the launch rather than warning (versiondiff)."""
+    if spec.entry is not Entry.SCRIPT or spec.strategy is not Strategy.HOROVOD:
+        return ()
+    path = spec.working_dir / spec.script
+    try:
+        with path.open("rb") as f:
+            text = f.read(1 << 20).decode(errors="replace")
+    except OSError:
+        return ()
+    return script_imports(text)
 
 
 def _doctor_actions(spec: LaunchSpec) -> tuple[tuple[str, str], ...]:

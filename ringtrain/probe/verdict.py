@@ -8,7 +8,6 @@ the slots it can still offer. Version checks list only the hosts that differ fro
 from __future__ import annotations
 
 import enum
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -20,8 +19,7 @@ from ringtrain.probe.doctor_parse import ComputeApp
 from ringtrain.probe.doctor_policy import BadHostPolicy, Judged, judge
 from ringtrain.probe.netif import NetworkChoice, choose_network
 from ringtrain.probe.probe_parse import Gpu, GpuStatus, ProbeReport, ProbeResult
-
-_NEEDED_EVERYWHERE = ("tensorflow", "horovod")
+from ringtrain.probe.versiondiff import version_diff
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +37,7 @@ class PreflightPolicy:
     doctor_actions: tuple[tuple[str, str], ...] = ()  # --on-bad-host CODE=ACTION
     run_id: str | None = None  # this run: its own ranks on a host are not "another job"
     baselines: tuple[tuple[str, Baseline], ...] = ()  # host -> what its last check saw
+    imported: tuple[str, ...] = ()  # what the script imports (versiondiff.script_imports)
 
     @property
     def bad_host(self) -> BadHostPolicy:
@@ -148,7 +147,8 @@ def evaluate(inventory: Inventory, report: ProbeReport,
     reachable = [results[h.name] for h in inventory.hosts
                  if h.name in results and results[h.name].reachable]
     _add(problems, _duplicate_hostnames(reachable))
-    version_problems, version_warnings, job_warnings = _version_diff(reachable)
+    version_problems, version_warnings, job_warnings, missing = version_diff(
+        reachable, policy.imported)
     _add(warnings, version_warnings)
     _add(problems if policy.require_same_versions else warnings, version_problems)
     judged = _doctor(inventory, results, reachable, policy)
@@ -164,7 +164,7 @@ def evaluate(inventory: Inventory, report: ProbeReport,
     if network.warning:
         job_warnings.append(network.warning)
     job_problems = [*_job_problems(verdicts, policy), *([network.problem] if network.problem
-                                                          else [])]
+                                                          else []), *missing]
     return PreflightVerdict(verdicts, tuple(job_problems), tuple(job_warnings), network,
                             frozenset(busy))
 
@@ -273,49 +273,6 @@ def _duplicate_hostnames(results: Sequence[ProbeResult]) -> dict[str, list[str]]
             out[r.host] = [f"reports the same hostname {r.hostname!r} as {first}: Open MPI would "
                            "take them for one machine; give each host its own hostname"]
     return out
-
-
-def _version_diff(
-    results: Sequence[ProbeResult],
-) -> tuple[dict[str, list[str]], dict[str, list[str]], list[str]]:
-    """Hosts whose versions differ from the majority -> (problems, warnings, job warnings)."""
-    problems: dict[str, list[str]] = {}
-    warnings: dict[str, list[str]] = {}
-    job: list[str] = []
-    comparable = [r for r in results if not r.versions.error]
-    if len(comparable) < 1:
-        return problems, warnings, job
-    packages = [name for name, _ in comparable[0].versions.items()]
-    for package in packages:
-        values = {r.host: dict(r.versions.items())[package] for r in comparable}
-        if package in _NEEDED_EVERYWHERE and not any(values.values()):
-            job.append(f"{package} is not installed on any host")
-            continue
-        key = _minor if package == "python" else _same
-        majority = _majority([key(v) for v in values.values()])
-        usual = _majority(list(values.values()))
-        for host, value in values.items():
-            shown = f"{package} {value or 'not installed'} (others {usual or 'not installed'})"
-            if key(value) != majority:
-                problems.setdefault(host, []).append(shown)
-            elif value != usual and len(values) > 1:
-                warnings.setdefault(host, []).append(shown)
-    return problems, warnings, job
-
-
-def _minor(v: str | None) -> str | None:
-    return ".".join(v.split(".")[:2]) if v else None
-
-
-def _same(v: str | None) -> str | None:
-    return v
-
-
-def _majority(values: Sequence[str | None]) -> str | None:
-    """Most common value; ties go to the one seen first (inventory order)."""
-    counts = Counter(values)
-    best = max(counts.values())
-    return next(v for v in values if counts[v] == best)
 
 
 def _gpu_warnings(usable: Sequence[ProbeResult], by_name: Mapping[str, Host]) -> list[str]:

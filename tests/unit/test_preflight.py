@@ -145,6 +145,26 @@ def test_package_missing_everywhere_is_a_job_warning() -> None:
     assert not v.refused and "horovod is not installed on any host" in v.warnings
 
 
+def test_package_missing_everywhere_refuses_a_script_that_imports_it() -> None:
+    """A launcher installed with pipx hands its own Python (no Horovod) to the ranks: a script
+    that imports horovod is refused with the fix before any rank starts."""
+    inv, report = setup({h: host_text(h, horovod="-") for h in ("gpu01", "gpu02")})
+    v = evaluate(inv, report, PreflightPolicy(imported=("horovod", "tensorflow")))
+    assert v.refused
+    (problem,) = [p for p in v.problems if "horovod" in p]
+    assert problem.startswith("the script imports horovod, which the ranks' Python has on no "
+                              "host: pass --python")
+
+
+def test_what_a_script_imports_is_read_from_its_import_lines() -> None:
+    from ringtrain.probe.versiondiff import script_imports
+
+    text = ("import os\nimport horovod.tensorflow.keras as hvd\n  from tensorflow import keras\n"
+            "# import torch\nprint('import horovod')\n")
+    assert script_imports(text) == ("horovod", "tensorflow")
+    assert script_imports("from mpi4py import MPI\nimport numpy\n") == ()
+
+
 def test_cpu_jobs_ignore_gpus() -> None:
     texts = {"cpu01": host_text("cpu01", gpu=("nvidia-smi: command not found", 127))}
     inv, report = setup(texts, slots=2)
