@@ -34,11 +34,14 @@ Examples:
               help="Seconds a straggler's processes stay stopped.")
 @click.option("--gloo-timeout-seconds", type=click.IntRange(min=1), default=10,
               show_default=True, help="Every mode's Gloo timeout, the anchor's too.")
+@click.option("--fallback-restarts", type=click.IntRange(min=0), default=0, show_default=True,
+              help="ringtrain's elastic modes also get --max-restarts N: a fault elastic "
+              "cannot absorb restarts the job from its last checkpoint.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep campaign.json (every incident) and campaign.png here.")
 def campaign_cmd(modes: str, incidents: int, interval: float, epochs: int,
                  steps_per_epoch: int, link_down: float, stall: float,
-                 gloo_timeout_seconds: int, out: Path | None) -> None:
+                 gloo_timeout_seconds: int, fallback_restarts: int, out: Path | None) -> None:
     """A campaign of faults (needs root): 3 ranks on a 4-host simulated cluster train for
     EPOCHS x STEPS batches while a fault hits a host other than the first every INTERVAL
     seconds. Per way back: time to training again by fault kind, batches trained again,
@@ -54,4 +57,5 @@ def campaign_cmd(modes: str, incidents: int, interval: float, epochs: int,
         "--epochs", str(epochs), "--steps-per-epoch", str(steps_per_epoch),
         "--link-down", str(link_down), "--stall", str(stall),
         "--gloo-timeout-seconds", str(gloo_timeout_seconds),
+        "--fallback-restarts", str(fallback_restarts),
         *(["--out", str(out)] if out is not None else [])]))

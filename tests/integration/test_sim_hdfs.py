@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,49 @@ def test_cli_up_with_hdfs_a_host_writes_and_reads_then_down(tmp_path: Path) -> N
                                         "--state-dir", str(state)])
     assert down.exit_code == 0 and f"hdfs {name}: stopped" in down.output, down.output
     assert not alive(server.pid)
+
+
+def test_a_horovod_docs_script_resumes_from_hdfs_on_the_simulated_cluster(
+        sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
+    """Issue 26: Horovod's tf.keras example with the three ringtrain.keras lines, 2 ranks on 2
+    simulated hosts, committing every epoch to the HDFS on the bridge; rank 1 (on the second
+    host) killed after the first commit, --max-restarts 1: the restart resumes from the newest
+    committed epoch, read back from HDFS, and both ranks end with identical weights."""
+    from ringtrain.checkpoint import list_checkpoints, open_store
+    from ringtrain.sim.hdfsserver import start_hdfs_server, stop_hdfs_server
+    from tests.integration.procs import killed_on_failure, results_by_rank, run_result
+    from tests.integration.simnames import G1, G2
+
+    server = start_hdfs_server(tmp_path / "hdfs", sim_cluster.bridge_address)
+    try:
+        url = f"{server.url}/digits-{tmp_path.name}"
+        script = REPO / "tests" / "integration" / "user_scripts" / "keras_mnist_style.py"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
+             "-H", f"{G1}:1,{G2}:1", "--ssh-config", str(sim_cluster.ssh_config),
+             "--known-hosts", str(sim_cluster.known_hosts), "--checkpoint", url,
+             "--max-restarts", "1", str(script), "6"],
+            cwd=tmp_path, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        store = open_store(url)
+        with killed_on_failure(proc):
+            deadline = time.monotonic() + 240
+            while not list_checkpoints(store):
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "no checkpoint committed in 240 s"
+                time.sleep(0.5)
+            (rank,) = [pid for pid, cmd in sim.host_processes(sim_cluster.config, G2)
+                       if "ringtrain.rank.entry" in cmd and "orted" not in cmd]
+            os.kill(rank, signal.SIGKILL)
+            out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, out[-3000:] + err[-3000:]
+        first, second = run_result(tmp_path)["attempts"]
+        assert first["state"] == "failed" and second["state"] == "succeeded"
+        final = results_by_rank(out)
+        assert set(final) == {0, 1} and final[0]["checksum"] == final[1]["checksum"]
+        assert final[0]["initial_epoch"] >= 1, out[-2000:]  # resumed from HDFS, not started over
+        assert f"ringtrain: resumed from epoch {final[0]['initial_epoch']}" in out
+        newest = list_checkpoints(store)[0]
+        assert newest.ok and newest.manifest is not None and newest.manifest.epoch == 6
+    finally:
+        stop_hdfs_server(tmp_path / "hdfs")

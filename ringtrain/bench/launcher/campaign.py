@@ -128,11 +128,13 @@ def _command(mode: str, cluster: sim.SimCluster, work: Path, opts: argparse.Name
     args = [str(opts.epochs), str(opts.steps_per_epoch), str(opts.pause), str(opts.commit)]
     path = _prepare(cluster, work)
     cooldown = ("--blacklist-cooldown-range", str(opts.cooldown[0]), str(opts.cooldown[1]))
-    extra: tuple[str, ...] = cooldown
+    fallback = ("--max-restarts", str(opts.fallback_restarts)) if opts.fallback_restarts else ()
+    extra: tuple[str, ...] = (*cooldown, *fallback)
     if mode == "restart":
         extra = ()
     elif mode in ("spare", "cold-spare"):
-        extra = (*cooldown, "--spares", "1", *(("--cold-spares",) if mode == "cold-spare" else ()))
+        extra = (*cooldown, *fallback, "--spares", "1",
+                 *(("--cold-spares",) if mode == "cold-spare" else ()))
     launcher = "horovodrun" if mode == "horovodrun" else (
         "elastic" if mode == "elastic" else "restart" if mode == "restart" else "memory")
     argv = _argv(launcher, cluster, work, script, args, opts.gloo_timeout_seconds,
@@ -225,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stall", type=float, default=4.0)
     p.add_argument("--gloo-timeout-seconds", type=int, default=10)
     p.add_argument("--cooldown", type=int, nargs=2, default=(10, 40), metavar=("MIN", "MAX"))
+    p.add_argument("--fallback-restarts", type=int, default=0,
+                   help="ringtrain's elastic modes: --max-restarts N, a restart from the last "
+                   "checkpoint when the elastic job itself fails")
     p.add_argument("--deadline", type=float, default=1800.0,
                    help="seconds after the last fault before a job counts as hung")
     p.add_argument("--out", type=Path, default=None)
