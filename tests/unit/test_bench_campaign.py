@@ -56,3 +56,10 @@ def test_the_command_knows_the_benchmarks_modes() -> None:
     from ringtrain.cli.bench_campaign_cmd import MODES
 
     assert MODES == campaign.MODES
+
+
+def test_a_job_that_failed_early_counts_only_the_batches_it_got_through() -> None:
+    from ringtrain.bench.launcher.campaign_figures import ettr
+
+    steps = [Step(0.2 * n, n, 3) for n in range(1, 11)]  # 10 of 100 batches, then it failed
+    assert ettr(steps, total_steps=100, wall_s=4.0) == pytest.approx(0.5)

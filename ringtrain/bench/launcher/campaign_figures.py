@@ -89,10 +89,12 @@ def incidents(steps: list[Step], faults: list[Fault], gap_limit: float) -> tuple
 
 
 def ettr(steps: list[Step], total_steps: int, wall_s: float) -> float | None:
-    """Effective training time ratio (arXiv 2410.21680): the batches the job needed at the
-    steady batch time, over the wall time from launch to end."""
+    """Effective training time ratio (arXiv 2410.21680): the batches the job got through (at
+    most the ones it needed; fewer when it failed) at the steady batch time, over the wall time
+    from launch to end."""
     gap = step_gap(steps)
-    return None if gap is None or wall_s <= 0 else min(1.0, total_steps * gap / wall_s)
+    reached = min(total_steps, max((s.step for s in steps), default=0))
+    return None if gap is None or wall_s <= 0 else min(1.0, reached * gap / wall_s)
 
 
 def summarise(mode: str, steps: list[Step], faults: list[Fault], *, total_steps: int,
