@@ -145,6 +145,8 @@ class ElasticWatch:
                 self.incidents[i] = replace(loss, training_again=at)
                 note(f"elastic: training again {at - loss.at:.1f} s after rank {loss.rank} "
                      "was lost")
+                if self.keeper is not None:
+                    self.keeper.release()  # the spare joins at the next commit
 
     def _stages(self, snap: Snapshot, note: Callable[[str], None]) -> None:
         """Each loss's reset and restore, named once. A survivor's collective can fail before

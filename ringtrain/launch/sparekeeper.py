@@ -21,9 +21,17 @@ from ringtrain.probe.hostprobe import probe
 from ringtrain.remote import Remote
 from ringtrain.spec import LaunchSpec
 
+SPARE_DELAY_S = 5.0
+
 
 class SpareKeeper:
-    """Losses in, re-checks out, the list published when it changes."""
+    """Losses in, re-checks out, the list published when it changes.
+
+    A spare that takes a lost host's place is held out of the published list until the
+    survivors train again (``release``, from ElasticWatch), or SPARE_DELAY_S at most: offered
+    at once, it joined the survivors' first new ring, and that ring took 11-19 s to form on
+    the simulated cluster instead of about 1 s for the survivors alone. Held back, it joins at
+    the next commit (Horovod's hosts-updated reset), while the others train."""
 
     def __init__(self, pool: Pool, cooldown_range: tuple[int, int],
                  publish: Callable[[str], None], check: Callable[[str], str | None],
@@ -36,18 +44,41 @@ class SpareKeeper:
         self.hosts = hosts  # every host the job may use, spares included (the teardown's)
         self._lock = threading.Lock()
         self._checking: threading.Thread | None = None
+        self._held: tuple[frozenset[str], float] | None = None  # spares not yet offered
         if warm is not None:
             warm(pool.spares)
 
     def lost(self, host: str) -> None:
         with self._lock:
+            before = {name for name, _ in self.pool.active}
             self.pool, said = lose(self.pool, host, self._clock(), self.range)
-            text = self.pool.text()
+            joined = frozenset(n for n, _ in self.pool.active if n not in before)
+            if joined:
+                held = self._held[0] if self._held else frozenset()
+                self._held = (held | joined, self._clock())
+            text = self._text()
         if said is not None:
             self._note(said)
             self._publish(text)
 
+    def release(self) -> None:
+        """Offer the held spares now: the survivors train again (or the wait is over)."""
+        with self._lock:
+            held, self._held = self._held, None
+            text = self._text()
+        if held is not None:
+            self._note(f"elastic: {', '.join(sorted(held[0]))} offered to Horovod's driver: "
+                       "joins at the next commit")
+            self._publish(text)
+
+    def _text(self) -> str:
+        held = self._held[0] if self._held else frozenset()
+        return "".join(f"{name}:{slots}\n" for name, slots in self.pool.active
+                       if name not in held)
+
     def tick(self) -> None:
+        if self._held is not None and self._clock() - self._held[1] >= SPARE_DELAY_S:
+            self.release()
         if self._checking is not None and self._checking.is_alive():
             return
         ready = due(self.pool, self._clock())
@@ -59,10 +90,10 @@ class SpareKeeper:
     def _recheck(self, host: str) -> None:
         problem = self._check(host)  # None: it answers and its GPUs are free
         with self._lock:
-            before = self.pool.text()
+            before = self._text()
             self.pool, said = readmit(self.pool, host, problem is None, self._clock(),
                                       self.range, problem or "")
-            text = self.pool.text()
+            text = self._text()
         self._note(said)
         if text != before:
             self._publish(text)

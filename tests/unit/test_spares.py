@@ -79,3 +79,30 @@ def test_warm_processes_carry_the_run_id_for_the_reaper() -> None:
     argv = warm_argv("/opt/py/bin/python", "r1", 3)
     assert argv[:4] == ("env", f"{envvars.RUN_ID}=r1", "/opt/py/bin/python", "-m")
     assert argv[4:8] == ("ringtrain.rank.warm", "r1", "--slot", "3")
+
+
+def test_a_spare_is_offered_once_the_survivors_train_again_or_after_the_delay() -> None:
+    """Offered at once, a spare joined the survivors' first new ring, which then took 11-19 s
+    to form (the campaign); held back, the survivors train again alone and it joins at the
+    next commit."""
+    from ringtrain.launch.sparekeeper import SPARE_DELAY_S, SpareKeeper
+
+    published: list[str] = []
+    said: list[str] = []
+    clock = [100.0]
+    keeper = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), published.append,
+                         lambda _: None, said.append, lambda: clock[0])
+    keeper.lost("gpu02")
+    assert published == ["gpu01:2\n"]  # gpu03 (the spare) held back for now
+    keeper.release()  # the survivors report progress again
+    assert published[-1] == "gpu01:2\ngpu03:2\n"
+    assert said[-1] == "elastic: gpu03 offered to Horovod's driver: joins at the next commit"
+    keeper.lost("gpu01")  # no spare left: nothing held
+    assert published[-1] == "gpu03:2\n"
+    other = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), published.append,
+                        lambda _: None, said.append, lambda: clock[0])
+    other.lost("gpu01")
+    assert published[-1] == "gpu02:2\n"
+    clock[0] += SPARE_DELAY_S  # nobody trained again in time: offered anyway
+    other.tick()
+    assert published[-1] == "gpu02:2\ngpu03:2\n"
