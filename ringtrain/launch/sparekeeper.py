@@ -28,10 +28,9 @@ class SpareKeeper:
     """Losses in, re-checks out, the list published when it changes.
 
     A spare that takes a lost host's place is held out of the published list until the
-    survivors train again (``release``, from ElasticWatch), or SPARE_DELAY_S at most: offered
-    at once, it joined the survivors' first new ring, and that ring took 11-19 s to form on
-    the simulated cluster instead of about 1 s for the survivors alone. Held back, it joins at
-    the next commit (Horovod's hosts-updated reset), while the others train."""
+    survivors train again (``release``, from ElasticWatch), or SPARE_DELAY_S at most, so their
+    new ring never waits for a process still starting; it joins at the next commit (Horovod's
+    hosts-updated reset), while the others train."""
 
     def __init__(self, pool: Pool, cooldown_range: tuple[int, int],
                  publish: Callable[[str], None], check: Callable[[str], str | None],

@@ -82,9 +82,8 @@ def test_warm_processes_carry_the_run_id_for_the_reaper() -> None:
 
 
 def test_a_spare_is_offered_once_the_survivors_train_again_or_after_the_delay() -> None:
-    """Offered at once, a spare joined the survivors' first new ring, which then took 11-19 s
-    to form (the campaign); held back, the survivors train again alone and it joins at the
-    next commit."""
+    """Held back, the survivors form their new ring alone and the spare joins at the next
+    commit; offered anyway after SPARE_DELAY_S when they have not trained again by then."""
     from ringtrain.launch.sparekeeper import SPARE_DELAY_S, SpareKeeper
 
     published: list[str] = []
