@@ -52,6 +52,13 @@ def _entry(run_id: str, script: Path, mode: str, cwd: Path,
                             text=True, **kw)  # type: ignore[call-overload]
 
 
+def _until_waiting(entry: subprocess.Popen[str]) -> None:
+    """Read the rank's output until its script waits (an early end fails, never spins)."""
+    assert entry.stdout is not None
+    while "WAITING" not in (line := entry.stdout.readline()):
+        assert line, f"the rank ended before it waited (exit {entry.wait()})"
+
+
 @pytest.fixture
 def script(tmp_path: Path) -> Path:
     path = tmp_path / "train.py"
@@ -85,9 +92,7 @@ def test_a_warm_process_serves_one_rank_the_next_starts_cold(script: Path, tmp_p
     run_id = f"t{uuid.uuid4().hex[:8]}"
     spare = _warm(run_id)
     first = _entry(run_id, script, "wait", tmp_path)
-    assert first.stdout is not None
-    while "WAITING" not in first.stdout.readline():
-        pass
+    _until_waiting(first)
     second = _entry(run_id, script, "ok", tmp_path)
     out, _ = second.communicate(timeout=60)
     assert f"PID {second.pid} " in out  # cold: the warm one is busy being the first rank
@@ -100,9 +105,7 @@ def test_killing_the_entry_kills_the_rank(script: Path, tmp_path: Path) -> None:
     run_id = f"t{uuid.uuid4().hex[:8]}"
     spare = _warm(run_id)
     entry = _entry(run_id, script, "wait", tmp_path)
-    assert entry.stdout is not None
-    while "WAITING" not in entry.stdout.readline():
-        pass
+    _until_waiting(entry)
     entry.kill()
     entry.wait()
     assert spare.wait(timeout=30) == -signal.SIGKILL

@@ -135,8 +135,8 @@ def _command(mode: str, cluster: sim.SimCluster, work: Path, opts: argparse.Name
     elif mode in ("spare", "cold-spare"):
         extra = (*cooldown, *fallback, "--spares", "1",
                  *(("--cold-spares",) if mode == "cold-spare" else ()))
-    launcher = "horovodrun" if mode == "horovodrun" else (
-        "elastic" if mode == "elastic" else "restart" if mode == "restart" else "memory")
+    # recovery._argv's modes; memory, the spares and clean launch as memory does
+    launcher = mode if mode in ("horovodrun", "elastic", "restart") else "memory"
     argv = _argv(launcher, cluster, work, script, args, opts.gloo_timeout_seconds,
                  hosts=4 if "spare" in mode else 3, extra=extra, restarts=opts.incidents + 2)
     env = f"PATH={shlex.quote(path)} " if mode == "horovodrun" else ""
