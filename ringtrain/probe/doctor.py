@@ -120,6 +120,10 @@ CHECKS: tuple[Check, ...] = (
     Check("tf-no-cudnn", WARN, "cuDNN for TensorFlow on a GPU host", "found",
           "pip nvidia-cudnn-cu*, or libcudnn.so* in LD_LIBRARY_PATH or the system library dirs",
           "pip install 'tensorflow[and-cuda]==VERSION', or install cuDNN for the host's CUDA"),
+    Check("tf-cudnn-mismatch", WARN, "cuDNN of the CUDA and major TensorFlow was built for",
+          "the pin of TensorFlow's and-cuda extra", "TensorFlow's METADATA; the pip cuDNN's "
+          "version, or libcudnn.so.N", "pip install 'tensorflow[and-cuda]==VERSION' in the "
+          "ranks' environment"),
     Check("hvd-no-nccl", FATAL, "Horovod's GPU all-reduce (Horovod jobs)", "built with NCCL",
           "ncclAllReduce in horovod/tensorflow/mpi_lib*.so (`horovodrun --check-build` lists "
           "NCCL)", "rebuild: HOROVOD_GPU_OPERATIONS=NCCL pip install --no-cache-dir "

@@ -75,13 +75,16 @@ SIM_CPU_TRAINING_ENV = "RINGTRAIN_SIM_TRAINS_ON_CPU"
 # time (28 vs 58 ms here), paid on every host. Importing tensorflow would take seconds. The GPU
 # stack the same way: TensorFlow's cuDNN (pip's nvidia-cudnn-cu*, else a libcudnn on the
 # loader's paths) and whether Horovod's TF op library was built with NCCL (it holds NCCL's
-# ncclAllReduce: a search of the mapped file, 0.1-0.2 s for a 60 MB library, no import).
+# ncclAllReduce: a search of the mapped file, 0.1-0.2 s for a 60 MB library, no import). Which
+# cuDNN TensorFlow was built for is its own word: the nvidia-cudnn-cuNN==X pin of its
+# ``and-cuda`` extra in its METADATA (TF 2.14+); a system libcudnn's major from its file name.
 VERSIONS_PY = """\
 import os, re, sys, sysconfig
 print("python %d.%d.%d" % sys.version_info[:3])
 paths = sysconfig.get_paths()
 pattern = re.compile(r"^([A-Za-z0-9_.-]+?)-([^-]+?)\\.(?:dist|egg)-info$")
 found = {}
+where = {}
 for d in [p for p in sys.path if p] + [paths["purelib"], paths["platlib"]]:
     try:
         entries = os.listdir(d)
@@ -90,17 +93,35 @@ for d in [p for p in sys.path if p] + [paths["purelib"], paths["platlib"]]:
     for entry in entries:
         m = pattern.match(entry)
         if m:
-            found.setdefault(re.sub(r"[-_.]+", "-", m.group(1)).lower(), m.group(2))
+            name = re.sub(r"[-_.]+", "-", m.group(1)).lower()
+            found.setdefault(name, m.group(2))
+            where.setdefault(name, os.path.join(d, entry))
 for name in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "horovod", "mpi4py"):
     print(name, found.get(name, "-"))
 cudnn = next((n for n in sorted(found) if n.startswith("nvidia-cudnn-cu")), None)
+cudnn_v = found.get(cudnn) if cudnn else None
 for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") + [sys.prefix + "/lib"] + LIB_DIRS:
     try:
-        if cudnn is None and any(e.startswith("libcudnn.so") for e in os.listdir(d)):
-            cudnn = "system"
+        majors = sorted((e[12:].split(".")[0] for e in os.listdir(d)
+                         if e.startswith("libcudnn.so.")), key=lambda v: (len(v), v))
+    except OSError:
+        continue
+    if cudnn is None and majors:
+        cudnn, cudnn_v = "system", majors[-1]
+print("cudnn", cudnn or "-")
+print("cudnn-version", cudnn_v or "-")
+want = "-"
+tf = next((n for n in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu") if n in where), None)
+if tf:
+    try:
+        with open(os.path.join(where[tf], "METADATA"), encoding="utf-8", errors="replace") as f:
+            m = re.search(r"^Requires-Dist: *(nvidia-cudnn-cu[0-9]+) *[(]?==([0-9.]+)", f.read(),
+                          re.MULTILINE)
+        if m:
+            want = m.group(1) + "==" + m.group(2)
     except OSError:
         pass
-print("cudnn", cudnn or "-")
+print("tf-cudnn", want)
 nccl = "-"
 for d in [p for p in sys.path if p] + [paths["purelib"], paths["platlib"]]:
     lib = os.path.join(d, "horovod", "tensorflow")

@@ -92,6 +92,8 @@ class Versions:
     mpi: str | None = None  # "Open MPI 4.1.4", "MPICH 4.0.2", "Intel MPI 2021.6"
     error: str | None = None
     cudnn: str | None = None  # "nvidia-cudnn-cu12" (pip), "system" (a libcudnn), None: none seen
+    cudnn_version: str | None = None  # the pip distribution's version, or a libcudnn's major
+    tf_cudnn: str | None = None  # "nvidia-cudnn-cu12==8.9.4.25": what TF's and-cuda extra pins
     horovod_nccl: bool | None = None  # Horovod's TF ops built with NCCL; None: not known
     sim_cpu_training: bool = False  # the simulated cluster declares its GPUs train on the CPU
 
@@ -254,6 +256,8 @@ def parse_python_versions(text: str, exit_code: int | None, python: str = "pytho
         horovod=found.get("horovod"),
         mpi4py=found.get("mpi4py"),
         cudnn=found.get("cudnn"),
+        cudnn_version=found.get("cudnn-version"),
+        tf_cudnn=found.get("tf-cudnn"),
         horovod_nccl={"yes": True, "no": False}.get(found.get("horovod-nccl") or ""),
         sim_cpu_training=found.get("sim-cpu-training") == "yes",
     )

@@ -65,6 +65,8 @@ tensorflow-gpu -
 horovod 0.28.1
 mpi4py 4.1.2
 cudnn nvidia-cudnn-cu12
+cudnn-version 8.9.4.25
+tf-cudnn nvidia-cudnn-cu12==8.9.4.25
 horovod-nccl yes
 sim-cpu-training -
 @@ringtrain:end 0@@

@@ -77,6 +77,14 @@ def test_real_h200_probe_reads_every_field_and_finds_nothing(name: str) -> None:
     assert examine(h, 1, iface="eth0") == ()
 
 
+def test_real_h200_with_the_images_python_sees_another_runs_rank() -> None:
+    """Captured with the probe's real argv and the image's python3 (PyTorch, no TensorFlow),
+    a PyTorch matmul loop started with RINGTRAIN_RUN_ID=otherrun-1 running."""
+    idle, busy = _real("h200_real_torchpy_idle"), _real("h200_real_torchpy_busy")
+    assert idle.runs == () and [run for _, run in busy.runs] == ["otherrun-1"]
+    assert examine(idle, 1, iface="eth0") == ()
+
+
 def test_real_h200_busy_is_judged_busy_not_idle() -> None:
     idle, busy = _real("h200_real_idle").gpus[0], _real("h200_real_busy").gpus[0]
     assert idle.event_reasons == 0x1 and idle.utilization_pct == 0

@@ -17,7 +17,8 @@ from ringtrain.probe.stack import stack_findings
 CPU = Versions(python="3.11.7", tensorflow="2.15.1", tensorflow_dist="tensorflow-cpu",
                horovod="0.28.1", horovod_nccl=False)
 GPU = Versions(python="3.11.7", tensorflow="2.15.1", tensorflow_dist="tensorflow",
-               horovod="0.28.1", cudnn="nvidia-cudnn-cu12", horovod_nccl=True)
+               horovod="0.28.1", cudnn="nvidia-cudnn-cu12", cudnn_version="8.9.4.25",
+               tf_cudnn="nvidia-cudnn-cu12==8.9.4.25", horovod_nccl=True)
 
 
 def codes(v: Versions, gpus: int = 8) -> list[str]:
@@ -37,6 +38,37 @@ def test_tensorflow_without_cudnn_is_a_warning() -> None:
                  horovod_nccl=True)
     assert codes(v) == ["tf-no-cudnn"] and BY_CODE["tf-no-cudnn"].severity == WARN
     assert codes(Versions(tensorflow="2.15.1", tensorflow_dist="tensorflow", cudnn="system")) == []
+
+
+def test_a_cudnn_tensorflow_was_not_built_for_is_named() -> None:
+    """The real H200 image's python (tests/unit/golden/probe/h200_real_torchpy_idle.out) has
+    PyTorch's nvidia-cudnn-cu13 9.19 only: TF 2.15 (its and-cuda extra pins cu12 8.9) dlopens
+    libcudnn.so.8 and would train on the CPU."""
+    h200 = parse_python_versions(_section("h200_real_torchpy_idle", "python"), 0)
+    assert (h200.cudnn, h200.cudnn_version, h200.tensorflow) == (
+        "nvidia-cudnn-cu13", "9.19.0.56", None)
+    assert codes(h200) == []  # no TensorFlow there: nothing to judge (the gate refuses a
+    with_tf = replace(h200, tensorflow="2.15.1", tensorflow_dist="tensorflow",  # script
+                      tf_cudnn="nvidia-cudnn-cu12==8.9.4.25")  # that needs it)
+    assert codes(with_tf) == ["tf-cudnn-mismatch"]
+    (f,) = stack_findings(with_tf, 1)
+    assert f.measured == ("tensorflow 2.15.1 on a host with 1 GPU asks for nvidia-cudnn-cu12 "
+                          "8.9.4.25 (its and-cuda extra); this host has nvidia-cudnn-cu13 "
+                          "9.19.0.56, for another CUDA")
+    assert BY_CODE["tf-cudnn-mismatch"].severity == WARN
+    old_major = replace(GPU, cudnn_version="9.1.0.70")  # TF 2.15 with cuDNN 9 for CUDA 12
+    assert codes(old_major) == ["tf-cudnn-mismatch"]
+    system = replace(GPU, cudnn="system", cudnn_version="9")
+    assert "asks for cuDNN 8" in stack_findings(system, 4)[0].measured
+    assert codes(replace(GPU, cudnn="system", cudnn_version="8")) == []
+    assert codes(replace(GPU, tf_cudnn=None)) == []  # no pin (a conda or source build): no claim
+
+
+def _section(name: str, section: str) -> str:
+    from tests.golden import GOLDEN_DIR
+
+    text = (GOLDEN_DIR / "probe" / f"{name}.out").read_text()
+    return text.split(f"@@ringtrain:begin {section}@@\n", 1)[1].split("@@ringtrain:end", 1)[0]
 
 
 @pytest.mark.parametrize("v", [
@@ -72,6 +104,8 @@ def test_the_probe_reads_this_machines_cpu_build(tmp_path: Path) -> None:
     v = parse_python_versions(done.stdout, 0)
     assert (v.tensorflow_dist, v.horovod_nccl, v.sim_cpu_training) == (
         "tensorflow-cpu", False, True), done.stdout
+    # TensorFlow's own METADATA names the cuDNN its and-cuda extra installs (2.15.1: cu12 8.9)
+    assert v.tf_cudnn == "nvidia-cudnn-cu12==8.9.4.25", done.stdout
     assert codes(v) == []  # declared
     assert {f.code for f in stack_findings(replace(v, sim_cpu_training=False), 4)} == {
         "tf-cpu-build", "hvd-no-nccl"}
