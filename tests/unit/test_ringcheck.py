@@ -102,6 +102,20 @@ def test_nccl_tests_output_is_read_and_wrong_results_are_flagged() -> None:
         parse_nccl_tests(NCCL_TESTS_OUT.split("# Out of bounds")[0])
 
 
+def test_a_real_nccl_tests_2_19_output_is_read() -> None:
+    """nccl-tests 2.19.6 built against NCCL 2.28.3 on a real H200 (`all_reduce_perf -b 8 -e
+    128M -f 4 -g 1 -c 1`, captured 2026-11-26): the newer header lines, a trailing space after
+    the average, and one GPU, whose bus bandwidth is 0 (the ring factor 2(n-1)/n)."""
+    text = (Path(__file__).parent / "golden" / "ringcheck" /
+            "nccl_tests_2.19.6_h200_g1.txt").read_text()
+    got = parse_nccl_tests(text)
+    assert len(got["rows"]) == 13 and got["rows"][0]["bytes"] == 8
+    assert got["rows"][-1]["bytes"] == 134217728 and not got["wrong"]
+    assert got["avg_busbw_GBps"] == 0.0 and got["peak_busbw_GBps"] == 0.0
+    bad = text.replace("424874    0.00       0", "424874    0.00       1")
+    assert bad != text and parse_nccl_tests(bad)["wrong"]
+
+
 def test_gpu_to_gpu_answers_say_what_was_measured_or_why_not() -> None:
     ok = CmdResult("gpu01", 0, 'noise\nRINGCHECK-INTRA {"status": "ok", "gpus": 4, '
                    '"avg_busbw_GBps": 223.8, "peak_busbw_GBps": 238.5, "wrong": false}\n', "",
