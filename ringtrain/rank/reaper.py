@@ -3,10 +3,16 @@
 A process belongs to the job when either
   * its environment holds ``RINGTRAIN_RUN_ID=<RUN_ID>`` (every rank gets it, and so does anything a
     rank starts), or
-  * it is a PID the ranks reported (their Open MPI daemon) *and* its start time still matches,
-    so a recycled PID is never touched.
+  * it is a PID the ranks reported (their Open MPI daemon), its start time still matches, it is
+    named ``orted`` or ``prted``, and it is the parent of a process of the first kind. A rank
+    that reports another PID (any process with that name, sshd, init) cannot make it a job's.
 Only processes in this host's UTS namespace count (on the simulated cluster all hosts share one
-kernel; on real hosts this is every process). Never matches by name; never ``pkill -f``.
+kernel; on real hosts this is every process). Never matches by name alone; never ``pkill -f``.
+
+Each candidate is opened as a pidfd *before* it is checked, and signalled through that pidfd:
+if its PID is recycled between the check and the kill, the signal goes to the process that was
+checked (gone: nothing happens), never to the newcomer. On a kernel without pidfds (< 5.3) the
+same checks are followed by ``os.kill``.
 
 With ``--kill`` it sends SIGKILL to what it found, waits, and looks again, and removes the run's
 secrets files (horovodrun --gloo, ``secretfile``). It prints one JSON object: ``{"host",
@@ -20,48 +26,111 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ringtrain.rank import envvars, procfs, secretfile
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+DAEMON_NAMES = ("orted", "prted")
 
 
-def find(run_id: str, pids: dict[int, int]) -> list[tuple[int, str]]:
-    """Processes of job ``run_id`` on this host; ``pids`` maps reported PID -> start time."""
+@dataclass(frozen=True, slots=True)
+class Proc:
+    pid: int
+    cmd: str
+    fd: int | None  # a pidfd: this very process, whatever later happens to its PID
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):  # gone, or no pidfds here: checked, then os.kill
+        return None
+
+
+def _exited(proc: Proc) -> bool:
+    if proc.fd is not None:  # a pidfd polls readable once its process has exited
+        return bool(select.select([proc.fd], [], [], 0)[0])
+    return procfs.is_zombie(proc.pid) or procfs.start_time(proc.pid) is None
+
+
+def close(procs: list[Proc]) -> None:
+    for p in procs:
+        if p.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(p.fd)
+
+
+def find(run_id: str, pids: dict[int, int]) -> list[Proc]:
+    """Processes of job ``run_id`` on this host; ``pids`` maps reported PID -> start time.
+    The caller closes them (``close``)."""
     marker = f"{envvars.RUN_ID}={run_id}".encode()
     me, my_uts = os.getpid(), procfs.uts_namespace("self")
-    found = []
+    marked: list[Proc] = []
     for pid in procfs.pids():
-        if pid == me:
+        if pid == me or not procfs.environ_has(pid, marker):
             continue
-        listed = pid in pids and procfs.start_time(pid) == pids[pid]
-        # the namespace check (a readlink) only for the few processes that match
-        if (listed or procfs.environ_has(pid, marker)) and procfs.uts_namespace(pid) == my_uts:
-            found.append((pid, procfs.cmdline(pid)))
-    return found
+        fd = _pidfd(pid)  # opened first: the checks below then speak for this process
+        proc = Proc(pid, procfs.cmdline(pid), fd)
+        if fd is not None and (not procfs.environ_has(pid, marker) or _exited(proc)):
+            close([proc])  # the PID changed hands between the scan and the pidfd
+            continue
+        if procfs.uts_namespace(pid) == my_uts:
+            marked.append(proc)
+        else:
+            close([proc])
+    parents = {procfs.parent(p.pid) for p in marked}
+    daemons: list[Proc] = []
+    for pid, start in sorted(pids.items()):
+        if pid in (me, 1) or pid not in parents or any(p.pid == pid for p in marked):
+            continue
+        fd = _pidfd(pid)
+        proc = Proc(pid, procfs.cmdline(pid), fd)
+        if (procfs.start_time(pid) == start and procfs.comm(pid) in DAEMON_NAMES
+                and procfs.uts_namespace(pid) == my_uts and not _exited(proc)):
+            daemons.append(proc)
+        else:
+            close([proc])
+    return marked + daemons
+
+
+def _kill(proc: Proc) -> None:
+    with contextlib.suppress(OSError):
+        if proc.fd is not None:
+            signal.pidfd_send_signal(proc.fd, signal.SIGKILL)
+        else:
+            os.kill(proc.pid, signal.SIGKILL)
 
 
 def reap(run_id: str, pids: dict[int, int], kill: bool, wait_s: float = 3.0) -> dict[str, Any]:
     found = find(run_id, pids)
     left = found
     removed = secretfile.remove_run(run_id) if kill else 0
-    if kill and found:
-        for pid, _ in found:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + wait_s
-        while True:
-            left = [(p, c) for p, c in find(run_id, pids) if not procfs.is_zombie(p)]
-            if not left or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-    return {"host": socket.gethostname(), "found": found, "left": left,
-            "secrets_removed": removed}
+    seen = list(found)
+    try:
+        if kill and found:
+            for proc in found:
+                _kill(proc)
+            deadline = time.monotonic() + wait_s
+            while True:
+                again = [p for p in find(run_id, pids) if p.pid not in {s.pid for s in seen}]
+                seen += again  # started by a rank while we killed: killed too
+                for proc in again:
+                    _kill(proc)
+                left = [p for p in seen if not _exited(p)]
+                if not left or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        return {"host": socket.gethostname(), "found": [(p.pid, p.cmd) for p in found],
+                "left": [(p.pid, p.cmd) for p in left], "secrets_removed": removed}
+    finally:
+        close(seen)
 
 
 def parse_pid_specs(specs: list[str]) -> dict[int, int]:
