@@ -13,9 +13,14 @@ from __future__ import annotations
 import re
 
 _RPC = re.compile(r'RPCError\("(?P<cls>[\w.$]+)", "(?P<msg>.*)', re.S)
+# A read whose block no DataNode served: hdfs-native's DataTransferError("All DataNodes failed:
+# [DatanodeInfoProto { id: DatanodeIdProto { ip_addr: \"10.0.0.5\", ..., xfer_port: 9866, ...
+_DATANODES = re.compile(r'DataTransferError\("All DataNodes failed')
+_DATANODE = re.compile(r'ip_addr: \\?"([^"\\]+)\\?".*?xfer_port: (\d+)', re.S)
+DATANODES_FAILED = "DataNodesFailed"  # not a Java class: the client's own verdict
 
 TRANSIENT = frozenset({"SafeModeException", "StandbyException", "RetriableException",
-                       "ObserverRetryOnActiveException"})
+                       "ObserverRetryOnActiveException", DATANODES_FAILED})
 
 HINTS = {
     "SafeModeException": (
@@ -34,13 +39,23 @@ HINTS = {
         "authentication, your Kerberos principal otherwise) or fix the directory's owner and "
         "mode (`hdfs dfs -chown`, `-chmod`), or pass another --checkpoint"),
     "StandbyException": "the NameNode is a standby: name the active one, or the nameservice",
+    DATANODES_FAILED: (
+        "no DataNode holding the file's blocks answered (down, or unreachable from this host): "
+        "bring them back (`hdfs dfsadmin -report` lists dead ones); the checkpoint is not lost "
+        "and is read again once they are. With dfs.replication 1 a single lost DataNode makes "
+        "a checkpoint unreadable: keep 2 or more for checkpoints"),
 }
 
 
 def remote(err: BaseException) -> tuple[str, str] | None:
     """(exception class without its package, first line of its message), or None when
     ``err`` is not an error the NameNode or a DataNode returned."""
-    match = _RPC.search(str(err))
+    text = str(err)
+    if _DATANODES.search(text):
+        nodes = sorted({f"{ip}:{port}" for ip, port in _DATANODE.findall(text)})
+        return DATANODES_FAILED, "all DataNodes holding the block failed" + (
+            f" ({', '.join(nodes[:5])})" if nodes else "")
+    match = _RPC.search(text)
     if match is None:
         return None
     message = match["msg"].split("\\n", 1)[0].split("\n", 1)[0].rstrip('")')

@@ -14,8 +14,8 @@ verifies their checksums) and compiles the launcher, once, into a cache director
 (``$RINGTRAIN_SIM_CACHE`` or ``~/.cache/ringtrain``); it needs Java 17 and Maven. ``start()`` runs
 the cluster on an address and port, waits until it is out of safe mode with every DataNode
 registered, and returns a ``MiniHdfs``: its ``url``, ``command()`` for faults (restart or stop
-the NameNode, safe mode, a space quota, a directory owned by another user, a DataNode
-stopped) and ``stop()``, which ends it by PID. It lives as long as this process (its commands
+the NameNode, safe mode, a space quota, a directory owned by another user, DataNodes
+stopped and restarted) and ``stop()``, which ends it by PID. It lives as long as this process (its commands
 come on a pipe); ``java_argv(..., serve=True)`` runs one without commands until SIGTERM.
 """
 

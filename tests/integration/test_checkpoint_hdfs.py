@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -277,3 +277,71 @@ def test_ckpt_bench_times_each_size_on_local_disk_and_hdfs(tmp_path: Path) -> No
     assert found == [("local disk", "1"), ("hdfs (MiniDFSCluster, 127.0.0.1)", "1"),
                      ("local disk", "2"), ("hdfs (MiniDFSCluster, 127.0.0.1)", "2")]
     assert all(float(c[3]) > 0 and float(c[5]) > 0 for c in cells if c and c[1] in ("1", "2"))
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[Callable[[int], minihdfs.MiniHdfs]]:
+    """A minicluster of N DataNodes for one test (the module's one keeps its DataNode)."""
+    started: list[minihdfs.MiniHdfs] = []
+
+    def start(datanodes: int) -> minihdfs.MiniHdfs:
+        started.append(minihdfs.start(tmp_path / f"hdfs-{len(started)}", datanodes=datanodes))
+        return started[-1]
+
+    yield start
+    for cluster in started:
+        cluster.stop()
+
+
+def _replication(mini: minihdfs.MiniHdfs, path: str) -> set[int]:
+    """Each file's replication under ``path``, as the NameNode records it."""
+    import hdfs_native
+
+    listed = hdfs_native.Client(mini.url).list_status(path, recursive=True)
+    return {f.replication for f in listed if not f.isdir}
+
+
+def test_a_lost_datanode_holding_the_only_copy_stops_resume_until_it_is_back(
+    tmp_path: Path, own_cluster: Callable[[int], minihdfs.MiniHdfs]
+) -> None:
+    """Replication 1: the DataNode that holds a checkpoint's only copy is down. Resume must not
+    start from scratch (training would then commit over the checkpoints and retention delete
+    them): it fails, names the DataNode and the fix, and reads the checkpoint once it is back."""
+    mini = own_cluster(1)
+    url = f"{mini.url}/ckpt"
+    store = _store(url)
+    commit(store, make_src(tmp_path, "a"), step=1, epoch=1)
+    commit(store, make_src(tmp_path, "b"), step=2, epoch=2)
+    assert _replication(mini, "/ckpt") == {1}
+    mini.command("stop-datanode 0")
+    with pytest.raises(StorageError) as info:
+        find_latest(store, tmp_path / "r")
+    assert info.value.transient
+    assert "DataNodesFailed: all DataNodes holding the block failed (127.0.0.1:" in (
+        info.value.message), info.value.message
+    assert url in info.value.message
+    assert "the checkpoint is not lost" in info.value.hint and "dfs.replication" in info.value.hint
+    assert not list((tmp_path / "r").glob("ckpt-*"))
+    mini.command("restart-datanodes")
+    restored = find_latest(_store(url, retry=RetryPolicy(attempts=10, initial_s=0.5, max_s=2)),
+                           tmp_path / "r")
+    assert restored is not None and restored.step == 2
+    assert same_tree(tmp_path / "src-b", restored.directory)
+
+
+def test_a_lost_datanode_with_replication_2_is_read_around(
+    tmp_path: Path, own_cluster: Callable[[int], minihdfs.MiniHdfs]
+) -> None:
+    """Replication 2 on two DataNodes: with either one down the checkpoint reads from the
+    other copy, and `ckpt verify` passes."""
+    mini = own_cluster(2)
+    url = f"{mini.url}/ckpt"
+    commit(_store(url), make_src(tmp_path, "a"), step=1, epoch=1)
+    assert _replication(mini, "/ckpt") == {2}
+    mini.command("stop-datanode 0")
+    restored = find_latest(_store(url), tmp_path / "r")
+    assert restored is not None and restored.step == 1
+    assert same_tree(tmp_path / "src-a", restored.directory)
+    verify = subprocess.run([*RINGTRAIN, "ckpt", "verify", url], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr

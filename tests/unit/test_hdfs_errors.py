@@ -59,3 +59,25 @@ def test_a_viewfs_url_without_a_mount_table_is_named_with_a_fix(
                        r"has no mount table for viewfs://cluster") as err:
         make_filesystem(Location.parse("viewfs://cluster/x"))
     assert "fs.viewfs.mounttable.cluster.link" in err.value.hint
+
+
+# a read after the only DataNode holding the block stopped (hdfs-native 0.14.7, Hadoop 3.5.0)
+DATANODES_DOWN = RuntimeError(
+    'DataTransferError("All DataNodes failed: [DatanodeInfoProto { id: DatanodeIdProto { ip_addr:'
+    ' \\"127.0.0.1\\", host_name: \\"127.0.0.1\\", datanode_uuid: \\"dec441d8-b0be-4813-bd93-77577'
+    '7cbb384\\", xfer_port: 41817, info_port: 35091, ipc_port: 33011, info_secure_port: Some(0) },'
+    ' capacity: Some(541106348032), dfs_used: Some(49152), remaining: Some(158846902272), '
+    'block_pool_used: Some(49152), last_update: Some(1795706792658), xceiver_count: Some(0), '
+    'location: Some(\\"/default-rack\\"), non_dfs_used: Some(36739637248), admin_state: Some('
+    'Normal), cache_capacity: Some(0), cache_used: Some(0), last_update_monotonic: Some(66022164)'
+    ', upgrade_domain: None, last_block_report_time: Some(1795706792712), '
+    'last_block_report_monotonic: Some(66022218), num_blocks: Some(0) }]")')
+
+
+def test_no_datanode_answering_is_short_named_and_waited_for_not_a_broken_checkpoint() -> None:
+    assert hdfs_errors.remote(DATANODES_DOWN) == (
+        "DataNodesFailed", "all DataNodes holding the block failed (127.0.0.1:41817)")
+    assert is_transient(DATANODES_DOWN)  # resume fails rather than fall back or start over
+    err = StorageError("get", "hdfs://nn:8020/c/manifests/m.json", DATANODES_DOWN)
+    assert len(err.message) < 200, err.message
+    assert "not lost" in err.hint and "dfs.replication 1" in err.hint

@@ -18,13 +18,16 @@
 //   safemode enter|leave
 //   space-quota PATH BYTES      a space quota on PATH (-1: none)
 //   owned PATH USER MODE        mkdir PATH owned by USER with octal MODE (permission tests)
-//   stop-datanode N
+//   stop-datanode N             (N counts the DataNodes still running)
+//   restart-datanodes           the stopped ones, on their old ports, with their blocks
 // End of stdin (or SIGTERM) shuts the cluster down and exits. With "serve" it reads no commands
 // (stdin may be /dev/null) and runs until SIGTERM or SIGINT, then shuts down and exits.
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.CountDownLatch;
 
 import org.apache.hadoop.conf.Configuration;
@@ -38,6 +41,8 @@ import org.apache.hadoop.hdfs.MiniDFSCluster;
 import org.apache.hadoop.hdfs.protocol.HdfsConstants;
 
 public final class MiniHdfs {
+    private static final List<MiniDFSCluster.DataNodeProperties> STOPPED = new ArrayList<>();
+
     private MiniHdfs() {}
 
     public static void main(String[] args) throws Exception {
@@ -144,8 +149,17 @@ public final class MiniHdfs {
                 return w[0] + " " + w[1];
             }
             case "stop-datanode":
-                cluster.stopDataNode(Integer.parseInt(w[1]));
+                STOPPED.add(cluster.stopDataNode(Integer.parseInt(w[1])));
                 return w[0] + " " + w[1];
+            case "restart-datanodes": {
+                int n = STOPPED.size();
+                for (MiniDFSCluster.DataNodeProperties dn : STOPPED) {
+                    cluster.restartDataNode(dn, true);
+                }
+                STOPPED.clear();
+                cluster.waitActive();
+                return w[0] + " " + n;
+            }
             default:
                 throw new IllegalArgumentException("unknown command " + w[0]);
         }
