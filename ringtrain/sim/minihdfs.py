@@ -15,8 +15,9 @@ verifies their checksums) and compiles the launcher, once, into a cache director
 the cluster on an address and port, waits until it is out of safe mode with every DataNode
 registered, and returns a ``MiniHdfs``: its ``url``, ``command()`` for faults (restart or stop
 the NameNode, safe mode, a space quota, a directory owned by another user, DataNodes
-stopped and restarted) and ``stop()``, which ends it by PID. It lives as long as this process (its commands
-come on a pipe); ``java_argv(..., serve=True)`` runs one without commands until SIGTERM.
+stopped and restarted) and ``stop()``, which ends it by PID. It lives as long as this process
+(its commands come on a pipe); ``java_argv(..., serve=True)`` runs one without commands until
+SIGTERM.
 """
 
 from __future__ import annotations
