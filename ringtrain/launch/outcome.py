@@ -124,6 +124,7 @@ class Ending:
     tails: Mapping[int, tuple[str, ...]]
     where: Mapping[int, str]
     finished: bool = False
+    never_started: tuple[int, ...] = ()  # ranks with no check-in and no output (supervise)
 
 
 def merge(
@@ -156,6 +157,8 @@ def merge(
             return merged
         return replace(merged, state=JobState.SUCCEEDED, exit_code=0, failure=None,
                        signal_name=None, warnings=(*merged.warnings, note))
+    if fault is None and result.state is JobState.SUCCEEDED and ending.never_started:
+        return _never_started(merged, ending)
     if fault is None:
         kind = merged.failure.kind if merged.failure else None
         if kind is not None and kind.exit_code is not None:  # a lost daemon: 24, not 205
@@ -170,3 +173,15 @@ def merge(
         failure=Failure(fault.kind, fault.message, fault.hosts, ranks),
         signal_name=None,  # the signals were ringtrain's own teardown
     )
+
+
+def _never_started(merged: JobResult, ending: Ending) -> JobResult:
+    """The launcher exited 0 but some ranks never ran: a failure, never a success."""
+    ranks = ending.never_started
+    listed = ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")
+    message = (f"the launcher exited 0, but rank{'s' if len(ranks) > 1 else ''} {listed} "
+               "never started (no check-in, no output): see the launcher's own lines")
+    hosts = tuple(sorted({ending.where[r] for r in ranks if r in ending.where}))
+    return replace(merged, state=JobState.FAILED, exit_code=1, failure=Failure(
+        FailureKind.LAUNCHER, message, hosts, tuple(RankFailure(r, ending.where.get(r))
+                                                     for r in ranks)))

@@ -58,6 +58,7 @@ from ringtrain.launch.supervise import (
     Fault,
     all_done,
     live_done,
+    never_started,
     rank_hosts,
     usage_warnings,
     wait_or_fault,
@@ -245,11 +246,10 @@ class Session:
                 teardown,
                 attempt,
                 Ending(
-                    detected_at,
-                    time.time(),
-                    tails,
+                    detected_at, time.time(), tails,
                     seen_hosts(alloc, snap, self._elastic is not None),
                     finished=live_done(snap) if self._elastic else all_done(snap, alloc),
+                    never_started=() if self._elastic else never_started(snap, alloc, tails),
                 ),
             )
             warnings = usage_warnings(

@@ -21,7 +21,7 @@ follows is teardown.py's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ringtrain.hostfile import Allocation
@@ -86,6 +86,15 @@ def live_done(snap: Snapshot) -> bool:
     """--elastic: every rank still in the job (not lost) said its script returned."""
     live = [r for r in snap.ranks if r.connected or r.done]
     return bool(live) and all(r.done for r in live)
+
+
+def never_started(snap: Snapshot, alloc: Allocation,
+                  tails: Mapping[int, Sequence[str]]) -> tuple[int, ...]:
+    """Allocated ranks that neither checked in nor printed a line: they never ran (srun can
+    fail to launch a step's tasks and still exit 0). A rank that cannot reach the launcher
+    runs unsupervised and says so on its output, so it is not one of them. Pure."""
+    seen = {r.rank for r in snap.ranks}
+    return tuple(a.rank for a in alloc.ranks if a.rank not in seen and not tails.get(a.rank))
 
 
 def all_done(snap: Snapshot, alloc: Allocation) -> bool:

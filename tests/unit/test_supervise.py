@@ -10,7 +10,7 @@ from ringtrain.launch.control import Progress, RankState, Snapshot
 from ringtrain.launch.outcome import Ending, decide
 from ringtrain.launch.outcome import merge as _merge
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
-from ringtrain.launch.supervise import Fault, all_done, check, usage_warnings
+from ringtrain.launch.supervise import Fault, all_done, check, never_started, usage_warnings
 from ringtrain.launch.teardown import job_pids
 from ringtrain.spec import RestartPolicy, SupervisionPolicy
 
@@ -139,6 +139,29 @@ def test_merge_counts_a_finished_job_as_a_success_whatever_its_exit() -> None:
     assert _merge(interrupted, None, (), 1, ending).state is JobState.INTERRUPTED
     unfinished = replace(ending, finished=False)
     assert _merge(crashed_at_exit, None, (), 1, unfinished).state is JobState.FAILED
+
+
+def test_a_launcher_exiting_0_with_ranks_that_never_ran_is_a_failure() -> None:
+    """Seen on the simulated Slurm cluster: a requeued job started again at once; srun said
+    "task 0 launch failed: Unspecified error" (the last run's step was still being cleaned
+    up) and exited 0 in 0.3 s. ringtrain called that a success."""
+    checked_in = (_rank(0, 9), _rank(1, 9))
+    tails = {0: ("Epoch 1/8",), 2: ("ringtrain rank agent: cannot reach the launcher ...",)}
+    # rank 2 ran unsupervised (it said so); rank 3 neither checked in nor said a word
+    assert never_started(Snapshot(checked_in, None, now=10), ALLOC, tails) == (3,)
+    assert never_started(Snapshot((), None, now=10), ALLOC, {}) == (0, 1, 2, 3)
+    ending = Ending(1.0, 2.0, {}, {0: "gpu01", 1: "gpu01", 2: "gpu02", 3: "gpu02"},
+                    never_started=(0, 1, 2, 3))
+    merged = _merge(_result(state=JobState.SUCCEEDED, exit_code=0), None, (), 1, ending)
+    assert merged.state is JobState.FAILED and merged.exit_code == 1
+    assert merged.failure is not None and merged.failure.kind is FailureKind.LAUNCHER
+    assert merged.failure.message.startswith(
+        "the launcher exited 0, but ranks 0, 1, 2, 3 never started (no check-in, no output)")
+    assert merged.failure.hosts == ("gpu01", "gpu02")
+    assert decide(merged, 1, RestartPolicy(max_restarts=1)).restart  # retried like a crash
+    ran = replace(ending, never_started=())
+    assert _merge(_result(state=JobState.SUCCEEDED, exit_code=0), None, (), 1,
+                  ran).state is JobState.SUCCEEDED
 
 
 def test_start_timeout_names_missing_ranks_and_hosts() -> None:
