@@ -298,9 +298,10 @@ def _timed_kills(
 def test_kill_9_at_points_of_an_hdfs_commit(tmp_path: Path, zygote: Zygote) -> None:
     """The same on a real HDFS (MiniDFSCluster). Its data files go up in parallel, so which
     operation event N lands on varies from run to run; whichever it is, no partial checkpoint
-    is ever visible. Every sixth event of the uploads, the three at the commit point (the
-    manifest's creation) and every third after it (retention, garbage collection), to keep the
-    test near a minute; file:// and S3 above are killed at every event."""
+    is ever visible. Every tenth event of the uploads, the three at the commit point (the
+    manifest's creation), then the first of each kind and every fourth (retention, garbage
+    collection), to keep the test under a minute; file:// and S3 above are killed at every
+    event."""
     from ringtrain.sim import minihdfs
 
     mini = minihdfs.start(tmp_path / "hdfs")
@@ -310,11 +311,14 @@ def test_kill_9_at_points_of_an_hdfs_commit(tmp_path: Path, zygote: Zygote) -> N
         def pick(total: int) -> list[int]:
             events = (tmp_path / "events").read_text().splitlines()
             point = next(i for i, e in enumerate(events, 1) if e.startswith("before create m"))
-            return sorted({*range(1, point, 6), *range(point, point + 3),
-                           *range(point + 3, total + 1, 3), total})
+            firsts = {}  # after the commit point, the first event of each kind
+            for i, e in enumerate(events[point - 1:], point):
+                firsts.setdefault(" ".join(e.split()[:2]), i)
+            return sorted({*range(1, point, 10), *range(point, point + 3), *firsts.values(),
+                           *range(point + 3, total + 1, 4), total})
 
         points = run_kill_points(zygote, base.url, lambda u: reuse(base, u), tmp_path, pick)
-        assert len(points) >= 15
+        assert len(points) >= 12
         assert {"before create", "after create", "before delete"} <= _spread(points)
         assert {"before put", "after put", "chunk put"} & _spread(points)
     finally:
