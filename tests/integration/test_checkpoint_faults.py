@@ -32,9 +32,9 @@ CHUNK = 16_384
 
 def _writer(req: dict[str, Any], events_fd: int, options: dict[str, Any] | None) -> None:
     """In the forked child: commit, logging each storage event; SIGKILL self at event N."""
-    from ringtrain.checkpoint import RetryPolicy, commit, open_store
-
     import threading
+
+    from ringtrain.checkpoint import RetryPolicy, commit, open_store
 
     count = 0
     lock = threading.Lock()  # HDFS uploads a checkpoint's files in parallel

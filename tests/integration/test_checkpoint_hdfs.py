@@ -236,33 +236,6 @@ def test_a_user_without_write_access_gets_a_clear_refusal(
         listed.stdout + listed.stderr)
 
 
-@pytest.mark.mpi
-def test_a_killed_training_job_resumes_from_its_hdfs_checkpoint(
-    tmp_path: Path, hdfs_url: str
-) -> None:
-    """The digits model (ringtrain.keras's three lines) on two local ranks, rank 0 committing
-    to HDFS every epoch: it fails at epoch 4, a second launch resumes from epoch 3."""
-    digits = Path(__file__).parents[2] / "ringtrain" / "models" / "digits.py"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-    def launch(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*RINGTRAIN, "launch", "--runs-dir", str(tmp_path / "runs"), "-H", "localhost:2",
-             "--checkpoint", hdfs_url, str(digits), "--epochs", "5", *extra],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
-
-    first = launch("--fail-at-epoch", "4")
-    assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "fault injection: exiting at epoch 4" in first.stdout
-    committed = list_checkpoints(_store(hdfs_url), deep=True)
-    assert [(c.step, c.ok) for c in committed] == [(69, True), (46, True), (23, True)]
-    second = launch()
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    assert "resumed from epoch 3 step 69" in second.stdout
-    assert "Epoch 4/5" in second.stdout and "Epoch 1/5" not in second.stdout
-    assert [c.step for c in list_checkpoints(_store(hdfs_url))] == [115, 92, 69]
-
-
 def test_ckpt_bench_times_each_size_on_local_disk_and_hdfs(tmp_path: Path) -> None:
     """Issue 26, item 5: `ringtrain ckpt bench` measures HDFS beside the others, per size (its
     own temporary minicluster; S3 left out here to keep the test short)."""
