@@ -31,6 +31,28 @@ def newest_commit(where: Location) -> ResumePoint | None:
     return ResumePoint(where.text, best.step, best.manifest.epoch, best.name)
 
 
+def check_storage(where: Location | None) -> None:
+    """The checkpoint URL given, tried once (one listing) before any rank starts. A URL that
+    cannot work (no NameNode for the name, no such bucket, credentials refused, a missing
+    package) raises CheckpointError here, named with its fix, instead of failing every rank
+    after the launch. Storage that does not answer right now is a warning: training rides out
+    a short outage (--checkpoint-grace)."""
+    if where is None or where.is_local:
+        return
+    from ringtrain.checkpoint import RetryPolicy, open_store  # noqa: PLC0415 - fsspec
+    from ringtrain.checkpoint.catalog import manifest_names  # noqa: PLC0415
+    from ringtrain.checkpoint.store import StorageError  # noqa: PLC0415
+
+    try:
+        manifest_names(open_store(where.text, retry=RetryPolicy(attempts=2, initial_s=0.5),
+                                  call_timeout_s=20))
+    except StorageError as err:
+        if not err.transient:
+            raise
+        log.warning("checkpoint storage %s does not answer now (%s); launching anyway",
+                    where, err.message)
+
+
 def resumes_from(point: ResumePoint | None) -> str:
     """Where a restart resumes, as the console says it."""
     if point is not None and point.error is not None:

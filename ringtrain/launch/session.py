@@ -35,7 +35,7 @@ from ringtrain.checkpoint.location import Location
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
 from ringtrain.launch import tfcluster
-from ringtrain.launch.commits import newest_commit, resumes_from
+from ringtrain.launch.commits import check_storage, newest_commit, resumes_from
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.deliver import Delivery, start_with_secrets
 from ringtrain.launch.elastic import ElasticWatch, seen_hosts
@@ -124,6 +124,7 @@ class Session:
         self._started = time.monotonic()
         make_run_dir(self.run_dir)  # before any SSH: a launch that cannot log is refused
         self._write_launcher_record()
+        check_storage(self.spec.checkpoint)  # a URL that cannot work: refused, no rank started
         attempt = 1
         while True:
             try:  # placing it, or starting it (the secrets file, mpirun not found, ...)

@@ -318,3 +318,18 @@ def test_a_lost_datanode_with_replication_2_is_read_around(
     verify = subprocess.run([*RINGTRAIN, "ckpt", "verify", url], capture_output=True, text=True,
                             timeout=120, check=False)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_checkpoint_url_that_cannot_work_refuses_the_launch_before_any_rank(
+        tmp_path: Path) -> None:
+    """Issue 26, tried as a new user: `launch --checkpoint hdfs://nohost/x` trained, then every
+    rank failed on the URL. The launcher now tries it once, before the probe and the ranks."""
+    digits = Path(__file__).parents[2] / "ringtrain" / "models" / "digits.py"
+    proc = subprocess.run([*RINGTRAIN, "launch", "--runs-dir", str(tmp_path / "runs"), "-H",
+                           "localhost:1", "--checkpoint", "hdfs://nohost/x", str(digits)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "error: hdfs://nohost/x: no NameNode for 'nohost'" in proc.stderr, proc.stderr
+    assert "fix: add the NameNode's RPC port" in proc.stderr
+    assert "ringtrain check:" not in proc.stdout + proc.stderr  # refused before the probe
+    assert not list((tmp_path / "runs").glob("*/attempt-*"))  # no rank started
