@@ -10,6 +10,7 @@ relative to its root and '/'-separated.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import posixpath
@@ -213,6 +214,7 @@ class Store:
         try:
             infos = self.fs.ls(path, detail=True)
         except FileNotFoundError:
+            self._bucket_exists()
             return ()
         out = []
         for info in infos:
@@ -220,6 +222,17 @@ class Store:
             is_dir = info.get("type") == "directory"
             out.append(Entry(name, int(info.get("size") or 0), is_dir))
         return tuple(sorted(out, key=lambda e: e.name))
+
+    def _bucket_exists(self) -> None:
+        """On S3 a missing bucket lists like an empty prefix ("no checkpoints"): said instead
+        (FileNotFoundError: a permanent error whose hint is to create it or fix the URL)."""
+        if self.location.protocol != "s3":
+            return
+        bucket = self.location.root.strip("/").split("/", 1)[0]
+        try:
+            self.fs.info(bucket)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, f"there is no bucket {bucket!r}") from None
 
     def find_files(self, rel: str) -> dict[str, int]:
         """Every file below ``rel``: path relative to ``rel`` -> size."""

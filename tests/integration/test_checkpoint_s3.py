@@ -100,6 +100,30 @@ def test_cli_reads_credentials_from_the_environment_only(
     assert s3_server.secret_key not in bad.stderr + bad.stdout + ok.stdout
 
 
+def test_a_missing_bucket_is_named_not_taken_for_no_checkpoints(
+    tmp_path: Path, s3_server: S3Server, s3_url: str
+) -> None:
+    """Issue 26, tried as a new user: `ckpt ls s3://missing-bucket/x` said "no checkpoints",
+    and a launch with it trained until rank 0's first commit. A prefix with nothing in it in
+    a bucket that exists is still "no checkpoints"."""
+    env = client_env(s3_server, dict(os.environ))
+    missing = subprocess.run([*RINGTRAIN, "ckpt", "ls", "s3://missing-bucket/x"], env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert missing.returncode == 6, missing.stdout + missing.stderr
+    assert "there is no bucket 'missing-bucket'" in missing.stderr
+    assert "fix: the bucket or directory does not exist" in missing.stderr
+    empty = subprocess.run([*RINGTRAIN, "ckpt", "ls", s3_url], env=env, capture_output=True,
+                           text=True, timeout=60, check=False)
+    assert empty.returncode == 0 and "no checkpoints" in empty.stdout, empty.stderr
+    digits = Path(__file__).parents[2] / "ringtrain" / "models" / "digits.py"
+    launch = subprocess.run([*RINGTRAIN, "launch", "--runs-dir", str(tmp_path / "runs"), "-H",
+                             "localhost:1", "--checkpoint", "s3://missing-bucket/x", str(digits)],
+                            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert launch.returncode != 0 and "there is no bucket 'missing-bucket'" in launch.stderr
+    assert not list((tmp_path / "runs").glob("*/attempt-*"))  # refused before any rank
+
+
 def _race(make_store: Callable[..., Store], url: str, sources: dict[str, Path]
           ) -> dict[str, Committed | BaseException]:
     """Two threads commit step 9 to ``url``; both reach the commit point together."""
