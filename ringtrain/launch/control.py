@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ringtrain.launch.controlstate import Progress, RankState, Restored, Snapshot
 from ringtrain.launch.hello import Hello, authentic, challenge, read_hello
 from ringtrain.launch.steptimes import StepTimes
 from ringtrain.rank.events import (
@@ -38,72 +39,19 @@ from ringtrain.rank.events import (
     MAX_LINE,
     RANK_EVENTS,
     RankEvent,
+    Seal,
     count,
     decode,
-    encode,
     number,
+    session_key,
     to_event,
 )
+
+__all__ = ["ControlServer", "Progress", "RankState", "Restored", "Snapshot"]
 
 log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 10.0
 MAX_PENDING = 64
-
-
-@dataclass(frozen=True, slots=True)
-class RankState:
-    rank: int
-    host: str
-    pid: int
-    start: int | None = None
-    ppid: int | None = None
-    parent: str = ""
-    parent_start: int | None = None
-    connected: bool = True
-    init_begun: bool = False
-    initialized: bool = False
-    # since when the rank waits inside TensorFlow for its cluster's other tasks (None: not
-    # waiting); TensorFlow holds the GIL there, so its heartbeats stop
-    forming_since: float | None = None
-    last_heard: float = 0.0
-    done_at: float | None = None  # when the rank said its script returned
-    api: tuple[str, ...] = ()  # parts of ringtrain.keras the rank uses ("checkpoint", ...)
-    steps: StepTimes | None = None  # from the rank's step timer (straggler detection)
-
-    @property
-    def done(self) -> bool:
-        return self.done_at is not None
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    epoch: int | None = None
-    epochs: int | None = None
-    step: int | None = None
-    steps: int | None = None
-    loss: float | None = None
-    samples_per_s: float | None = None
-    at: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Restored:
-    """--elastic: rank 0 restored the state from a rank's memory commit after a reset."""
-    at: float
-    source: int | None
-    epoch: int | None
-    step: int | None
-    size: int | None  # ranks after it
-    nbytes: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    ranks: tuple[RankState, ...]
-    progress: Progress | None
-    now: float
-    resets: tuple[float, ...] = ()  # --elastic: when ranks began a reset (ringtrain.keras)
-    restores: tuple[Restored, ...] = ()  # ... and when the state was restored
 
 
 @dataclass(eq=False)
@@ -114,6 +62,8 @@ class _Conn:
     hello: Hello | None = None  # what it said in its hello, before its auth
     nonce: str = ""  # the launcher's nonce in this connection's challenge
     noted: bool = False  # a message dropped and logged (once per connection)
+    inn: Seal | None = None  # after the handshake: the rank's sealed messages, opened
+    out: Seal | None = None  # ... and the launcher's, sealed
     buffer: bytearray = field(default_factory=bytearray)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -268,16 +218,19 @@ class ControlServer:
 
     def _line(self, conn: _Conn, line: bytes) -> bool:
         """Handle one line; False: drop the peer."""
-        msg = decode(line)
         if conn.rank is None:  # the handshake: hello, then auth, nothing else in between
+            msg = decode(line)
             if msg is None:
                 return False
             return self._hello(conn, msg) if conn.hello is None else self._auth(conn, msg)
+        assert conn.inn is not None
+        msg = conn.inn.open(line)
         if msg is None or msg["t"] not in RANK_EVENTS:
             if not conn.noted:  # once per connection: a peer cannot flood the log
                 conn.noted = True
-                log.warning("control: rank %s sent a message not in the protocol (%r); "
-                            "dropped it (and any more)", conn.rank, line[:60])
+                log.warning("control: rank %s sent a message not sealed for this connection "
+                            "or not in the protocol (%r); dropped it (and any more)",
+                            conn.rank, line[:60])
             return True
         self._handle(conn, msg)
         return True
@@ -328,6 +281,8 @@ class ControlServer:
                 # a reset, so one that joins may get a number in use. Each keeps its own.
                 rank = max(self._ranks) + 1
             conn.rank = rank
+            key = session_key(self.token, hello.nonce, conn.nonce)
+            conn.inn, conn.out = Seal(key, "rank"), Seal(key, "launcher")
             self._ranks[rank] = RankState(
                 rank=rank, host=hello.host, pid=hello.pid, start=hello.start, ppid=hello.ppid,
                 parent=hello.parent, parent_start=hello.parent_start, last_heard=self._clock())
@@ -382,12 +337,12 @@ class ControlServer:
 
     def broadcast(self, kind: str) -> None:
         with self._lock:
-            conns = [c for c in self._conns if c.rank is not None]
-        data = encode(kind)
+            conns = [c for c in self._conns if c.out is not None]
         for conn in conns:
             # Never block on a rank whose host stopped reading (a cut link): drop the beat.
             with conn.lock, contextlib.suppress(OSError):
-                conn.sock.send(data, socket.MSG_DONTWAIT)
+                assert conn.out is not None
+                conn.sock.send(conn.out.seal(kind), socket.MSG_DONTWAIT)
 
 
 _NO_STEPS = StepTimes(None, None, 0.0)

@@ -39,9 +39,11 @@ from ringtrain.rank.events import (
     HEARTBEAT_S,
     LAUNCHER_EVENTS,
     MAX_LAUNCHER_LINE,
+    Seal,
     answer,
-    decode,
+    challenge_nonce,
     encode,
+    session_key,
 )
 
 _DAEMON_NAMES = ("orted", "prted")
@@ -68,6 +70,8 @@ class RankAgent:
         self._nonce = os.urandom(16).hex()  # this connection's: the launcher's proof names it
         self._trusted = threading.Event()  # the launcher proved it holds the token
         self._noted = False  # a message from the launcher dropped (told once)
+        self._in: Seal | None = None  # after the handshake: the launcher's messages, opened
+        self._out: Seal | None = None  # ... and this rank's, sealed
 
     def start(self) -> bool:
         deadline = time.monotonic() + 10
@@ -102,16 +106,18 @@ class RankAgent:
         return True
 
     def send(self, kind: str, **fields: Any) -> None:
-        """To the launcher, once it proved it holds the token (before that: dropped)."""
-        if self._trusted.is_set():
-            self._put(encode(kind, rank=self.rank, **fields))
+        """To the launcher, sealed, once it proved it holds the token (before that: dropped)."""
+        out = self._out
+        if self._trusted.is_set() and out is not None:
+            # sealed under the lock: numbers go out in the order they were given
+            self._put(lambda: out.seal(kind, rank=self.rank, **fields))
 
-    def _put(self, data: bytes) -> None:
+    def _put(self, data: bytes | Callable[[], bytes]) -> None:
         sock = self._sock
         if sock is None:
             return
         with self._lock, contextlib.suppress(OSError):
-            sock.sendall(data)
+            sock.sendall(data if isinstance(data, bytes) else data())
 
     def done(self) -> None:
         """The script returned: say so at once (a blocking send, before finalisation)."""
@@ -134,6 +140,8 @@ class RankAgent:
                               "closed the connection (it refused this rank's hello?)")
                 return
             self._put(reply)
+            key = session_key(self.token, self._nonce, challenge_nonce(first))
+            self._in, self._out = Seal(key, "launcher"), Seal(key, "rank")
             self.last_heard = time.monotonic()
             self._trusted.set()
             while line := stream.readline(MAX_LAUNCHER_LINE + 1):
@@ -146,14 +154,15 @@ class RankAgent:
                     _warn(f"a message from the launcher failed: {err!r}")
 
     def _heard(self, line: bytes) -> None:
-        """One line from the launcher: a kind it sends, or dropped (and not a sign of life)."""
-        msg = decode(line)
+        """One line from the launcher, sealed for this connection, of a kind it sends; else
+        dropped (and not a sign of life)."""
+        msg = self._in.open(line) if self._in is not None else None
         kind = msg["t"] if msg is not None else None
         if kind not in LAUNCHER_EVENTS:
             if not self._noted:
                 self._noted = True
-                _warn(f"dropped a message from the launcher that is not one of the protocol's "
-                      f"({line[:60]!r}), and will drop any more")
+                _warn(f"dropped a message from the launcher not sealed for this connection or "
+                      f"not one of the protocol's ({line[:60]!r}), and will drop any more")
             return
         self.last_heard = time.monotonic()
         if kind == "stop":

@@ -15,6 +15,14 @@ Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port). Both sides hold the job
    for the rank of its hello alone, whatever a message's own ``rank`` field says; a second
    connection for a rank (same host and PID) still connected is refused.
 
+Every message after those three, both ways, is sealed (``Seal``): it carries ``seq``, a number
+the sender raises with each message, and ends with a tab and a MAC, HMAC-SHA256 (first 128
+bits) under ``session_key(token, rank nonce, launcher nonce)`` over the sender's role and the
+JSON. The receiver drops a line whose MAC is wrong or whose ``seq`` is not above the last it
+took: a message forged, altered, replayed or moved into another connection is never heard,
+even from whoever can rewrite the traffic between the hosts (a beat the launcher drops for a
+rank that stopped reading leaves a gap, which is fine).
+
 Then, rank -> launcher (``RANK_EVENTS``; any other kind is dropped):
 
 * ``init``     Horovod finished ``hvd.init()``: rank, size, local_rank (``init_begin`` before)
@@ -40,8 +48,9 @@ from the launcher for its ``RINGTRAIN_LAUNCHER_TIMEOUT`` ends itself and its Ope
 dead-man switch), so a partitioned host cannot keep the job's processes alive after the
 launcher gave up on it.
 
-The channel is plain TCP: the proofs keep out whoever can reach the address without the
-token, not whoever can read and rewrite the traffic between the hosts (docs/THREAT_MODEL.md).
+The channel is plain TCP, not encrypted: whoever reads the traffic between the hosts reads the
+messages (progress, host names, PIDs; never the token), but cannot forge or alter one
+(docs/THREAT_MODEL.md).
 """
 
 from __future__ import annotations
@@ -99,7 +108,7 @@ def decode(line: bytes) -> dict[str, Any] | None:
 
 
 def to_event(data: dict[str, Any], rank: int) -> RankEvent:
-    fields = tuple(sorted((k, v) for k, v in data.items() if k not in ("t", "token")))
+    fields = tuple(sorted((k, v) for k, v in data.items() if k not in ("t", "seq", "token")))
     return RankEvent(kind=str(data["t"]), rank=rank, fields=fields)
 
 
@@ -148,6 +157,52 @@ def answer(token: str, rank_nonce: str, line: bytes) -> bytes | None:
     if not same(msg.get("proof"), launcher_proof(token, rank_nonce, theirs)):
         return None
     return encode("auth", proof=rank_proof(token, rank_nonce, theirs))
+
+
+def session_key(token: str, rank_nonce: str, launcher_nonce: str) -> bytes:
+    """The key of one connection's sealed messages (both nonces: fresh per connection)."""
+    text = f"ringtrain session\n{rank_nonce}\n{launcher_nonce}"
+    return hmac.new(token.encode(), text.encode(), hashlib.sha256).digest()
+
+
+MAC_HEX = 32
+
+
+class Seal:
+    """One direction of one connection: ``seal`` for the sender (role ``launcher`` or
+    ``rank``), ``open`` for the receiver. Not thread-safe: the caller's lock covers it."""
+
+    def __init__(self, key: bytes, sender: str) -> None:
+        self._key, self._sender = key, sender.encode() + b"\n"
+        self._n = 0  # the last number sealed, or opened
+
+    def _mac(self, body: bytes) -> bytes:
+        return hmac.new(self._key, self._sender + body, hashlib.sha256).hexdigest()[
+            :MAC_HEX].encode()
+
+    def seal(self, kind: str, **fields: Any) -> bytes:
+        self._n += 1
+        body = json.dumps({"t": kind, "seq": self._n, **fields}, separators=(",", ":")).encode()
+        return body + b"\t" + self._mac(body) + b"\n"
+
+    def open(self, line: bytes) -> dict[str, Any] | None:
+        """The message, or None: not sealed by the other end of this connection, or not
+        newer than the last one taken."""
+        body, tab, mac = line.rstrip(b"\n").rpartition(b"\t")
+        if not tab or not hmac.compare_digest(mac, self._mac(body)):
+            return None
+        msg = decode(body)
+        n = count(msg.get("seq")) if msg is not None else None
+        if msg is None or n is None or n <= self._n:
+            return None
+        self._n = n
+        return msg
+
+
+def challenge_nonce(line: bytes) -> str:
+    """The launcher's nonce in a ``challenge`` that ``answer`` accepted."""
+    msg = decode(line)
+    return str(msg["nonce"]) if msg is not None else ""
 
 
 def same(value: Any, expected: str) -> bool:

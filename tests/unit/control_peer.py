@@ -1,5 +1,6 @@
 """A rank's side of the control handshake, by hand, for tests that speak the protocol over a
-real socket to a real control server (rank/events.py: hello, challenge, auth)."""
+real socket to a real control server (rank/events.py: hello, challenge, auth; then every
+message sealed with the connection's key)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import secrets
 import socket
 from typing import Any
 
-from ringtrain.rank.events import answer, encode
+from ringtrain.rank.events import Seal, answer, challenge_nonce, encode, session_key
 
 
 def read_line(sock: socket.socket, limit: int = 65536) -> bytes:
@@ -28,14 +29,18 @@ def say_hello(sock: socket.socket, **fields: Any) -> str:
     return nonce
 
 
-def answer_challenge(sock: socket.socket, token: str, nonce: str) -> None:
+def answer_challenge(sock: socket.socket, token: str, nonce: str) -> tuple[Seal, Seal]:
     """Read the server's challenge to the hello that carried ``nonce``: it must prove the
-    token; then send this rank's auth."""
-    reply = answer(token, nonce, read_line(sock))
+    token; then send this rank's auth. Returns (this rank's seal, the launcher's)."""
+    line = read_line(sock)
+    reply = answer(token, nonce, line)
     assert reply is not None, "the control server's challenge did not prove the token"
     sock.sendall(reply)
+    key = session_key(token, nonce, challenge_nonce(line))
+    return Seal(key, "rank"), Seal(key, "launcher")
 
 
-def check_in(sock: socket.socket, token: str, **fields: Any) -> None:
-    """The whole handshake: hello, the server's challenge, this rank's auth."""
-    answer_challenge(sock, token, say_hello(sock, **fields))
+def check_in(sock: socket.socket, token: str, **fields: Any) -> Seal:
+    """The whole handshake: hello, the server's challenge, this rank's auth. Returns the seal
+    for this rank's messages."""
+    return answer_challenge(sock, token, say_hello(sock, **fields))[0]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import ringtrain
-from ringtrain.launch.control import MAX_PENDING, ControlServer
+from ringtrain.launch.control import MAX_PENDING, ControlServer, Progress
 from ringtrain.rank.events import (
     MAX_LINE,
     RANK_EVENTS,
@@ -144,11 +144,11 @@ def test_a_rank_waiting_for_its_tensorflow_cluster_is_marked_until_it_joins() ->
     server = ControlServer()
     try:
         sock = _connect(server)
-        check_in(sock, server.token, rank=0, host="h", pid=42)
-        sock.sendall(encode("tf_forming", rank=0))
+        seal = check_in(sock, server.token, rank=0, host="h", pid=42)
+        sock.sendall(seal.seal("tf_forming", rank=0))
         assert _wait(lambda: [r.forming_since is not None for r in server.snapshot().ranks]
                      == [True])
-        sock.sendall(encode("tf_formed", rank=0))
+        sock.sendall(seal.seal("tf_formed", rank=0))
         assert _wait(lambda: [r.forming_since for r in server.snapshot().ranks] == [None])
     finally:
         server.close()
@@ -167,14 +167,15 @@ def test_a_bad_field_is_dropped_and_logged_never_a_dead_thread() -> None:
         say_hello(nested, rank=True, host=["x"], pid=7)
         assert _closed_by_peer(nested, 5)
         good = _connect(server)
-        check_in(good, server.token, rank=0, host="h", pid=42)
-        good.sendall(encode("progress", epoch="2", step=7, loss="x", samples_per_s=float("nan")))
+        seal = check_in(good, server.token, rank=0, host="h", pid=42)
+        good.sendall(seal.seal("progress", epoch="2", step=7, loss="x",
+                               samples_per_s=float("nan")))
         assert _wait(lambda: server.snapshot().progress is not None)
         progress = server.snapshot().progress
         assert progress is not None
         assert (progress.epoch, progress.step, progress.loss, progress.samples_per_s) == (
             None, 7, None, None)
-        good.sendall(encode("progress", epoch=3, loss=0.25))
+        good.sendall(seal.seal("progress", epoch=3, loss=0.25))
         assert _wait(lambda: (server.snapshot().progress or progress).epoch == 3)
         assert [r.rank for r in server.snapshot().ranks] == [0]
         assert server._thread.is_alive()
@@ -212,11 +213,11 @@ def test_elastic_stages_are_kept_as_numbers_only_and_bounded() -> None:
     server = ControlServer()
     try:
         rank = _connect(server)
-        check_in(rank, server.token, rank=0, host="gpu01", pid=42)
-        rank.sendall(encode("elastic_reset"))
-        rank.sendall(encode("elastic_restored", source=1, epoch=3, step=10, size=2,
-                            nbytes=220_000))
-        rank.sendall(encode("elastic_restored", source="x", epoch=-1, step=True, size=2.5))
+        seal = check_in(rank, server.token, rank=0, host="gpu01", pid=42)
+        rank.sendall(seal.seal("elastic_reset"))
+        rank.sendall(seal.seal("elastic_restored", source=1, epoch=3, step=10, size=2,
+                               nbytes=220_000))
+        rank.sendall(seal.seal("elastic_restored", source="x", epoch=-1, step=True, size=2.5))
         assert _wait(lambda: len(server.snapshot().restores) == 2)
         snap = server.snapshot()
         assert len(snap.resets) == 1
@@ -226,7 +227,7 @@ def test_elastic_stages_are_kept_as_numbers_only_and_bounded() -> None:
         assert (forged.source, forged.epoch, forged.step, forged.size, forged.nbytes) == (
             None, None, None, None, None)
         for _ in range(ELASTIC_KEPT + 5):
-            rank.sendall(encode("elastic_reset"))
+            rank.sendall(seal.seal("elastic_reset"))
         assert _wait(lambda: len(server.snapshot().resets) == ELASTIC_KEPT)
     finally:
         server.close()
@@ -269,14 +270,14 @@ def test_a_second_connection_for_a_connected_rank_is_refused_not_a_takeover(
     server = ControlServer()
     try:
         first = _connect(server)
-        check_in(first, server.token, rank=0, host="h", pid=42)
+        seal = check_in(first, server.token, rank=0, host="h", pid=42)
         assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
         with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
             second = _connect(server)
             check_in(second, server.token, rank=0, host="h", pid=42)
             assert _closed_by_peer(second, 5)
         assert "refused a second connection for rank 0" in caplog.text
-        first.sendall(encode("done"))
+        first.sendall(seal.seal("done"))
         assert _wait(lambda: server.snapshot().ranks[0].done)
         assert [(r.rank, r.connected) for r in server.snapshot().ranks] == [(0, True)]
         assert server.refused == 1
@@ -291,11 +292,11 @@ def test_a_connection_speaks_for_its_own_hellos_rank_only() -> None:
     server = ControlServer()
     try:
         zero, one = _connect(server), _connect(server)
-        check_in(zero, server.token, rank=0, host="h", pid=42)
+        seal = check_in(zero, server.token, rank=0, host="h", pid=42)
         check_in(one, server.token, rank=1, host="h", pid=43)
         assert _wait(lambda: len(server.snapshot().ranks) == 2)
-        zero.sendall(encode("hello", nonce="b" * 32, rank=1, host="h", pid=43))
-        zero.sendall(encode("done", rank=1) + encode("init", rank=1, size=2))
+        zero.sendall(seal.seal("hello", nonce="b" * 32, rank=1, host="h", pid=43))
+        zero.sendall(seal.seal("done", rank=1) + seal.seal("init", rank=1, size=2))
         assert _wait(lambda: server.snapshot().ranks[0].done)
         one_state = server.snapshot().ranks[1]
         assert not one_state.done and not one_state.initialized and one_state.pid == 43
@@ -313,16 +314,40 @@ def test_a_message_outside_the_protocol_is_dropped_the_rank_kept(
     server = ControlServer()
     try:
         sock = _connect(server)
-        check_in(sock, server.token, rank=0, host="h", pid=42)
+        seal = check_in(sock, server.token, rank=0, host="h", pid=42)
         assert _wait(lambda: len(server.snapshot().ranks) == 1)
         with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
-            sock.sendall(b'{"t":"hb","x":' + b"[" * 5000 + b"}\n" + encode("bogus")
-                         + encode("auth", proof="x") + b"not json\n")
-            sock.sendall(encode("progress", epoch=1, step=9))
+            deep = b'{"t":"hb","seq":9,"x":' + b"[" * 5000 + b"}"
+            sock.sendall(deep + b"\t" + seal._mac(deep) + b"\n" + seal.seal("bogus")
+                         + seal.seal("auth", proof="x") + b"not json\n")
+            sock.sendall(seal.seal("progress", epoch=1, step=9))
             assert _wait(lambda: server.snapshot().progress is not None)
         assert caplog.text.count("not in the protocol") == 1
         assert "Traceback" not in caplog.text
         assert server.snapshot().ranks[0].connected and server._thread.is_alive()
+    finally:
+        server.close()
+
+
+def test_after_the_handshake_only_messages_sealed_for_the_connection_are_heard() -> None:
+    """Whoever can rewrite the traffic between the hosts (not the token's holder): a plain
+    message, one altered, one replayed, and one sealed for another rank's connection are all
+    dropped; the connection's own sealed messages are heard, once each."""
+    server = ControlServer()
+    try:
+        zero, one = _connect(server), _connect(server)
+        seal0 = check_in(zero, server.token, rank=0, host="h", pid=42)
+        seal1 = check_in(one, server.token, rank=1, host="h", pid=43)
+        assert _wait(lambda: len(server.snapshot().ranks) == 2)
+        reset = seal0.seal("elastic_reset")
+        altered = seal0.seal("progress", epoch=1, step=5).replace(b'"step":5', b'"step":6')
+        zero.sendall(encode("done") + altered + seal1.seal("init", size=2) + reset + reset)
+        zero.sendall(seal0.seal("progress", epoch=1, step=7))
+        assert _wait(lambda: (server.snapshot().progress or Progress()).step == 7)
+        snap = server.snapshot()
+        assert not snap.ranks[0].done and not snap.ranks[0].initialized
+        assert len(snap.resets) == 1  # the replayed reset was not taken again
+        assert [r.connected for r in snap.ranks] == [True, True]
     finally:
         server.close()
 
@@ -345,8 +370,8 @@ def test_step_times_that_are_not_finite_are_left_out() -> None:
     server = ControlServer()
     try:
         sock = _connect(server)
-        check_in(sock, server.token, rank=0, host="h", pid=42)
-        sock.sendall(b'{"t":"steps","n":3,"compute":Infinity,"wall":1e999}\n')
+        seal = check_in(sock, server.token, rank=0, host="h", pid=42)
+        sock.sendall(seal.seal("steps", n=3, compute=float("inf"), wall=float("inf")))
         assert _wait(lambda: server.snapshot().ranks
                      and server.snapshot().ranks[0].steps is not None)
         steps = server.snapshot().ranks[0].steps

@@ -9,27 +9,28 @@ import time
 
 from ringtrain.launch.control import ControlServer
 from ringtrain.launch.preemption import Preemption, ask_commit
-from ringtrain.rank.events import decode, encode
-from tests.unit.control_peer import check_in
+from ringtrain.rank.events import Seal
+from tests.unit.control_peer import answer_challenge, say_hello
 
 
-def _rank(server: ControlServer, *, checkpoints: bool, answer: bool) -> socket.socket:
+def _rank(server: ControlServer, *, checkpoints: bool, answer: bool
+          ) -> tuple[socket.socket, Seal]:
     host, port = server.address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=5)
-    check_in(sock, server.token, rank=0, host="h", pid=42)
+    out, inn = answer_challenge(sock, server.token, say_hello(sock, rank=0, host="h", pid=42))
     if checkpoints:
-        sock.sendall(encode("api", checkpoint="file:///tmp/c", progress=True))
+        sock.sendall(out.seal("api", checkpoint="file:///tmp/c", progress=True))
 
     def read() -> None:
         with sock.makefile("rb") as stream:
             for line in stream:
-                msg = decode(line)
+                msg = inn.open(line)
                 if msg is not None and msg["t"] == "preempt" and answer:
-                    sock.sendall(encode("preempt_committed", epoch=3, step=117))
+                    sock.sendall(out.seal("preempt_committed", epoch=3, step=117))
                     return
 
     threading.Thread(target=read, daemon=True).start()
-    return sock
+    return sock, out
 
 
 def _until(condition: object) -> None:
@@ -42,7 +43,7 @@ def _ask(*, checkpoints: bool, answer: bool, wait_s: float) -> Preemption:
     """A real control server, one rank connected over loopback, then the preemption notice."""
     server = ControlServer()
     try:
-        sock = _rank(server, checkpoints=checkpoints, answer=answer)
+        sock, _ = _rank(server, checkpoints=checkpoints, answer=answer)
         _until(server.commits_checkpoints if checkpoints else lambda: server.snapshot().ranks)
         got = ask_commit(server, "SIGUSR1", wait_s=wait_s)
         sock.close()
@@ -76,8 +77,8 @@ def test_a_commit_said_before_the_notice_does_not_count() -> None:
     stale or forged one) is dropped when the notice goes out."""
     server = ControlServer()
     try:
-        sock = _rank(server, checkpoints=True, answer=False)
-        sock.sendall(encode("preempt_committed", epoch=1, step=5))
+        sock, out = _rank(server, checkpoints=True, answer=False)
+        sock.sendall(out.seal("preempt_committed", epoch=1, step=5))
         _until(lambda: server.preempt_commit is not None)
         got = ask_commit(server, "SIGUSR1", wait_s=0.5)
         sock.close()

@@ -21,10 +21,12 @@ from ringtrain.rank import agent as rankagent
 from ringtrain.rank.agent import RankAgent
 from ringtrain.rank.events import (
     MAX_LAUNCHER_LINE,
+    Seal,
     decode,
     encode,
     launcher_proof,
     rank_proof,
+    session_key,
 )
 
 TOKEN = "0123456789abcdef0123456789abcdef"  # a test's
@@ -62,7 +64,8 @@ class _Impostor:
     """Something at the launcher's address: reads the agent's hello, sends ``first(hello)``
     and ``then``, and records what comes back until the agent hangs up."""
 
-    def __init__(self, first: Callable[[dict[str, Any]], bytes], then: bytes = b"") -> None:
+    def __init__(self, first: Callable[[dict[str, Any]], bytes],
+                 then: bytes | Callable[[dict[str, Any]], bytes] = b"") -> None:
         self._server = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
         self.raw_hello = b""
@@ -78,7 +81,8 @@ class _Impostor:
             hello = decode(self.raw_hello)
             assert hello is not None
             with contextlib.suppress(OSError):
-                sock.sendall(self._first(hello) + self._then)
+                then = self._then if isinstance(self._then, bytes) else self._then(hello)
+                sock.sendall(self._first(hello) + then)
             with contextlib.suppress(OSError):
                 for line in stream:
                     self.after_hello.append(line)
@@ -89,7 +93,8 @@ class _Impostor:
 
 
 @contextlib.contextmanager
-def _impostor(first: Callable[[dict[str, Any]], bytes], then: bytes = b"") -> Iterator[_Impostor]:
+def _impostor(first: Callable[[dict[str, Any]], bytes],
+              then: bytes | Callable[[dict[str, Any]], bytes] = b"") -> Iterator[_Impostor]:
     fake = _Impostor(first, then)
     try:
         yield fake
@@ -104,6 +109,16 @@ def _challenge(token: str) -> Callable[[dict[str, Any]], bytes]:
 
 
 ORDERS = encode("stop") + encode("preempt") + encode("hb")
+
+
+def _for(hello: dict[str, Any], token: str = TOKEN, sender: str = "launcher") -> Seal:
+    return Seal(session_key(token, hello["nonce"], THEIRS), sender)
+
+
+def _body(line: bytes) -> dict[str, Any]:
+    """A message the agent sent: its JSON (a sealed one ends with a tab and its MAC)."""
+    data: dict[str, Any] = json.loads(line.rstrip(b"\n").split(b"\t")[0])
+    return data
 IMPOSTORS = {
     "a proof without the token": _challenge("a guess"),
     "a proof for another hello (replayed)": lambda hello: encode(
@@ -144,7 +159,7 @@ def test_an_over_long_line_from_the_launcher_ends_the_connection(heard: list[str
         agent = _agent(fake.address, TOKEN, heard)
         assert agent.start()  # the proof was right: the agent answered it
         assert fake.hung_up.wait(5)
-        assert [json.loads(line)["t"] for line in fake.after_hello][:1] == ["auth"]
+        assert [_body(line)["t"] for line in fake.after_hello][:1] == ["auth"]
         time.sleep(0.2)
         assert heard == []
 
@@ -156,15 +171,43 @@ def test_a_message_the_agent_cannot_use_is_dropped_and_the_reader_goes_on(
     junk = (b"[" * 1015 + b"\n"  # under the line bound, over the parser's depth
             + b'{"t":5}\n' + b'{"t":"bogus"}\n'
             + b"\xff\xfe\n" + b"[1,2]\n" + encode("challenge", nonce=THEIRS, proof="x"))
-    with _impostor(_challenge(TOKEN), then=junk + encode("preempt")) as fake:
+    with _impostor(_challenge(TOKEN),
+                   then=lambda hello: junk + _for(hello).seal("preempt")) as fake:
         agent = _agent(fake.address, TOKEN, heard)
         assert agent.start()
         assert _wait(lambda: heard == ["preempt"])
         assert not fake.hung_up.is_set()
         agent.send("progress", step=1)
         assert _wait(lambda: len(fake.after_hello) >= 2)
-        assert json.loads(fake.after_hello[-1])["t"] in ("progress", "hb")
+        assert _body(fake.after_hello[-1])["t"] in ("progress", "hb")
     assert capsys.readouterr().err.count("dropped a message from the launcher") == 1
+
+
+def test_after_the_handshake_only_messages_sealed_for_this_connection_are_heard(
+        heard: list[str]) -> None:
+    """Whoever can rewrite the traffic between the hosts saw the handshake, not the token:
+    plain orders, orders sealed with a guess, a sealed order sent again, and the rank's own
+    sealed message sent back are all dropped; the one real order is obeyed once. The agent's
+    own messages go out sealed, numbered upwards."""
+    def then(hello: dict[str, Any]) -> bytes:
+        real = _for(hello).seal("preempt")
+        return (ORDERS + _for(hello, token="a guess").seal("stop") + real + real
+                + _for(hello, sender="rank").seal("stop") + _for(hello).seal("hb"))
+    with _impostor(_challenge(TOKEN), then=then) as fake:
+        agent = _agent(fake.address, TOKEN, heard)
+        assert agent.start()
+        assert _wait(lambda: heard == ["preempt"])
+        agent.send("progress", step=1)
+        agent.send("progress", step=2)
+        assert _wait(lambda: sum(b"progress" in line for line in fake.after_hello) == 2)
+        time.sleep(0.2)
+        assert heard == ["preempt"]  # no stop obeyed, the repeat not taken twice
+        hello = decode(fake.raw_hello)
+        assert hello is not None
+        opened = _for(hello, sender="rank")  # the launcher's view of the rank's messages
+        sent = [opened.open(line) for line in fake.after_hello[1:]]
+        assert all(m is not None for m in sent)
+        assert [m["step"] for m in sent if m and m["t"] == "progress"] == [1, 2]
 
 
 def test_the_agent_and_the_launcher_prove_the_token_to_each_other(heard: list[str]) -> None:

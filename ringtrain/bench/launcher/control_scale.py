@@ -32,7 +32,14 @@ from ringtrain.hostfile import Host, Inventory, allocate
 from ringtrain.launch.control import ControlServer
 from ringtrain.launch.result import FailureKind
 from ringtrain.launch.supervise import check
-from ringtrain.rank.events import HEARTBEAT_S, answer, encode
+from ringtrain.rank.events import (
+    HEARTBEAT_S,
+    Seal,
+    answer,
+    challenge_nonce,
+    encode,
+    session_key,
+)
 from ringtrain.spec import SupervisionPolicy
 
 PER_HOST = 8
@@ -50,6 +57,7 @@ def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
     raise_fd_limit()
     sel = selectors.DefaultSelector()
     socks: dict[int, socket.socket] = {}
+    seals: dict[int, Seal] = {}  # each rank's messages sealed as a real rank's (events.py)
     for rank in ranks:
         sock = socket.create_connection(addr)
         nonce = f"{rank:032x}"  # a simulation: any hex does; a real rank's is random
@@ -65,7 +73,7 @@ def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
         sock.sendall(reply)
         sock.setblocking(False)
         sel.register(sock, selectors.EVENT_READ)
-    beat = {rank: encode("hb", rank=rank) for rank in ranks}
+        seals[rank] = Seal(session_key(token, f"{rank:032x}", challenge_nonce(line)), "rank")
     next_beat = time.monotonic()
     while not stop.is_set():
         now = time.monotonic()
@@ -75,7 +83,7 @@ def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
             for rank, sock in socks.items():
                 if rank != quiet and rank // PER_HOST != host:
                     with contextlib.suppress(OSError):  # a full buffer drops this beat
-                        sock.send(beat[rank])
+                        sock.send(seals[rank].seal("hb", rank=rank))
             next_beat = now + HEARTBEAT_S
         for key, _ in sel.select(timeout=0.1):
             with contextlib.suppress(OSError):
