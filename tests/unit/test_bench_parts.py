@@ -51,6 +51,19 @@ def test_local_mpirun_argv_forces_the_ring_and_oversubscribes() -> None:
     assert argv[-6:] == ["py", "-m", "mpi4py", "-m", "m", "--x"]
 
 
+def test_the_target_ab_experiment_binds_only_when_asked_and_counts_the_goal() -> None:
+    from ringtrain.bench.allreduce.target_ab import summary
+
+    job = harness.Job("m", (), 2)
+    local = harness.Target("local", cores=2)
+    plain = harness.mpirun_argv(local, job, python="py")
+    assert plain[plain.index("-bind-to") + 1] == "none"  # bench compare's procedure
+    bound = harness.mpirun_argv(local, harness.Job("m", (), 2, bind="core"), python="py")
+    assert bound[bound.index("-bind-to") + 1] == "core"
+    assert summary("default", [0.9, 0.95, 1.2, 0.6]) == {
+        "variant": "default", "ratios": [0.9, 0.95, 1.2, 0.6], "met": 2, "of": 4}
+
+
 def test_sim_mpirun_argv_places_one_rank_per_host() -> None:
     target = harness.Target("sim", addresses=("10.0.0.11", "10.0.0.12", "10.0.0.13"),
                             mca=("--mca", "plm_rsh_agent", "ssh -F cfg"))

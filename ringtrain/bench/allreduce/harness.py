@@ -77,13 +77,14 @@ class Job:
     timeout: float = 600.0
     mpi_ring: bool = True
     gloo: bool = False  # serve Horovod's Gloo rendezvous for the ranks (gloo_rdzv)
+    bind: str = "none"  # mpirun -bind-to (target_ab.py tries "core")
 
 
 def mpirun_argv(target: Target, job: Job, python: str = sys.executable) -> list[str]:
     argv = ["mpirun"]
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
-    argv += ["-np", str(job.np), "-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1"]
+    argv += ["-np", str(job.np), "-bind-to", job.bind, "-map-by", "slot", "-mca", "pml", "ob1"]
     if target.remote:
         if len(job.hosts) != job.np:
             raise LaunchError(f"{job.np} ranks but {len(job.hosts)} hosts placed",
