@@ -4,6 +4,7 @@ restart resumes, and the crash-loop check's evidence of progress)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from ringtrain.checkpoint.location import Location
@@ -31,12 +32,12 @@ def newest_commit(where: Location) -> ResumePoint | None:
     return ResumePoint(where.text, best.step, best.manifest.epoch, best.name)
 
 
-def check_storage(where: Location | None) -> None:
+def check_storage(where: Location | None, note: Callable[[str], None]) -> None:
     """The checkpoint URL given, tried once (one listing) before any rank starts. A URL that
     cannot work (no NameNode for the name, no such bucket, credentials refused, a missing
     package) raises CheckpointError here, named with its fix, instead of failing every rank
-    after the launch. Storage that does not answer right now is a warning: training rides out
-    a short outage (--checkpoint-grace)."""
+    after the launch. Storage that does not answer right now is a warning (``note``): training
+    rides out a short outage (--checkpoint-grace)."""
     if where is None or where.is_local:
         return
     from ringtrain.checkpoint import RetryPolicy, open_store  # noqa: PLC0415 - fsspec
@@ -44,13 +45,13 @@ def check_storage(where: Location | None) -> None:
     from ringtrain.checkpoint.store import StorageError  # noqa: PLC0415
 
     try:
-        manifest_names(open_store(where.text, retry=RetryPolicy(attempts=2, initial_s=0.5),
-                                  call_timeout_s=20))
+        # one try, bounded: storage that is down delays the launch by 15 s at most
+        manifest_names(open_store(where.text, retry=RetryPolicy(attempts=1), call_timeout_s=15))
     except StorageError as err:
         if not err.transient:
             raise
-        log.warning("checkpoint storage %s does not answer now (%s); launching anyway",
-                    where, err.message)
+        note(f"warning: the checkpoint storage does not answer now ({err.message}); launching "
+             "anyway: training rides out a short outage (--checkpoint-grace)")
 
 
 def resumes_from(point: ResumePoint | None) -> str:

@@ -124,7 +124,7 @@ class Session:
         self._started = time.monotonic()
         make_run_dir(self.run_dir)  # before any SSH: a launch that cannot log is refused
         self._write_launcher_record()
-        check_storage(self.spec.checkpoint)  # a URL that cannot work: refused, no rank started
+        check_storage(self.spec.checkpoint, self.reporter.note)  # a URL that cannot work: no rank
         attempt = 1
         while True:
             try:  # placing it, or starting it (the secrets file, mpirun not found, ...)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -213,3 +214,29 @@ def test_s3_outage_during_commit_retries_then_fails_clearly(
         assert restored is not None and same_tree(tmp_path / "src-a", restored.directory)
     finally:
         server.kill()
+
+
+def test_storage_that_does_not_answer_at_launch_is_a_warning_not_a_refusal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch's one try of the checkpoint URL (launch/commits.check_storage): an S3
+    endpoint nobody listens on is transient, so the launch goes on with a warning (training
+    rides out a short outage); a URL that cannot work raises."""
+    from ringtrain.checkpoint.location import Location
+    from ringtrain.errors import CheckpointError
+    from ringtrain.launch.commits import check_storage
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    notes: list[str] = []
+    started = time.monotonic()
+    check_storage(Location.parse("s3://ckpt/run"), notes.append)
+    assert time.monotonic() - started < 30
+    assert len(notes) == 1 and notes[0].startswith("warning: the checkpoint storage does not "
+                                                   "answer now (list s3://ckpt/run/manifests")
+    with pytest.raises(CheckpointError, match="no NameNode for 'nohost'"):
+        check_storage(Location.parse("hdfs://nohost/x"), notes.append)
+    assert len(notes) == 1
