@@ -16,7 +16,7 @@ from ringtrain.hostfile import Allocation
 from ringtrain.launch.control import Snapshot
 from ringtrain.launch.result import HostTeardown
 from ringtrain.launch.supervise import rank_hosts
-from ringtrain.rank import reaper
+from ringtrain.rank import procfs, reaper
 from ringtrain.remote import CmdResult, Remote
 
 
@@ -33,7 +33,7 @@ def job_pids(snap: Snapshot, alloc: Allocation) -> dict[str, dict[int, int]]:
         pids = out.setdefault(where.get(r.rank, "?"), {})
         if r.start is not None:
             pids[r.pid] = r.start
-        if r.parent in ("orted", "prted") and r.ppid and r.parent_start is not None:
+        if r.parent in procfs.DAEMON_NAMES and r.ppid and r.parent_start is not None:
             pids[r.ppid] = r.parent_start
     return out
 

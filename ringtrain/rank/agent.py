@@ -41,12 +41,9 @@ from ringtrain.rank.events import (
     MAX_LAUNCHER_LINE,
     Seal,
     answer,
-    challenge_nonce,
     encode,
-    session_key,
+    rank_seals,
 )
-
-_DAEMON_NAMES = ("orted", "prted")
 
 
 def rank_from_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> int:
@@ -140,8 +137,7 @@ class RankAgent:
                               "closed the connection (it refused this rank's hello?)")
                 return
             self._put(reply)
-            key = session_key(self.token, self._nonce, challenge_nonce(first))
-            self._in, self._out = Seal(key, "launcher"), Seal(key, "rank")
+            self._out, self._in = rank_seals(self.token, self._nonce, first)
             self.last_heard = time.monotonic()
             self._trusted.set()
             while line := stream.readline(MAX_LAUNCHER_LINE + 1):
@@ -212,7 +208,7 @@ class RankAgent:
 
     def _die(self, why: str) -> None:
         ppid = os.getppid()
-        daemon = procfs.comm(ppid) in _DAEMON_NAMES
+        daemon = procfs.comm(ppid) in procfs.DAEMON_NAMES
         _warn(
             f"{why}; ending rank {self.rank} (pid {os.getpid()})"
             + (f" and its Open MPI daemon (pid {ppid})" if daemon else "")

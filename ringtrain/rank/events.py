@@ -199,10 +199,11 @@ class Seal:
         return msg
 
 
-def challenge_nonce(line: bytes) -> str:
-    """The launcher's nonce in a ``challenge`` that ``answer`` accepted."""
-    msg = decode(line)
-    return str(msg["nonce"]) if msg is not None else ""
+def rank_seals(token: str, rank_nonce: str, challenge: bytes) -> tuple[Seal, Seal]:
+    """A rank's (its own, the launcher's) seals after ``answer`` accepted ``challenge``."""
+    msg = decode(challenge)
+    key = session_key(token, rank_nonce, str(msg["nonce"]) if msg is not None else "")
+    return Seal(key, "rank"), Seal(key, "launcher")
 
 
 def same(value: Any, expected: str) -> bool:

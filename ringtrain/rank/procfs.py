@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 
+# what /proc/PID/comm says of Open MPI's daemon (orted; prted under PRRTE), the ranks' parent
+DAEMON_NAMES = ("orted", "prted")
+
 
 def read(path: str) -> bytes:
     """The file's bytes, or b"" when it cannot be read (the process is gone, no permission)."""

@@ -37,7 +37,6 @@ from typing import Any
 from ringtrain.rank import envvars, procfs, secretfile
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
-DAEMON_NAMES = ("orted", "prted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +91,7 @@ def find(run_id: str, pids: dict[int, int]) -> list[Proc]:
             continue
         fd = _pidfd(pid)
         proc = Proc(pid, procfs.cmdline(pid), fd)
-        if (procfs.start_time(pid) == start and procfs.comm(pid) in DAEMON_NAMES
+        if (procfs.start_time(pid) == start and procfs.comm(pid) in procfs.DAEMON_NAMES
                 and procfs.uts_namespace(pid) == my_uts and not _exited(proc)):
             daemons.append(proc)
         else:
@@ -119,7 +118,10 @@ def reap(run_id: str, pids: dict[int, int], kill: bool, wait_s: float = 3.0) -> 
                 _kill(proc)
             deadline = time.monotonic() + wait_s
             while True:
-                again = [p for p in find(run_id, pids) if p.pid not in {s.pid for s in seen}]
+                known = {s.pid for s in seen}
+                looked = find(run_id, pids)
+                close([p for p in looked if p.pid in known])  # the pidfds held already
+                again = [p for p in looked if p.pid not in known]
                 seen += again  # started by a rank while we killed: killed too
                 for proc in again:
                     _kill(proc)

@@ -8,7 +8,7 @@ import secrets
 import socket
 from typing import Any
 
-from ringtrain.rank.events import Seal, answer, challenge_nonce, encode, session_key
+from ringtrain.rank.events import Seal, answer, encode, rank_seals
 
 
 def read_line(sock: socket.socket, limit: int = 65536) -> bytes:
@@ -36,8 +36,7 @@ def answer_challenge(sock: socket.socket, token: str, nonce: str) -> tuple[Seal,
     reply = answer(token, nonce, line)
     assert reply is not None, "the control server's challenge did not prove the token"
     sock.sendall(reply)
-    key = session_key(token, nonce, challenge_nonce(line))
-    return Seal(key, "rank"), Seal(key, "launcher")
+    return rank_seals(token, nonce, line)
 
 
 def check_in(sock: socket.socket, token: str, **fields: Any) -> Seal:

@@ -36,9 +36,8 @@ from ringtrain.rank.events import (
     HEARTBEAT_S,
     Seal,
     answer,
-    challenge_nonce,
     encode,
-    session_key,
+    rank_seals,
 )
 from ringtrain.spec import SupervisionPolicy
 
@@ -73,7 +72,7 @@ def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
         sock.sendall(reply)
         sock.setblocking(False)
         sel.register(sock, selectors.EVENT_READ)
-        seals[rank] = Seal(session_key(token, f"{rank:032x}", challenge_nonce(line)), "rank")
+        seals[rank] = rank_seals(token, f"{rank:032x}", line)[0]
     next_beat = time.monotonic()
     while not stop.is_set():
         now = time.monotonic()
