@@ -52,6 +52,9 @@ class SlurmSimConfig:
     cpus_per_node: int = 8
     state_dir: Path | None = None
     kill_wait_s: int = 5
+    # How long a requeued job waits before it may run again (Slurm's AuthInfo cred_expire,
+    # 120 s by default, which would make every requeue test wait two minutes).
+    cred_expire_s: int = 20
 
     def __post_init__(self) -> None:
         if not (self.name.isascii() and self.name.isalnum() and len(self.name) <= 16):
@@ -173,7 +176,8 @@ def render_slurm_conf(cfg: SlurmSimConfig, state: Path, host: str, ports: list[i
     lines = [
         f"ClusterName=rt{cfg.name}", f"SlurmctldHost={host}(127.0.0.1)",
         f"SlurmctldPort={ports[0]}", "SlurmUser=root", "SlurmdUser=root",
-        "AuthType=auth/munge", f"AuthInfo=socket={state}/run/munge.socket",
+        "AuthType=auth/munge",
+        f"AuthInfo=socket={state}/run/munge.socket,cred_expire={cfg.cred_expire_s}",
         "CredType=cred/munge", f"StateSaveLocation={state}/state",
         f"SlurmdSpoolDir={state}/spool/%n", f"SlurmctldPidFile={state}/run/slurmctld.pid",
         f"SlurmdPidFile={state}/run/slurmd-%n.pid", f"SlurmctldLogFile={state}/log/slurmctld.log",
