@@ -14,7 +14,7 @@ import pytest
 
 from ringtrain import sim
 from ringtrain.bench.model import costmodel
-from ringtrain.bench.train import strategies
+from ringtrain.bench.train import strategies, tfps_model
 from ringtrain.hostfile import parse_host_spec
 from ringtrain.launch.reporter import NullReporter
 from ringtrain.remote.ssh import SshRemote
@@ -54,10 +54,11 @@ def test_three_strategies_measured_and_predicted(tmp_path: Path) -> None:
 def test_on_shaped_simulated_links_every_strategy_pays_the_link(
         sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
     """Two workers on gpu01 and gpu02, the ps task alone on gpu03 (--ps-hosts own), every link
-    shaped: the model's B is the link, and no strategy exchanges 16.8 MB faster than it."""
+    shaped: the model's B is the link, and no strategy exchanges 16.8 MB faster than it. The
+    one-worker TF PS cell measures gRPC's share of the link, and TF's PS model uses it."""
     rate, link = "400mbit", 400e6 / 8
     cfg = strategies.StrategyBench(
-        model="dense", ns=(2,), strategies=("horovod", "tf-ps"), ks=(1,), ps_hosts="own",
+        model="dense", ns=(1, 2), strategies=("horovod", "tf-ps"), ks=(1,), ps_hosts="own",
         steps=2, warmup=1, runs_dir=tmp_path, working_dir=tmp_path,
         ssh=SshSpec(sim_cluster.ssh_config, sim_cluster.known_hosts))
     hosts = parse_host_spec(f"{G1}:1,{G2}:1,{G3}:1")
@@ -70,8 +71,14 @@ def test_on_shaped_simulated_links_every_strategy_pays_the_link(
     finally:
         shaping.set_all_link_rates(sim_cluster.config, None)
     rows = json.loads((run_dir / "strategies.json").read_text())["rows"]
-    assert [(r["strategy"], r["k"]) for r in rows] == [("horovod", 0), ("tf-ps", 1)]
+    assert [(r["workers"], r["strategy"], r["k"]) for r in rows] == [
+        (1, "tf-ps", 1), (1, "tf-ps", 2), (2, "horovod", 0), (2, "tf-ps", 1)]
     for row in rows:
         assert "error" not in row, row
         assert row["step_s"] > 0.9 * row["param_bytes"] / link, row  # S/B: the ring's floor
-    assert "- N=2: measured winner" in (run_dir / "strategies.md").read_text()
+    # one worker pulls then pushes S through its one link: 2 S/B at best
+    assert 0.3 < tfps_model.efficiencies(rows, link)[1] < 1.05, rows[0]
+    assert "tfps_step_s" in rows[3] and rows[3]["tfps_bound"], rows[3]
+    report = (run_dir / "strategies.md").read_text()
+    assert "- N=2: measured winner" in report and "- N=1:" not in report
+    assert "TF's parameter servers, modelled as measured" in report

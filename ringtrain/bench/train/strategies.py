@@ -29,6 +29,7 @@ from typing import Any
 from ringtrain.bench import figures
 from ringtrain.bench.allreduce import benchrun, harness
 from ringtrain.bench.model import costmodel
+from ringtrain.bench.train import tfps_model
 from ringtrain.hostfile import Inventory
 from ringtrain.launch.reporter import Reporter
 from ringtrain.launch.result import JobState
@@ -74,6 +75,13 @@ class StrategyBench:
         """(N, strategy, k) in the order they run: k = 0 for the ring-like strategies."""
         out = []
         for n in self.ns:
+            if n == 1:  # an all-reduce of one exchanges nothing. One PS worker with f shards
+                # measures gRPC with f flows into a link, for every f TF's PS model needs: each
+                # k (a worker's pull) and each N (the pushes into a ps)
+                fan_ins = sorted({1, *self.ks, *(m for m in self.ns if m >= 2)})
+                out += ([(1, "tf-ps", f) for f in fan_ins] if "tf-ps" in self.strategies
+                        else [])
+                continue
             for strategy in self.strategies:
                 out += ([(n, strategy, k) for k in self.ks] if strategy == "tf-ps"
                         else [(n, strategy, 0)])
@@ -120,8 +128,9 @@ def predict(row: dict[str, Any], params: costmodel.Params, t1: float | None = No
     the parameter bytes."""
     n, nbytes = int(row["workers"]), float(row["param_bytes"])
     base = float(row["t1_s"]) if t1 is None else t1
-    if n < 2:
-        return base
+    if n < 2:  # one worker: no all-reduce; its pull and push of S, one after the other
+        return base + (2 * params.a + 2 * nbytes / params.B if row["strategy"] == "tf-ps"
+                       else 0.0)
     if row["strategy"] in RING_LIKE:
         return base + costmodel.predict(params, "ring", nbytes, n)
     return base + costmodel.predict(params, "ps", nbytes, n, int(row["k"]))
@@ -157,7 +166,7 @@ def annotate(rows: Sequence[dict[str, Any]], params: costmodel.Params) -> list[d
         out.append({**cell, "cause": cause(cell)})
     for n in {r["workers"] for r in out}:
         done = [r for r in out if r["workers"] == n and "error" not in r]
-        if not done:
+        if not done or n < 2:  # one worker: TF's PS cells that measure its transport
             continue
         measured = min(done, key=lambda r: r["step_s"])
         best = min(r["predicted_step_s"] for r in done)
@@ -165,7 +174,7 @@ def annotate(rows: Sequence[dict[str, Any]], params: costmodel.Params) -> list[d
             r["winner_measured"] = r is measured
             # Horovod and MultiWorkerMirrored share one prediction (both all-reduce): a tie
             r["winner_predicted"] = r["predicted_step_s"] <= best * (1 + 1e-9)
-    return out
+    return tfps_model.extend(out, params.B)
 
 
 TOLERANCE = 0.15  # the issue's goal: predicted step within 15%
@@ -217,7 +226,7 @@ def checks(rows: Sequence[dict[str, Any]]) -> list[tuple[int, str, list[str], bo
     """Per worker count: the measured winner, the predicted one(s), and whether they agree
     (the measured winner is among the predicted best)."""
     out = []
-    for n in sorted({r["workers"] for r in rows if "error" not in r}):
+    for n in sorted({r["workers"] for r in rows if "error" not in r and r["workers"] >= 2}):
         done = [r for r in rows if r["workers"] == n and "error" not in r]
         measured = next(r for r in done if r["winner_measured"])
         predicted = [cell_name(r) for r in done if r["winner_predicted"]]
@@ -276,6 +285,7 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines += ["", f"Cells predicted more than {TOLERANCE:.0%} off, with the measured "
                   "cause:", ""] + [f"- N={r['workers']} {cell_name(r)}: {r['cause']}"
                                    for r in off]
+    lines += tfps_model.render(rows, p["B"], TOLERANCE)
     verdicts = checks(rows)
     lines += [""] + [f"- N={n}: measured winner {won}; predicted {' = '.join(predicted)}: "
                      + ("agrees" if ok else "DISAGREES") for n, won, predicted, ok in verdicts]
