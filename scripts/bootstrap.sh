@@ -149,7 +149,7 @@ install_venv() {
     "${pip[@]}" "$tf"
     if [ "$FLAVOUR" = gpu ]; then horovod_gpu_env; fi
     if ! "$VENV/bin/python" -c "import importlib.metadata as m; assert m.version('horovod') == '0.28.1'" 2>/dev/null; then
-        say "building Horovod 0.28.1 against TensorFlow (first time on a machine: 4-15 minutes)"
+        say "installing Horovod 0.28.1, built against TensorFlow (first time on a machine: 4-15 minutes; pip reuses that wheel after)"
         env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
             HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 MAKEFLAGS="-j$(nproc)" "${HVD_GPU_ENV[@]}" \
             "${pip[@]}" --no-build-isolation horovod
