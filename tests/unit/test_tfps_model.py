@@ -66,12 +66,12 @@ def test_an_unmeasured_fan_in_gives_no_model_and_bad_numbers_are_refused() -> No
 
 
 def test_annotate_adds_the_model_to_tf_ps_cells_of_two_workers_or_more_only() -> None:
-    rows = [*ONE_WORKER, _row(4, 1, 3.98, 3.58), _row(4, 4, 1.99, 2.0),
-            _row(4, 0, 1.1, 1.1, strategy="horovod")]
+    ring_row = {**_row(4, 0, 1.1, 1.1, strategy="horovod"), "t1_s": 0.02}
+    rows = [*ONE_WORKER, _row(4, 1, 3.98, 3.58), _row(4, 4, 1.99, 2.0), ring_row]
     iso1, iso4, k1, k4, ring = strategies.annotate(rows, PARAMS)
     assert not any("tfps_step_s" in r for r in (iso1, iso4, ring))
-    # T1: the ring cell's own, shared by every cell of N = 4
-    assert k1["tfps_step_s"] == pytest.approx(0.011 + 4 * UNIT / 0.70)
+    # T1: the ring cell's own (0.02, not the chief's 0.011), shared by every cell of N = 4
+    assert k1["tfps_step_s"] == pytest.approx(0.02 + 4 * UNIT / 0.70)
     assert k4["tfps_over_measured"] == pytest.approx(k4["tfps_step_s"] / 1.99)
     # the one-worker cells are predicted by the push-then-pull model too: a pull and a push
     assert iso1["predicted_step_s"] == pytest.approx(0.011 + 2 * UNIT)
@@ -90,6 +90,24 @@ def test_the_section_names_each_share_each_cell_and_how_many_are_within_toleranc
     assert "e(1) = 0.96, e(4) = 0.70" in text and "B = 25.0 MB/s" in text
     assert "| 4 | 1 | 3980.0 |" in text and tfps_model.PS_LINKS in text
     assert "within 15%: 1 of 2 cells (push-then-pull: 0 of 2)" in text
+    assert "Not modelled" not in text
+
+
+def test_cells_with_an_unmeasured_fan_in_are_named_not_dropped() -> None:
+    out = strategies.annotate([*ONE_WORKER, _row(4, 1, 3.98, 3.58), _row(4, 2, 2.5, 2.7)],
+                              PARAMS)
+    text = "\n".join(tfps_model.render(out, B, 0.15))
+    assert "within 15%: 1 of 1 cells" in text
+    assert "Not modelled (1 cells: a fan-in with no one-worker cell): N=4 k=2." in text
+
+
+def test_at_the_boundary_the_ps_links_win_and_just_inside_the_workers_do() -> None:
+    e = {1: 1.0, 2: 1.0}
+    # N = 2, k = 1: a ps link's busier direction (2 S/B) equals a worker's pull plus push
+    assert tfps_model.exchange(S, 2, 1, B, e) == (pytest.approx(2 * UNIT), tfps_model.PS_LINKS)
+    # N = 2, k = 2: the workers' links, in phase
+    assert tfps_model.exchange(S, 2, 2, B, e) == (pytest.approx(2 * UNIT),
+                                                  tfps_model.WORKER_LINKS)
 
 
 def test_one_worker_runs_only_tf_ps_cells() -> None:

@@ -11,6 +11,10 @@ the push-then-pull parameter server's with k shards. The transport (a, B, g) is 
 ``bench compare`` run (``--fit RUN``), else measured here: B the TCP loopback, g the numpy sum,
 a = 0. The report names the winner measured and predicted for each worker count.
 
+At N = 1 only TF's PS runs: one worker with f shards measures gRPC's share of a link with f
+flows into it, for every fan-in the other cells need; ``tfps_model`` builds TF's PS model from
+those cells and the report gives it a section of its own.
+
 Every cell also measures the strategy's own exchange alone (no compute), so a prediction off
 by more than 15% gets a measured cause (``cause``): the transport (the exchange alone is not
 the model's, and T1 plus it is the step), overlap or contention (T1 plus the exchange is not
@@ -72,13 +76,14 @@ class StrategyBench:
     heartbeat_timeout_s: float = 10.0
 
     def cells(self) -> list[tuple[int, str, int]]:
-        """(N, strategy, k) in the order they run: k = 0 for the ring-like strategies."""
+        """(N, strategy, k) in the order they run: k = 0 for the ring-like strategies; at
+        N = 1 only TF's PS, for each fan-in the model needs (1, each k, each N up to 16)."""
         out = []
         for n in self.ns:
             if n == 1:  # an all-reduce of one exchanges nothing. One PS worker with f shards
                 # measures gRPC with f flows into a link, for every f TF's PS model needs: each
                 # k (a worker's pull) and each N (the pushes into a ps)
-                fan_ins = sorted({1, *self.ks, *(m for m in self.ns if m >= 2)})
+                fan_ins = sorted({1, *self.ks, *(m for m in self.ns if 2 <= m <= 16)})
                 out += ([(1, "tf-ps", f) for f in fan_ins] if "tf-ps" in self.strategies
                         else [])
                 continue

@@ -22,7 +22,12 @@ worker's push and then every worker's pull, one direction at a time, at the full
   dispatched their steps: all pull at once, then all push at once, and each phase takes as
   long as its slower side (a worker's link or a ps link).
 
-No number is fitted to the cells it predicts: e(f) come from the N = 1 cells of the same run.
+The switch between the two is abrupt: where a ps link's busier direction just reaches a
+worker's pull plus push, the in-phase form can be up to twice the out-of-phase one, so the
+model is least sure near that boundary (about k = N/2), and may even order two k there the
+wrong way round. No number is fitted to the cells it predicts: e(f) come from the N = 1 cells
+of the same run. The latency and reduction terms (a, g) are left out: on these links the
+exchange is all bandwidth.
 """
 
 from __future__ import annotations
@@ -99,6 +104,8 @@ def render(rows: Sequence[dict[str, Any]], link_bps: float, tolerance: float) ->
     e = efficiencies(rows, link_bps)
     if not cells or not e:
         return []
+    missing = [r for r in rows if "error" not in r and r["strategy"] == "tf-ps"
+               and int(r["workers"]) >= 2 and "tfps_step_s" not in r]
     shares = ", ".join(f"e({f}) = {v:.2f}" for f, v in sorted(e.items()))
     lines = ["", "TF's parameter servers, modelled as measured (docs/BENCH.md): of B = "
              f"{link_bps / 1e6:.1f} MB/s, gRPC moves {shares} with f flows into a link (the "
@@ -116,4 +123,7 @@ def render(rows: Sequence[dict[str, Any]], link_bps: float, tolerance: float) ->
     before = sum(abs(r["predicted_over_measured"] - 1) <= tolerance for r in cells)
     lines += ["", f"TF's PS model within {tolerance:.0%}: {within} of {len(cells)} cells "
               f"(push-then-pull: {before} of {len(cells)})."]
+    if missing:
+        lines.append(f"Not modelled ({len(missing)} cells: a fan-in with no one-worker cell): "
+                     + ", ".join(f"N={r['workers']} k={r['k']}" for r in missing) + ".")
     return lines
