@@ -53,7 +53,9 @@ if TYPE_CHECKING:  # the bench modules need numpy (the [bench] extra): imported 
               help="With --sim: hosts to bring up (default: largest -n + 1 + largest --ps).")
 @click.option("--link-rate", help="With --sim: shape every simulated link (tc units: 200mbit); "
               "the cost model's B is then this rate.")
-@click.option("-n", "--workers", default="1,2", show_default=True)
+@click.option("-n", "--workers", default="1,2", show_default=True,
+              help="Worker counts. With --strategy, N = 1 runs only TF's PS: one worker per "
+              "fan-in the other cells need, from which TF's PS model is built.")
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(1))
 @click.option("--image-size", default=224, show_default=True, type=click.IntRange(32))
 @click.option("--batches", default=2, show_default=True, type=click.IntRange(1))
