@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from ringtrain.errors import UsageError
-from ringtrain.rank import agent, rerun
+from ringtrain.rank import abort, agent, rerun
 
 DEFAULT_COMMIT_EVERY = 10
 _OPS = ("HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast")
@@ -339,10 +339,14 @@ def reset(exc: BaseException) -> bool:
     _tell("elastic_reset")
     MEMORY.resets += 1
     MEMORY.reset_at = time.monotonic()
+    # Horovod's background thread may still wait in a collective on a live peer (until
+    # Gloo's timeout), and hvd.shutdown() waits for it: end the ring's connections first, so
+    # it and the peers that wait on this rank fail now (rank/abort.py)
+    shut = abort.abort()
     sys.stderr.write(f"ringtrain: elastic: rank {rank} (pid {os.getpid()}): {why}; forming "
                      f"the ring again and running the script again in this process (reset "
                      f"{MEMORY.resets}, last memory commit: epoch {MEMORY.commit.epoch} step "
-                     f"{MEMORY.commit.batch})\n")
+                     f"{MEMORY.commit.batch}; {shut} ring connection(s) shut down)\n")
     hvd.shutdown()
     if MEMORY.state is not None:
         MEMORY.state.on_reset()  # host updates queued before the reset are covered by it

@@ -301,6 +301,8 @@ class ControlServer:
                     last_heard=now,
                     init_begun=state.init_begun or kind in ("init_begin", "init"),
                     initialized=state.initialized or kind == "init",
+                    ring=ring_of(msg, state.ring) if kind == "init" else state.ring,
+                    ring_at=now if kind == "init" else state.ring_at,
                     forming_since=(now if kind == "tf_forming" else None
                                    if kind == "tf_formed" else state.forming_since),
                     done_at=now if kind == "done" and state.done_at is None else state.done_at,
@@ -339,13 +341,40 @@ class ControlServer:
         with self._lock:
             conns = [c for c in self._conns if c.out is not None]
         for conn in conns:
-            # Never block on a rank whose host stopped reading (a cut link): drop the beat.
-            with conn.lock, contextlib.suppress(OSError):
-                assert conn.out is not None
-                conn.sock.send(conn.out.seal(kind), socket.MSG_DONTWAIT)
+            self._send(conn, kind)
+
+    def abort_ring(self, lost: int) -> int:
+        """Rank ``lost`` is gone (--elastic): every other rank that formed a ring is told to
+        shut down that ring's sockets now (rank/abort.py), naming the ring it was in as far as
+        the launcher knows, so a ring formed since is never touched (nor one a rank said it
+        formed after the lost rank's last word: that ring is without it). Returns how many
+        were told."""
+        with self._lock:
+            gone = self._ranks.get(lost)
+            last = gone.last_heard if gone is not None else float("inf")
+            told = [(c, self._ranks[c.rank].ring) for c in self._conns
+                    if c.out is not None and c.rank is not None and c.rank != lost
+                    and c.rank in self._ranks and self._ranks[c.rank].ring > 0
+                    and self._ranks[c.rank].ring_at <= last]
+        for conn, ring in told:
+            self._send(conn, "abort", ring=ring, lost=lost)
+        return len(told)
+
+    @staticmethod
+    def _send(conn: _Conn, kind: str, **fields: Any) -> None:
+        # Never block on a rank whose host stopped reading (a cut link): drop the message.
+        with conn.lock, contextlib.suppress(OSError):
+            assert conn.out is not None
+            conn.sock.send(conn.out.seal(kind, **fields), socket.MSG_DONTWAIT)
 
 
 _NO_STEPS = StepTimes(None, None, 0.0)
+
+
+def ring_of(msg: dict[str, Any], known: int) -> int:
+    """The ring generation an ``init`` names (a count; anything else keeps ``known``)."""
+    ring = msg.get("ring")
+    return ring if isinstance(ring, int) and not isinstance(ring, bool) and ring > 0 else known
 ELASTIC_KEPT = 64
 
 

@@ -23,6 +23,8 @@ class RankState:
     connected: bool = True
     init_begun: bool = False
     initialized: bool = False
+    ring: int = 0  # the ring (hvd.init generation) the rank last said it formed; 0: none yet
+    ring_at: float = 0.0  # when it said so
     # since when the rank waits inside TensorFlow for its cluster's other tasks (None: not
     # waiting); TensorFlow holds the GIL there, so its heartbeats stop
     forming_since: float | None = None

@@ -114,10 +114,13 @@ class ElasticWatch:
     report after each (the job training again)."""
 
     def __init__(self, where: Mapping[int, str], heartbeat_timeout: float,
-                 started: float, keeper: SpareKeeper | None = None) -> None:
+                 started: float, keeper: SpareKeeper | None = None,
+                 abort: Callable[[int], int] | None = None) -> None:
         self.where, self.timeout, self.started = dict(where), heartbeat_timeout, started
         self.incidents: list[Absorbed] = []
         self.keeper = keeper  # the discovery list: a lost host out, a spare in (spares.py)
+        # the control server's abort_ring: the lost rank's ring fails now on every survivor
+        self.abort = abort
 
     def spare_hosts(self, placed: Sequence[Host]) -> tuple[Host, ...]:
         """The hosts beyond the placement the job may have used (spares, and their warm
@@ -129,8 +132,11 @@ class ElasticWatch:
     def tick(self, snap: Snapshot, note: Callable[[str], None]) -> None:
         known = frozenset(i.rank for i in self.incidents)
         for loss in lost(snap, self.where, self.timeout, known, self.started):
+            told = self.abort(loss.rank) if self.abort is not None else 0
+            now = (f"; {told} survivor(s) told to abort that ring now, not after Gloo's "
+                   "timeout" if told else "")
             note(f"elastic: rank {loss.rank} on {loss.host} {loss.why}; Horovod's elastic "
-                 "driver goes on with the others from their last commit")
+                 f"driver goes on with the others from their last commit{now}")
             self.incidents.append(loss)
             if self.keeper is not None:
                 self.keeper.lost(loss.host)

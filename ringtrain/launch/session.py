@@ -227,11 +227,11 @@ class Session:
             if self._stopped is not None:  # a signal arrived while starting
                 job.request_stop(self.spec.supervision.teardown_grace, signum=self._stopped)
             watch = StragglerWatch(self.spec.supervision.straggler, rank_hosts(alloc))
-            el = self.spec.elastic
             self._elastic = ElasticWatch(
                 rank_hosts(alloc), self.spec.supervision.heartbeat_timeout, job.started,
                 keeper_for(self.spec, checked.inventory, plan.attempt_dir, self.remote,
-                           self.reporter.note, self._python, plan.run_id)) if el else None
+                           self.reporter.note, self._python, plan.run_id),
+                control.abort_ring) if self.spec.elastic else None
             fault = self._supervise(job, control, plan, watch)
             detected_at = time.time()
             result = job.wait()

@@ -9,9 +9,10 @@ Started by ``ringtrain.rank.entry`` in every rank before the training script whe
   the agent hears or tells it anything; the token itself never goes on the wire. A wrong
   proof, a line over ``MAX_LAUNCHER_LINE`` or nothing at all: the agent closes the connection
   and the dead-man switch below ends the rank, as for a launcher that never answered.
-* An import hook wraps ``HorovodBasics.init`` (shared by every Horovod framework binding), so
-  ``init`` is reported for any script, not just ringtrain's: the launcher tells which ranks have not
-  arrived when start-up hangs. Under a TF strategy another wraps the TensorFlow bindings where
+* An import hook (rank/hooks.py) wraps ``HorovodBasics.init`` (shared by every Horovod
+  framework binding), so ``init`` is reported for any script, not just ringtrain's: the
+  launcher tells which ranks have not arrived when start-up hangs; the sockets ``init`` opened
+  are the ring's, which an ``abort`` from the launcher shuts down (rank/abort.py). Under a TF strategy another wraps the TensorFlow bindings where
   a task joins its cluster and waits for it holding the GIL (its heartbeats stop):
   ``tf_forming`` and ``tf_formed`` tell the launcher to wait for it.
 * Dead-man switch: if the launcher is silent for ``RINGTRAIN_LAUNCHER_TIMEOUT`` seconds (killed,
@@ -21,20 +22,16 @@ Started by ``ringtrain.rank.entry`` in every rank before the training script whe
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib.abc
-import importlib.machinery
 import os
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from types import ModuleType
+from collections.abc import Callable
 from typing import Any
 
-from ringtrain.rank import envvars, preempt, procfs, relay
+from ringtrain.rank import abort, envvars, hooks, preempt, procfs, relay
 from ringtrain.rank.events import (
     HEARTBEAT_S,
     LAUNCHER_EVENTS,
@@ -167,6 +164,24 @@ class RankAgent:
             self._finish()
         elif kind == "preempt":  # rank 0's checkpoint callback commits now
             preempt.request()
+        elif kind == "abort" and msg is not None:
+            self._abort(msg)
+
+    def _abort(self, msg: dict[str, Any]) -> None:
+        """A rank of this ring is lost (the launcher saw it end or go silent): fail this
+        rank's collectives now instead of after Gloo's timeout. Only the ring the launcher
+        knew this rank in (``ring``: its generation); a ring formed since is left alone."""
+        ring = msg.get("ring")
+        if not isinstance(ring, int) or isinstance(ring, bool):
+            return
+        shut = abort.abort(ring)
+        if shut:
+            lost = msg.get("lost")
+            who = f"rank {lost}" if isinstance(lost, int) and not isinstance(lost, bool) else (
+                "a rank")
+            _warn(f"the launcher says {who} of this ring is lost: shut down this rank's "
+                  f"{shut} ring connection(s), so its collectives fail now, not after Gloo's "
+                  "timeout")
 
     def _hang_up(self, why: str) -> None:
         """Whatever answered at the launcher's address is not to be heard: close the
@@ -255,97 +270,6 @@ def _warn(text: str) -> None:
         sys.stderr.flush()
 
 
-class WrapOnImport(importlib.abc.MetaPathFinder):
-    """Calls ``wrap(module)`` once the module ``target`` has been executed on first import."""
-
-    def __init__(self, target: str, wrap: Callable[[ModuleType], None]) -> None:
-        self.target = target
-        self.wrap = wrap
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self.target:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        loader = spec.loader if spec is not None else None
-        if spec is None or loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original = loader.exec_module
-        wrap = self.wrap
-
-        def exec_module(module: ModuleType) -> None:
-            original(module)
-            wrap(module)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def _on_import(target: str, wrap: Callable[[ModuleType], None]) -> None:
-    loaded = sys.modules.get(target)
-    if loaded is not None:  # imported before ringtrain (a relayed child): wrap it now
-        wrap(loaded)
-    else:
-        sys.meta_path.insert(0, WrapOnImport(target, wrap))
-
-
-HOROVOD_BASICS = "horovod.common.basics"  # HorovodBasics.init, shared by every framework binding
-
-
-def _wrap_init(
-    module: ModuleType, on_init: Callable[[Any], None], on_begin: Callable[[], None]
-) -> None:
-    """``on_begin()`` before ``hvd.init()`` runs (it blocks until every rank calls it),
-    ``on_init(hvd)`` after."""
-    basics = getattr(module, "HorovodBasics", None)
-    if basics is None:
-        return
-    original = basics.init
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with contextlib.suppress(Exception):
-            on_begin()
-        result = original(self, *args, **kwargs)
-        with contextlib.suppress(Exception):
-            on_init(self)
-        return result
-
-    basics.init = init
-
-
-TF_BINDINGS = "tensorflow.python.pywrap_tfe"
-# The C calls where a task joins its TensorFlow cluster and waits for every other task:
-# collective ops (MultiWorkerMirroredStrategy) or a server def (the parameter-server
-# coordinator). TensorFlow's eager context calls them through this module, once each.
-TF_JOIN_CALLS = ("TFE_EnableCollectiveOps", "TFE_ContextSetServerDef",
-                 "TFE_ContextSetServerDefWithTimeoutAndRetries", "TFE_ContextUpdateServerDef")
-
-
-def _wrap_tf_join(module: ModuleType, send: Callable[[str], None]) -> None:
-    """The calls in ``TF_JOIN_CALLS`` hold the GIL until the whole cluster has come, so this
-    rank's heartbeat thread stops meanwhile. The launcher is told before and after, so it
-    waits for the cluster instead of calling this rank silent."""
-    for name in TF_JOIN_CALLS:
-        original = getattr(module, name, None)
-        if original is not None:
-            setattr(module, name, _announced(original, send))
-
-
-def _announced(original: Callable[..., Any], send: Callable[[str], None]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        with contextlib.suppress(Exception):
-            send("tf_forming")
-        try:
-            return original(*args, **kwargs)
-        finally:
-            with contextlib.suppress(Exception):
-                send("tf_formed")
-
-    return call
-
-
 _AGENT: RankAgent | relay.RelaySender | None = None
 
 
@@ -382,11 +306,13 @@ def start_from_env() -> RankAgent | relay.RelaySender | None:
 def _report_init(line: RankAgent | relay.RelaySender) -> None:
     """Horovod's init for every job; TensorFlow's cluster forming under a TF strategy."""
     def report_init(hvd: Any) -> None:
-        line.send("init", size=hvd.size(), local_rank=hvd.local_rank(), hvd_rank=hvd.rank())
+        line.send("init", size=hvd.size(), local_rank=hvd.local_rank(), hvd_rank=hvd.rank(),
+                  ring=abort.generation())
 
     def report_begin() -> None:
         line.send("init_begin")
 
-    _on_import(HOROVOD_BASICS, lambda module: _wrap_init(module, report_init, report_begin))
+    hooks.on_import(hooks.HOROVOD_BASICS,
+                    lambda module: hooks.wrap_init(module, report_init, report_begin))
     if os.environ.get(envvars.TF_CLUSTER):
-        _on_import(TF_BINDINGS, lambda module: _wrap_tf_join(module, line.send))
+        hooks.on_import(hooks.TF_BINDINGS, lambda module: hooks.wrap_tf_join(module, line.send))

@@ -25,7 +25,8 @@ rank that stopped reading leaves a gap, which is fine).
 
 Then, rank -> launcher (``RANK_EVENTS``; any other kind is dropped):
 
-* ``init``     Horovod finished ``hvd.init()``: rank, size, local_rank (``init_begin`` before)
+* ``init``     Horovod finished ``hvd.init()``: rank, size, local_rank, ring (how many rings
+  this process has formed: rank/abort.py) (``init_begin`` before)
 * ``tf_forming`` / ``tf_formed``  the rank enters / leaves TensorFlow's wait for the other
   tasks of its cluster (MultiWorkerMirroredStrategy, the parameter-server coordinator), where
   TensorFlow holds the GIL and so stops this rank's heartbeats
@@ -43,7 +44,9 @@ Then, rank -> launcher (``RANK_EVENTS``; any other kind is dropped):
 and launcher -> rank (``LAUNCHER_EVENTS``; any other kind is dropped, not heard): ``hb`` every
 ``HEARTBEAT_S``; ``stop`` (a fault: the rank ends itself and its daemon); ``finish`` (tf-ps:
 the chief is done; a serving task says ``done`` and exits 0); ``preempt`` (SIGUSR1 reached
-the launcher: rank 0 commits a checkpoint at its next batch end). A rank that hears nothing
+the launcher: rank 0 commits a checkpoint at its next batch end); ``abort`` ring, lost
+(--elastic: a rank of ring ``ring`` is lost; the rank shuts down that ring's sockets so its
+collectives fail now, and ignores it when it formed a newer ring since). A rank that hears nothing
 from the launcher for its ``RINGTRAIN_LAUNCHER_TIMEOUT`` ends itself and its Open MPI daemon (a
 dead-man switch), so a partitioned host cannot keep the job's processes alive after the
 launcher gave up on it.
@@ -69,7 +72,7 @@ NONCE_HEX = 32  # 16 random bytes
 RANK_EVENTS = frozenset({
     "hb", "init_begin", "init", "tf_forming", "tf_formed", "progress", "steps", "api", "done",
     "preempt_committed", "elastic_reset", "elastic_restored"})
-LAUNCHER_EVENTS = frozenset({"hb", "stop", "finish", "preempt"})
+LAUNCHER_EVENTS = frozenset({"hb", "stop", "finish", "preempt", "abort"})
 
 
 @dataclass(frozen=True, slots=True)

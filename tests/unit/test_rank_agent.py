@@ -225,3 +225,32 @@ def test_the_agent_and_the_launcher_prove_the_token_to_each_other(heard: list[st
         assert _wait(lambda: agent.last_heard > before)  # the launcher's heartbeats
     finally:
         server.close()
+
+
+def test_a_lost_rank_makes_the_launcher_tell_its_rings_survivors_to_abort(
+        heard: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """--elastic: rank 0 is gone; rank 1, which formed ring 3 before rank 0's last word, is
+    told to abort ring 3; rank 2, whose ring formed after that (so without rank 0), and
+    rank 3, which formed none, are not told."""
+    aborted: list[tuple[int, int | None]] = []
+    monkeypatch.setattr(rankagent.abort, "abort",
+                        lambda want=None: aborted.append((os.getpid(), want)) or 2)
+    server = ControlServer()
+    try:
+        agents = [_agent(server.address, server.token, heard, rank=r) for r in range(4)]
+        for agent in agents:
+            assert agent.start()
+        assert _wait(lambda: len(server.snapshot().ranks) == 4)
+        agents[1].send("init", size=4, local_rank=0, hvd_rank=1, ring=3)
+        assert _wait(lambda: {r.rank: r.ring for r in server.snapshot().ranks}[1] == 3)
+        agents[0].send("progress", step=1)  # rank 0's last word
+        assert _wait(lambda: (server.snapshot().progress or Progress()).step == 1)
+        time.sleep(0.05)
+        agents[2].send("init", size=3, local_rank=0, hvd_rank=0, ring=2)
+        assert _wait(lambda: {r.rank: r.ring for r in server.snapshot().ranks}[2] == 2)
+        assert server.abort_ring(0) == 1
+        assert _wait(lambda: aborted == [(os.getpid(), 3)])
+        time.sleep(0.2)
+        assert aborted == [(os.getpid(), 3)]  # nobody else
+    finally:
+        server.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain.rank.agent import TF_JOIN_CALLS, _wrap_tf_join
+from ringtrain.rank.hooks import TF_JOIN_CALLS, wrap_tf_join
 
 
 def _bindings(calls: list[str]) -> types.ModuleType:
@@ -38,7 +38,7 @@ def test_a_join_is_announced_before_and_after_it_returns() -> None:
         sent.append(kind)
         calls.append(kind)
 
-    _wrap_tf_join(module, tell)
+    wrap_tf_join(module, tell)
     assert module.TFE_EnableCollectiveOps(None, b"collective") == "joined"
     assert calls == ["tf_forming", "join collective", "tf_formed"]
     module.TFE_ContextSetServerDef(None, b"ps")  # the parameter-server coordinator
@@ -49,7 +49,7 @@ def test_other_calls_say_nothing_and_a_failed_join_still_ends_the_wait() -> None
     calls: list[str] = []
     module = _bindings(calls)
     sent: list[str] = []
-    _wrap_tf_join(module, sent.append)
+    wrap_tf_join(module, sent.append)
     module.TFE_Py_Execute()  # the hot path is not wrapped
     assert sent == [] and calls == ["execute"]
     with pytest.raises(RuntimeError, match="peer gone"):

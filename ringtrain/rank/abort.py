@@ -1,0 +1,100 @@
+"""Abort this process's collectives from outside the thread they block: the ring's sockets.
+
+Horovod 0.28.1 over Gloo has no abort. A rank whose background thread waits in a collective
+for a live peer waits for Gloo's timeout (``HOROVOD_GLOO_TIMEOUT_SECONDS``, 30 s by default),
+and ``hvd.shutdown()`` waits for that thread: after one rank of three was killed, the survivor
+that read from the other survivor (not from the dead rank) sat 30 s in ``recv`` while its
+peer, already resetting, kept its sockets open. What Gloo does have: a pair whose socket reads
+end-of-file raises on every buffer pending on it, on both ends.
+
+So a rank remembers which sockets ``hvd.init()`` opened (``remember``: this process's sockets
+before and after the call, each by descriptor *and* inode) and, when the ring must form again,
+shuts them down (``abort``): its own pending collectives fail at once, and so do its peers'
+that wait on it. The process, its imports and its in-memory state stay. ``shutdown(2)`` leaves
+the descriptor to its owner (Gloo closes it when the context goes), and a descriptor whose
+inode changed (closed, then reused by a newer ring's socket) is left alone: an abort can only
+ever reach the ring it was meant for.
+
+Who aborts: ``ringtrain.keras.memory.reset`` before it shuts Horovod down (the rank's own
+failure: the others that wait on it fail too), and the rank agent when the launcher says a
+rank of this ring is lost (``abort`` on the control channel: a rank that noticed nothing, a
+host whose link went down). Standard library only, like the rest of ``ringtrain.rank``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+
+__all__ = ["abort", "generation", "open_sockets", "remember", "ring_sockets"]
+
+_LOCK = threading.Lock()
+_RING: dict[str, object] = {"sockets": {}, "generation": 0}
+
+
+def open_sockets() -> dict[int, int]:
+    """This process's open sockets: descriptor -> inode (from /proc/self/fd)."""
+    found: dict[int, int] = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # closed meanwhile (or the listing's own descriptor)
+            continue
+        if target.startswith("socket:[") and target.endswith("]"):
+            with contextlib.suppress(ValueError):
+                found[int(name)] = int(target[8:-1])
+    return found
+
+
+def ring_sockets(before: dict[int, int], after: dict[int, int]) -> dict[int, int]:
+    """The sockets a call opened and kept: in ``after`` and not (with that inode) in
+    ``before``. Pure."""
+    return {fd: ino for fd, ino in after.items() if before.get(fd) != ino}
+
+
+def remember(before: dict[int, int], after: dict[int, int]) -> int:
+    """Called around ``hvd.init()``: its sockets are the ring's from now on (a newer ring's
+    replace an older one's). Returns the ring's generation (1 for the first ``init``)."""
+    with _LOCK:
+        _RING["sockets"] = ring_sockets(before, after)
+        _RING["generation"] = generation() + 1
+        return generation()
+
+
+def generation() -> int:
+    """How many rings this process has formed (``hvd.init`` calls that returned)."""
+    value = _RING["generation"]
+    return value if isinstance(value, int) else 0
+
+
+def abort(want: int | None = None) -> int:
+    """Shut down the ring's sockets (both ways), when the ring is generation ``want`` (None:
+    whichever is current). Returns how many were shut down; 0 when none is left, the ring is
+    another, or ``hvd.init`` never returned here."""
+    with _LOCK:
+        if want is not None and want != generation():
+            return 0
+        ring = _RING["sockets"]
+        _RING["sockets"] = {}
+    done = 0
+    for fd, inode in (ring.items() if isinstance(ring, dict) else ()):
+        with contextlib.suppress(OSError):
+            mine = os.dup(fd)
+            try:
+                if os.fstat(mine).st_ino != inode:
+                    continue  # closed and reused since: not the ring's any more
+                # a socket object over the duplicate; shutdown acts on the socket itself
+                with socket.socket(fileno=mine) as sock:
+                    mine = -1  # the socket object closes the duplicate
+                    sock.shutdown(socket.SHUT_RDWR)
+                    done += 1
+            finally:
+                if mine >= 0:
+                    os.close(mine)
+    return done

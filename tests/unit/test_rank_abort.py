@@ -1,0 +1,96 @@
+"""rank/abort.py on real sockets: the ring is what ``hvd.init`` opened, and an abort from
+another thread fails a ``recv`` blocked on it, and its peer's, at once."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from ringtrain.rank import abort
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    server = socket.create_server(("127.0.0.1", 0))
+    yield server
+    server.close()
+    abort.abort()  # nothing of a test's ring left for the next
+
+
+def _pair(server: socket.socket) -> tuple[socket.socket, socket.socket]:
+    """A connected TCP pair: (this end, the peer's end)."""
+    mine = socket.create_connection(server.getsockname())
+    theirs, _ = server.accept()
+    return mine, theirs
+
+
+def test_ring_sockets_are_those_opened_and_kept_by_the_call() -> None:
+    before = {3: 100, 4: 101, 7: 102}
+    after = {3: 100, 4: 205, 8: 206}  # 4 closed and reused by the call, 7 closed, 8 new
+    assert abort.ring_sockets(before, after) == {4: 205, 8: 206}
+
+
+def test_an_abort_from_another_thread_ends_a_blocked_recv_on_both_ends(
+        listener: socket.socket) -> None:
+    """What Horovod's background thread meets: it waits in recv on a live peer; the abort
+    (the launcher's word, or the rank's own reset) comes from another thread. A socket
+    older than the ring (the control channel) is left as it is."""
+    control, control_peer = _pair(listener)
+    before = abort.open_sockets()
+    ring, peer = _pair(listener)
+    generation = abort.remember(before, abort.open_sockets())
+    assert ring.fileno() in abort.ring_sockets(before, abort.open_sockets())
+    got: list[bytes] = []
+    blocked = threading.Thread(target=lambda: got.append(ring.recv(10)))
+    blocked.start()
+    blocked.join(0.3)
+    assert blocked.is_alive()  # waiting on a peer that sends nothing
+
+    assert abort.abort(generation) >= 1
+    blocked.join(5)
+    assert not blocked.is_alive() and got == [b""]  # end-of-file now, not a timeout
+    peer.settimeout(5)
+    assert peer.recv(10) == b""  # the peer's pending read ends too
+    control.sendall(b"hb\n")  # the older socket still works
+    assert control_peer.recv(10) == b"hb\n"
+    assert abort.abort(generation) == 0  # once
+    for s in (control, control_peer, ring, peer):
+        s.close()
+
+
+def test_an_abort_for_an_older_ring_leaves_the_newer_one_alone(
+        listener: socket.socket) -> None:
+    before = abort.open_sockets()
+    old, old_peer = _pair(listener)
+    first = abort.remember(before, abort.open_sockets())
+    old.close()
+    before = abort.open_sockets()
+    new, new_peer = _pair(listener)
+    second = abort.remember(before, abort.open_sockets())
+    assert second == first + 1 == abort.generation()
+    assert abort.abort(first) == 0  # the launcher knew this rank in the older ring
+    new.sendall(b"x")
+    assert new_peer.recv(1) == b"x"
+    for s in (old_peer, new, new_peer):
+        s.close()
+
+
+def test_a_descriptor_closed_and_reused_since_is_not_the_rings(
+        listener: socket.socket) -> None:
+    """Gloo closed the ring's socket and something else got its number: same descriptor,
+    another inode, left alone."""
+    before = abort.open_sockets()
+    ring, ring_peer = _pair(listener)
+    number = ring.fileno()
+    generation = abort.remember(before, abort.open_sockets())
+    other, other_peer = _pair(listener)
+    os.dup2(other.fileno(), number)  # the number now names another socket
+    assert abort.abort(generation) == 1  # the peer's end (opened in the same call here) only
+    os.write(number, b"y")
+    assert other_peer.recv(1) == b"y"
+    for s in (ring, ring_peer, other, other_peer):
+        s.close()
