@@ -43,6 +43,11 @@ class Absorbed:
     restored_from: str | None = None  # "rank 0's memory commit (epoch 3 step 10, 0.22 MB)"
 
     @property
+    def silent(self) -> bool:
+        """Lost by silence (its host stopped or cut off), not by its process ending."""
+        return self.why.startswith("silent")
+
+    @property
     def ttta_s(self) -> float | None:
         return None if self.training_again is None else self.training_again - self.at
 
@@ -115,12 +120,16 @@ class ElasticWatch:
 
     def __init__(self, where: Mapping[int, str], heartbeat_timeout: float,
                  started: float, keeper: SpareKeeper | None = None,
-                 abort: Callable[[int], int] | None = None) -> None:
+                 abort: Callable[[int], int] | None = None,
+                 cut: Callable[[str], int] | None = None) -> None:
         self.where, self.timeout, self.started = dict(where), heartbeat_timeout, started
         self.incidents: list[Absorbed] = []
         self.keeper = keeper  # the discovery list: a lost host out, a spare in (spares.py)
         # the control server's abort_ring: the lost rank's ring fails now on every survivor
         self.abort = abort
+        # driverssh.cut for this job: Horovod's driver hears of a silent host now, not when
+        # its ssh session to it times out
+        self.cut = cut
 
     def spare_hosts(self, placed: Sequence[Host]) -> tuple[Host, ...]:
         """The hosts beyond the placement the job may have used (spares, and their warm
@@ -135,6 +144,8 @@ class ElasticWatch:
             told = self.abort(loss.rank) if self.abort is not None else 0
             now = (f"; {told} survivor(s) told to abort that ring now, not after Gloo's "
                    "timeout" if told else "")
+            if loss.silent and self.cut is not None and self.cut(loss.host):
+                now += f"; Horovod's ssh to {loss.host} ended, so its driver re-forms now"
             note(f"elastic: rank {loss.rank} on {loss.host} {loss.why}; Horovod's elastic "
                  f"driver goes on with the others from their last commit{now}")
             self.incidents.append(loss)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from ringtrain.errors import LaunchError
+from ringtrain.launch import driverssh
 from ringtrain.launch.launchers import DISCOVERY, ELASTIC_HOSTS, discovery_script
 from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
@@ -179,6 +180,10 @@ class Job:
         if self.proc.poll() is None:
             log.warning("job still running after SIGTERM; sending SIGKILL")
             _signal_group(self.proc.pid, signal.SIGKILL)
+
+    def cut_host(self, host: str) -> int:
+        """--elastic: end horovodrun's ssh to ``host`` (lost), so its driver hears now."""
+        return driverssh.cut(self.proc.pid, host)
 
     def tails(self) -> dict[int | None, list[str]]:
         """The last lines of every rank's output so far (None: mpirun's own lines)."""

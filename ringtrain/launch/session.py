@@ -231,7 +231,7 @@ class Session:
                 rank_hosts(alloc), self.spec.supervision.heartbeat_timeout, job.started,
                 keeper_for(self.spec, checked.inventory, plan.attempt_dir, self.remote,
                            self.reporter.note, self._python, plan.run_id),
-                control.abort_ring) if self.spec.elastic else None
+                control.abort_ring, job.cut_host) if self.spec.elastic else None
             fault = self._supervise(job, control, plan, watch)
             detected_at = time.time()
             result = job.wait()

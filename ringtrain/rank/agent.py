@@ -12,9 +12,10 @@ Started by ``ringtrain.rank.entry`` in every rank before the training script whe
 * An import hook (rank/hooks.py) wraps ``HorovodBasics.init`` (shared by every Horovod
   framework binding), so ``init`` is reported for any script, not just ringtrain's: the
   launcher tells which ranks have not arrived when start-up hangs; the sockets ``init`` opened
-  are the ring's, which an ``abort`` from the launcher shuts down (rank/abort.py). Under a TF strategy another wraps the TensorFlow bindings where
-  a task joins its cluster and waits for it holding the GIL (its heartbeats stop):
-  ``tf_forming`` and ``tf_formed`` tell the launcher to wait for it.
+  are the ring's, which an ``abort`` from the launcher shuts down (rank/abort.py). Under a
+  TF strategy another wraps the TensorFlow bindings where a task joins its cluster and waits
+  for it holding the GIL (its heartbeats stop): ``tf_forming`` and ``tf_formed`` tell the
+  launcher to wait for it.
 * Dead-man switch: if the launcher is silent for ``RINGTRAIN_LAUNCHER_TIMEOUT`` seconds (killed,
   or this host cut off), the rank kills its own children, its ``orted`` parent and itself.
 """

@@ -58,6 +58,12 @@ def cmdline(pid: int) -> str:
     return read(f"/proc/{pid}/cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
 
 
+def argv(pid: int) -> list[str]:
+    """The process's arguments, one string each ([] when it is gone)."""
+    raw = read(f"/proc/{pid}/cmdline")
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]] if raw else []
+
+
 def environ_has(pid: int, entry: bytes) -> bool:
     """Whether ``NAME=VALUE`` (exactly) is in the process's environment."""
     return entry in read(f"/proc/{pid}/environ").split(b"\0")

@@ -142,6 +142,10 @@ def test_plain_keras_script_with_ringtrain_lines_survives_a_killed_rank_and_regr
                         r"again in this process", stderr)
     assert sorted(int(p) for p in resets) == sorted(survivors.values()), (resets, survivors,
                                                                           stderr[-3000:])
+    # with the defaults: no survivor sat out Gloo's 30 s timeout (rank/abort.py)
+    assert "Timed out waiting" not in stderr, stderr[-3000:]
+    assert re.search(r"elastic: rank \d on .* ended before its script returned .*; \d "
+                     r"survivor\(s\) told to abort that ring now", stderr), stderr[-3000:]
     resumed = re.search(r"resumed in memory at epoch (\d+) step (\d+) from rank \d .*; "
                         r"3 -> 2 ranks", stdout)
     assert resumed is not None, stdout[-3000:]
@@ -219,23 +223,30 @@ def test_a_spare_takes_the_lost_hosts_place_and_the_size_holds(
 def test_plain_keras_script_survives_a_lost_host(
     sim_cluster: sim.SimCluster, tmp_path: Path
 ) -> None:
-    """gpu03's link goes down mid-training (its rank lives on, cut off): the survivors' ring
-    fails after Gloo's timeout (5 s here), ringtrain names the host silent and drops it from
-    the discovery list, and the two others finish from their memory commit."""
+    """gpu03's link goes down mid-training (its rank lives on, cut off), with the defaults: once
+    its rank is silent past the heartbeat timeout, ringtrain tells the survivors to abort that
+    ring (their collectives fail then, not after Gloo's 30 s) and ends Horovod's ssh to gpu03
+    (its driver would wait for ssh's keepalive), and the two others finish from their memory
+    commit without waiting for Gloo's timeout."""
     try:
         status, stdout, stderr, survivors = _launch_and_kill(
             sim_cluster, tmp_path, PLAIN, ["60"], kill_after="checkpoint: committed epoch 3",
-            options=("--gloo-timeout-seconds", "5"), link_down=True)
+            link_down=True)
     finally:
         sim.set_link(sim_cluster.config, G3, up=True)
     assert status == 0, stderr[-4000:]
-    assert re.search(fr"elastic: rank \d on {G3} silent for \d+ s", stderr), stderr[-3000:]
+    assert re.search(fr"elastic: rank \d on {G3} silent for \d+ s.*; 2 survivor\(s\) told to "
+                     fr"abort that ring now.*; Horovod's ssh to {G3} ended", stderr), (
+        stderr[-3000:])
     resets = re.findall(r"rank \d \(pid (\d+)\): a collective failed", stderr)
     assert set(int(p) for p in resets) == set(survivors.values()), stderr[-3000:]
+    assert "Timed out waiting" not in stderr, stderr[-3000:]  # nobody sat out Gloo's timeout
     assert re.search(r"resumed in memory at epoch \d+ step \d+ from rank \d .*; 3 -> 2 ranks",
                      stdout), stdout[-3000:]
     results = _results(stdout)
     assert len(results) == 2 and len({r["checksum"] for r in results}) == 1, results
     (absorbed,) = run_result(tmp_path)["attempts"][0]["absorbed"]
     assert absorbed["host"] == G3 and absorbed["why"].startswith("silent")
+    # back before Gloo's 30 s could have run out after the silence was named
+    assert absorbed["stages_s"]["restored"] < 30, absorbed
     _all_gone(sim_cluster)

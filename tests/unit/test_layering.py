@@ -285,7 +285,7 @@ EDGES = (
     "remote/", "launch/run.py", "launch/control.py", "launch/session.py", "probe/gate.py",
     "probe/names.py", "hostfile/discover.py", "schedulers/calls.py", "checkpoint/", "sim/",
     "bench/", "rank/", "models/", "keras/", "ringcheck/intraprog.py", "cli/",
-    "launch/sparekeeper.py", "launch/warmspares.py",
+    "launch/sparekeeper.py", "launch/warmspares.py", "launch/driverssh.py",
 )
 # Who builds a LaunchSpec: the user's launch through build_spec, a recorded one read back from
 # plan.json, and the jobs ringtrain launches for itself (the ring check, the benchmarks).
