@@ -172,6 +172,15 @@ def _env_specs(
 @click.option(
     "--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True
 )
+@click.option(
+    "--trust-group",
+    "trust_groups",
+    multiple=True,
+    metavar="GROUP",
+    help="A group whose members may write the runs directory or a directory above it (a "
+    "team directory): by default any write access but yours and root's is refused, since "
+    "such a member could swap the run directory. Repeatable.",
+)
 @restart_options()
 @elastic_options()
 @click.option(

@@ -36,6 +36,7 @@ PAIR_MARK = "RINGCHECK-PAIR "
 @dataclass(frozen=True, slots=True)
 class RingCheckOptions:
     runs_dir: Path = Path("runs")
+    trust_groups: tuple[str, ...] = ()  # groups trusted to write runs_dir (launch/rundir.py)
     working_dir: Path = Path(".")
     ssh: SshSpec = field(default_factory=SshSpec)
     python: str | None = None
@@ -72,6 +73,7 @@ def run_ring_check(
         np=len(one_each.hosts),
         backend=Backend.MPIRUN,
         runs_dir=opts.runs_dir,
+        trust_groups=opts.trust_groups,
         working_dir=opts.working_dir,
         python=opts.python,
         network_interface=opts.network_interface,
