@@ -152,7 +152,10 @@ class OpenMpiBackend:
             argv += ["-mca", "btl", "^openib"]
         if not alloc.is_local_only and ctx.ssh_config is not None:
             agent = f"ssh -F {_check_path(ctx.ssh_config, 'ssh config')}"
-            argv += ["-mca", "plm_rsh_agent", agent]
+            # every daemon started from here: past 64 hosts Open MPI's tree spawn has daemons
+            # run this ssh on the hosts, where the config (named through the launcher's
+            # descriptor: rundir.py) is not, nor the known_hosts the probe checked
+            argv += ["-mca", "plm_rsh_agent", agent, "-mca", "plm_rsh_no_tree_spawn", "1"]
         if ctx.tcp_include:
             argv += ["-mca", "btl_tcp_if_include", ctx.tcp_include]
             argv += ["-mca", "oob_tcp_if_include", ctx.tcp_include]
