@@ -188,6 +188,7 @@ class HorovodrunBackend:
                 raise UsageError(f"run directory {shim!r} has a ':', which PATH cannot hold",
                                  "use a --runs-dir without ':'")
             delta["PATH"] = f"{shim}:{delta.get('PATH', ctx.launcher_path)}"
+            delta[envvars.LAUNCHER_BIN] = shim  # horovodrun's PATH reaches every rank: off it
         if ctx.network_interface and not alloc.is_local_only and ctx.elastic is None:
             argv += ["--network-interface", ctx.network_interface]
         if ctx.mpi_args:

@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -226,6 +227,21 @@ def test_what_mpirun_and_horovodruns_ssh_read_is_reached_through_the_descriptor(
             continue
         env = dict(plan.started.env)
         assert env["PATH"].startswith(f"{near / 'bin'}:")
+        assert env["RINGTRAIN_LAUNCHER_BIN"] == str(near / "bin")  # the rank entry drops it
         out = subprocess.run([str(near / "bin" / "ssh"), "-G", "gpu02"], capture_output=True,
                              text=True, check=True, timeout=30).stdout
         assert "stricthostkeychecking true" in out and "batchmode yes" in out
+
+
+def test_the_rank_entry_takes_the_launchers_shim_folder_off_path(tmp_path: Path) -> None:
+    """horovodrun hands its PATH, shim folder first, to every rank on every host; there the
+    folder's name is not the launcher's: the entry drops it before the script runs."""
+    script = tmp_path / "show.py"
+    script.write_text("import os\nprint(os.environ['PATH'])\n"
+                      "print(os.environ.get('RINGTRAIN_LAUNCHER_BIN'))\n")
+    shim = "/proc/1/fd/3/attempt-1/bin"
+    env = {"PATH": f"{shim}:/usr/bin:/bin", "RINGTRAIN_LAUNCHER_BIN": shim,
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, "-m", "ringtrain.rank.entry", str(script)], env=env,
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.splitlines() == ["/usr/bin:/bin", "None"]
