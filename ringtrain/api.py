@@ -124,7 +124,7 @@ def _coerce(name: str, value: Any) -> Any:
             EnvSpec.parse(v) if isinstance(v, str) else EnvSpec(str(v[0]), str(v[1]))
             for v in items
         )
-    if name in ("include", "exclude") and isinstance(value, str):
+    if name in ("include", "exclude", "trust_groups") and isinstance(value, str):
         return (value,)
     if name == "slots" and isinstance(value, dict):
         return tuple((str(k), int(v)) for k, v in value.items())

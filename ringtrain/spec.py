@@ -221,6 +221,7 @@ class LaunchSpec:
     ps_hosts: str = "shared"  # tf-ps: "shared" with the workers' hosts, or "own" (spare hosts)
     env: tuple[EnvSpec, ...] = ()
     runs_dir: Path = Path("runs")
+    trust_groups: tuple[str, ...] = ()  # groups trusted to write runs_dir and above (rundir.py)
     working_dir: Path = Path(".")
     python: str | None = None  # on the hosts; None: this interpreter, same path everywhere
     network_interface: str | None = None
@@ -311,9 +312,8 @@ class LaunchSpec:
                 f"reads version {SPEC_VERSION}",
                 "relaunch with the options written out instead of --from",
             )
-        body = {k: v for k, v in data.items() if k != "version"}
         try:
-            spec: LaunchSpec = _decode(cls, body)
+            spec: LaunchSpec = _decode(cls, {k: v for k, v in data.items() if k != "version"})
         except (TypeError, ValueError, KeyError) as err:
             raise UsageError(
                 f"the recorded launch spec cannot be read: {err}",

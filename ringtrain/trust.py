@@ -7,13 +7,15 @@ commands as whoever launches: so such a file is skipped (config) or refused (a s
 the reason and the fix. Trusted: owned by the user or by root, and writable by its owner
 only (or by its owner's private group too: Debian's umask 002). Settings that run code
 (``python``, ``ssh_config``, a discovery script named by ``hosts``) are taken only from files
-the user owns.
+the user owns. The directories down to a run directory are judged the same way
+(``untrusted_dir``): whoever can write one of them can swap the run directory.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,9 +71,56 @@ def untrusted_folder(owner: Owner, uid: int) -> str | None:
     return None
 
 
+def untrusted_dir(owner: Owner, uids: Collection[int],
+                  groups: Collection[int] = ()) -> str | None:
+    """Why a directory on the way to a run directory lets someone else than the user, root
+    and the members of ``groups`` (named as trusted by the user) rename what it holds, so
+    swap the run directory; None: it does not. As OpenSSH's StrictModes judges the folders
+    above authorized_keys: owned by one of ``uids``, writable by its owner only (or its
+    owner's private group), except that a sticky one (/tmp) may be writable by all: there
+    only an entry's owner can rename it, and the next directory down is judged too."""
+    if owner.uid not in uids:
+        return f"it is owned by {_user(owner.uid)}, not by you or root"
+    if owner.mode & stat.S_ISVTX:
+        return None
+    if owner.mode & stat.S_IWOTH:
+        return f"anyone can write it (mode {owner.mode:04o}, no sticky bit)"
+    if owner.mode & stat.S_IWGRP and owner.gid not in groups and not _private_group(
+            owner.uid, owner.gid):
+        return f"group {_group(owner.gid)} can write it (mode {owner.mode:04o})"
+    return None
+
+
+def dir_fix(path: str, owner: Owner, uids: Collection[int]) -> str:
+    """The fix for a directory ``untrusted_dir`` refused."""
+    elsewhere = "pass --runs-dir with a directory of your own"
+    if owner.uid not in uids:
+        return f"{elsewhere} (or have {path} owned by you or root, writable by its owner only)"
+    if owner.mode & stat.S_IWGRP and not owner.mode & stat.S_IWOTH:
+        group = _group_name(owner.gid)
+        return (f"chmod g-w {path} (or chmod +t {path}: then members cannot move each "
+                f"other's entries), {elsewhere}, or add --trust-group {group} if you trust "
+                f"every member of {group} with the jobs you launch")
+    return f"chmod o-w {path} (or chmod +t {path}, as /tmp is), or {elsewhere}"
+
+
 def fix_for(path: Path, uid: int) -> str:
     return (f"if you trust it: chown {_user(uid)} {path} && chmod go-w {path}; "
             "otherwise remove it or run from another directory")
+
+
+def _group(gid: int) -> str:
+    name = _group_name(gid)
+    return f"{name} (gid {gid})" if name != str(gid) else f"gid {gid}"
+
+
+def _group_name(gid: int) -> str:
+    try:
+        import grp  # noqa: PLC0415 - POSIX only, and only to name the group
+
+        return grp.getgrgid(gid).gr_name
+    except (ImportError, KeyError):
+        return str(gid)
 
 
 def _user(uid: int) -> str:

@@ -80,6 +80,7 @@ class LaunchOptions:
     checkpoint_url: str | None = None
     checkpoint_grace: float = 60.0
     runs_dir: Path = Path("runs")
+    trust_groups: tuple[str, ...] = ()
     max_restarts: int = 0
     min_np: int | None = None
     stall_restarts: int = 3
@@ -142,6 +143,7 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         ps_hosts=opts.ps_hosts,
         env=opts.env,
         runs_dir=opts.runs_dir,
+        trust_groups=opts.trust_groups,
         working_dir=working_dir,
         python=python,
         network_interface=opts.network_interface,

@@ -52,6 +52,8 @@ KEYS: dict[str, Key] = {
     "ssh_transport": Key("ssh_transport", "str", "paramiko or openssh (--ssh-transport)",
                          choices=("paramiko", "openssh")),
     "runs_dir": Key("runs_dir", "path", "where run directories go (--runs-dir)"),
+    "trust_groups": Key("trust_groups", "list",
+                        "groups trusted to write the runs directory (--trust-group)"),
     "python": Key("python", "str", "Python on the hosts (--python)"),
     "network_interface": Key("network_interface", "str",
                              "interface or CIDR (--network-interface)"),
@@ -76,8 +78,9 @@ KEYS: dict[str, Key] = {
 FILE_ONLY = frozenset({"env", "env_file"})
 
 # keys whose value runs a program: the interpreter on the hosts, ssh's ProxyCommand and
-# friends, an executable inventory (a discovery script), LD_PRELOAD and PYTHONPATH
-CODE_KEYS = frozenset({"python", "ssh_config", "hosts", "env", "env_file"})
+# friends, an executable inventory (a discovery script), LD_PRELOAD and PYTHONPATH; and
+# trust_groups, which lets others swap the directory the launcher runs programs from
+CODE_KEYS = frozenset({"python", "ssh_config", "hosts", "env", "env_file", "trust_groups"})
 
 # the options that name the hosts: one given by the caller sets the configured ones aside
 HOST_SOURCE = ("hosts_file", "host_spec")

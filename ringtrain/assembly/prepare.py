@@ -66,5 +66,5 @@ def write_plan(session: Session) -> LaunchPlan:
     placement and network settings), written to its run directory (hostfile, plan.json) so
     the printed command runs as is. Starts nothing."""
     plan = session.dry_plan()
-    run.prepare(plan)
+    run.prepare(plan, session.open_run_dir())
     return plan

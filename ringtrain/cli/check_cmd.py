@@ -85,6 +85,8 @@ Exit code: 0 when a launch would go ahead (warnings allowed), 4 when it would be
 @ring_check_options("--ring")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
               show_default=True, help="Where the ring check's run (logs, measurements) goes.")
+@click.option("--trust-group", "trust_groups", multiple=True, metavar="GROUP",
+              help="A group trusted to write the runs directory or one above it (as launch's).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 @click.pass_context
 def command(
@@ -100,7 +102,7 @@ def command(
     network_interface: str | None,
     timeout: float, connect_timeout: float, concurrency: int, ring_check: bool,
     expect_link: str | None, slow_ratio: float, on_slow_host: str, runs_dir: Path,
-    as_json: bool,
+    trust_groups: tuple[str, ...], as_json: bool,
 ) -> None:
     """Probe every host over SSH: GPUs, software versions, network; report what a launch would do.
 
@@ -150,7 +152,7 @@ def command(
         from ringtrain.ringcheck.runner import RingCheckOptions, run_ring_check  # noqa: PLC0415
 
         opts = RingCheckOptions(
-            runs_dir=runs_dir, working_dir=Path.cwd(),
+            runs_dir=runs_dir, trust_groups=trust_groups, working_dir=Path.cwd(),
             ssh=ssh, python=python,
             network_interface=network_interface, slow_ratio=slow_ratio,
             expect_Bps=parse_link_rate(expect_link) if expect_link else None)

@@ -28,7 +28,6 @@ from ringtrain.cli.options import (
 from ringtrain.errors import JobFailed
 from ringtrain.launch.milestones import incidents
 from ringtrain.launch.result import JobState
-from ringtrain.launch.rundir import make_run_dir
 from ringtrain.launch.session import Session
 from ringtrain.spec import Backend, EnvSpec, StragglerAction, Strategy
 
@@ -171,6 +170,15 @@ def _env_specs(
 )
 @click.option(
     "--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True
+)
+@click.option(
+    "--trust-group",
+    "trust_groups",
+    multiple=True,
+    metavar="GROUP",
+    help="A group whose members may write the runs directory or a directory above it (a "
+    "team directory): by default any write access but yours and root's is refused, since "
+    "such a member could swap the run directory. Repeatable.",
 )
 @restart_options()
 @elastic_options()
@@ -318,7 +326,7 @@ def _rank_set(text: str | None) -> frozenset[int] | None:
 
 def _run(session: Session, view: LiveView, *, json_out: bool = False,
          requeue_job: str | None = None) -> None:
-    make_run_dir(session.run_dir)  # a clear error, not a traceback, when it cannot be
+    run_dir = session.open_run_dir()  # a clear error, not a traceback, when it cannot be
     events = view.events = EventFiles.of(session)  # events.log, events.jsonl
     view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
     # SIGHUP: the terminal closed or the SSH session to the login node dropped; the job is
@@ -336,9 +344,11 @@ def _run(session: Session, view: LiveView, *, json_out: bool = False,
         view.note(f"recovery: {incident.describe()}")
     if json_out:  # the run's result.json (every attempt, the checkpoint), else this attempt's
         view.flush()
-        path = session.run_dir / "result.json"
-        jsonout.echo(path.read_text() if path.is_file()
-                     else json.dumps(result.run_json(), indent=2))
+        try:
+            text = run_dir.read_text("result.json")
+        except OSError:
+            text = json.dumps(result.run_json(), indent=2)
+        jsonout.echo(text)
     if result.state is JobState.SUCCEEDED:
         view.note(f"job succeeded in {launch_report.durations(result)}; logs in {session.run_dir}")
         view.flush()

@@ -26,7 +26,7 @@ from ringtrain.hostfile import Allocation, Inventory
 from ringtrain.launch.control import Snapshot
 from ringtrain.launch.eventlog import Event, is_warning
 from ringtrain.launch.run import OutputLine
-from ringtrain.launch.rundir import append_private
+from ringtrain.launch.rundir import RunDir
 from ringtrain.launch.supervise import arrivals, rank_hosts
 from ringtrain.probe.probe_parse import ProbeReport
 from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict
@@ -40,23 +40,28 @@ QUEUE_LINES = 10_000
 
 class EventFiles:
     """A run's events.log and events.jsonl: each status line becomes one ``Event``, appended to
-    both (created 0600, through no link). ``attempt`` says which attempt a line belongs to."""
+    both through the open run directory (created 0600, through no link). ``attempt`` says
+    which attempt a line belongs to."""
 
-    def __init__(self, run_dir: Path, run_id: str,
+    def __init__(self, files: RunDir, run_id: str,
                  attempt: Callable[[], int | None] = lambda: None) -> None:
-        self.run_dir, self.run_id, self.attempt = run_dir, run_id, attempt
+        self.files, self.run_id, self.attempt = files, run_id, attempt
+
+    @property
+    def run_dir(self) -> Path:
+        return self.files.path
 
     @classmethod
     def of(cls, session: Session) -> EventFiles:
         """The session's files; a line belongs to the attempt being placed or run (between a
         failed attempt and its restart, to the restart). After ``run()`` the caller sets
         ``attempt`` to the last one."""
-        return cls(session.run_dir, session.env.run_id, lambda: len(session.results) + 1)
+        return cls(session.open_run_dir(), session.env.run_id, lambda: len(session.results) + 1)
 
     def write(self, text: str) -> None:
         event = Event(time.time(), text, self.run_id, self.attempt())
-        append_private(self.run_dir / "events.log", event.log_line())
-        append_private(self.run_dir / "events.jsonl", event.json_line())
+        self.files.append("events.log", event.log_line())
+        self.files.append("events.jsonl", event.json_line())
 
 
 def describe_arrivals(snap: Snapshot, alloc: Allocation) -> str:

@@ -53,7 +53,13 @@ def show_ring_check(check: RingCheck, *, stderr: bool = False) -> None:
         echo(f"GPU-to-GPU: {line}", err=stderr)
     if v.healthy:
         echo("no slow host or link", err=stderr)
-    picture = heat_map(check.run_dir / "ringcheck.png", v, pairs)
+    png, picture = heat_map(v, pairs), None
+    if png is not None and check.files is not None:
+        try:
+            check.files.write("ringcheck.png", png, mode=0o644)
+            picture = check.run_dir / "ringcheck.png"
+        except OSError as err:
+            echo(f"warning: cannot write ringcheck.png in {check.run_dir}: {err}", err=stderr)
     files = f"{check.run_dir}/ringcheck.json" + (f", {picture}" if picture else "")
     echo(f"measurements: {files}", err=stderr)
 

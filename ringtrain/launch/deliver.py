@@ -21,6 +21,7 @@ from ringtrain.hostfile import Host
 from ringtrain.launch import run
 from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.run import Job, LineSink
+from ringtrain.launch.rundir import RunDir
 from ringtrain.rank import envvars, secretfile
 from ringtrain.remote import CmdResult, InputRemote, Remote
 
@@ -104,13 +105,13 @@ def _why(res: CmdResult | None) -> str:
 
 
 def start_with_secrets(remote: Remote, plan: LaunchPlan, python: str, sink: LineSink,
-                       environ: Mapping[str, str]) -> tuple[Job, Delivery | None]:
+                       environ: Mapping[str, str], run_dir: RunDir) -> tuple[Job, Delivery | None]:
     """Deliver the plan's secrets file (if it has one), then ``run.start`` with the environment
     the plan was made from (the secrets it unsets are those it saw); a start that fails takes
     the file back from every host."""
     delivery = deliver(remote, plan, python)
     try:
-        return run.start(plan, sink, environ), delivery
+        return run.start(plan, sink, run_dir, environ), delivery
     except BaseException:
         withdraw(remote, delivery, python)
         raise

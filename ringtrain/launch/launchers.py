@@ -152,7 +152,10 @@ class OpenMpiBackend:
             argv += ["-mca", "btl", "^openib"]
         if not alloc.is_local_only and ctx.ssh_config is not None:
             agent = f"ssh -F {_check_path(ctx.ssh_config, 'ssh config')}"
-            argv += ["-mca", "plm_rsh_agent", agent]
+            # every daemon started from here: past 64 hosts Open MPI's tree spawn has daemons
+            # run this ssh on the hosts, where the config (named through the launcher's
+            # descriptor: rundir.py) is not, nor the known_hosts the probe checked
+            argv += ["-mca", "plm_rsh_agent", agent, "-mca", "plm_rsh_no_tree_spawn", "1"]
         if ctx.tcp_include:
             argv += ["-mca", "btl_tcp_if_include", ctx.tcp_include]
             argv += ["-mca", "oob_tcp_if_include", ctx.tcp_include]
@@ -185,6 +188,7 @@ class HorovodrunBackend:
                 raise UsageError(f"run directory {shim!r} has a ':', which PATH cannot hold",
                                  "use a --runs-dir without ':'")
             delta["PATH"] = f"{shim}:{delta.get('PATH', ctx.launcher_path)}"
+            delta[envvars.LAUNCHER_BIN] = shim  # horovodrun's PATH reaches every rank: off it
         if ctx.network_interface and not alloc.is_local_only and ctx.elastic is None:
             argv += ["--network-interface", ctx.network_interface]
         if ctx.mpi_args:

@@ -11,7 +11,7 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +98,32 @@ class LaunchPlan:
     ssh_config_text: str = ""  # written to attempt_dir/ssh_config when the inventory needs it
     ssh_shim_text: str = ""  # horovodrun's ssh, written to attempt_dir/bin/ssh (ssh_shim)
     elastic_hosts_text: str = ""  # --elastic: host:slots lines its discovery script prints
+    # the run directory as this machine's child processes reach it (RunDir.reach, through the
+    # launcher's descriptor), and the command naming its files so; None: by its path (a dry
+    # run). ``command`` is what is shown and recorded; ``started`` is what runs.
+    reach: Path | None = None
+    reached_command: Command | None = None
 
     @property
     def attempt_dir(self) -> Path:
         """Where this attempt's hostfile, plan.json and per-rank logs go."""
         return self.run_dir / f"attempt-{self.attempt}"
+
+    @property
+    def attempt_name(self) -> str:
+        """``attempt_dir`` inside the run directory (a RunDir's name for it)."""
+        return f"attempt-{self.attempt}"
+
+    @property
+    def reached_attempt_dir(self) -> Path:
+        """``attempt_dir`` as the launcher's child processes name it."""
+        return (self.reach or self.run_dir) / self.attempt_name
+
+    @property
+    def started(self) -> Command:
+        """The command ``run.start`` starts: ``command`` with the run directory's files named
+        through the launcher's descriptor."""
+        return self.reached_command or self.command
 
     @property
     def display_argv(self) -> str:
@@ -229,6 +250,7 @@ class PlanInputs:
     control_token: str | None = None
     launcher_timeout: float | None = None
     ssh_program: str = "/usr/bin/ssh"  # the ssh on the launcher's PATH (horovodrun's shim)
+    reach: Path | None = None  # the run directory through the launcher's descriptor (RunDir)
     # --elastic: every host the pre-flight passed, with its usable slots (the discovery
     # script's list: Horovod may grow onto them up to --max-np); empty: the allocation's
     elastic_hosts: tuple[tuple[str, int], ...] = ()
@@ -250,15 +272,16 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
             f"set it first (export {missing[0]}=...) or pass --env {missing[0]}=VALUE",
         )
     gloo = spec.gloo and spec.launcher is Backend.HOROVODRUN
+    attempt = f"attempt-{inputs.attempt}"
     ctx = LaunchContext(
         python=spec.python or inputs.python,
         script=script,
         script_args=spec.script_args,
-        hostfile=run_dir / f"attempt-{inputs.attempt}" / "hostfile",
+        hostfile=run_dir / attempt / "hostfile",
         env_delta=tuple(sorted(delta.items())),
         forward=forward,
         is_root=inputs.is_root,
-        ssh_config=_ssh_config_path(spec, alloc, run_dir / f"attempt-{inputs.attempt}"),
+        ssh_config=_ssh_config_path(spec, alloc, run_dir / attempt),
         launcher_path=inputs.environ.get("PATH", "/usr/bin:/bin"),
         elastic=spec.elastic,
         tcp_include=spec.network_interface or inputs.tcp_include,
@@ -270,13 +293,20 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         secrets=gloo_secrets(inputs.environ, delta) if gloo else (),
         secrets_file=secretfile.path_for(inputs.run_id, inputs.attempt),
     )
-    command = backend_for(spec.launcher).build(alloc, ctx)
+    backend = backend_for(spec.launcher)
+    command = backend.build(alloc, ctx)
+    near = ctx  # the same, its files named as the launcher's children reach them
+    if inputs.reach is not None:
+        near = replace(ctx, hostfile=inputs.reach / attempt / "hostfile",
+                       ssh_config=_ssh_config_path(spec, alloc, inputs.reach / attempt))
     ssh_text = shim = ""
     if _own_ssh_config(spec, alloc):
         ssh_text = render_ssh_config(alloc.hosts, spec.ssh.config, spec.ssh.known_hosts)
-    if ctx.ssh_config is not None and spec.launcher is Backend.HOROVODRUN:
-        shim = ssh_shim(inputs.ssh_program, ctx.ssh_config)
+    if near.ssh_config is not None and spec.launcher is Backend.HOROVODRUN:
+        shim = ssh_shim(inputs.ssh_program, near.ssh_config)
     return LaunchPlan(
+        reach=inputs.reach,
+        reached_command=backend.build(alloc, near) if inputs.reach is not None else None,
         ssh_config_text=ssh_text,
         ssh_shim_text=shim,
         elastic_hosts_text="".join(f"{name}:{slots}\n" for name, slots in (

@@ -4,7 +4,8 @@ The launcher (mpirun or horovodrun) runs in a new session, so the job is its own
 the terminal's Ctrl-C reaches ringtrain only, and ringtrain stops the job by group (SIGTERM,
 then SIGKILL after a grace period). Output is read line by line; Open MPI's ``--tag-output``
 prefix (``[1,3]<stdout>:``) and Gloo's (``[3]<stdout>:``) name the rank, so each line is
-appended to ``runs/<id>/rank.<N>.log``, time-stamped, and handed to the caller with its rank.
+appended to ``runs/<id>/attempt-N/rank.<N>.log`` (through the open run directory, never a
+link), time-stamped, and handed to the caller with its rank.
 """
 
 from __future__ import annotations
@@ -19,15 +20,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO
 
 from ringtrain.errors import LaunchError
 from ringtrain.launch import driverssh
-from ringtrain.launch.launchers import DISCOVERY, ELASTIC_HOSTS, discovery_script
+from ringtrain.launch.launchers import DISCOVERY, ELASTIC_HOSTS, SHIM_DIR, discovery_script
 from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
-from ringtrain.launch.rundir import make_run_dir, write_private
+from ringtrain.launch.rundir import RunDir
 from ringtrain.rank.events import ERROR_MARK
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,8 @@ class OutputLine:
 
 @dataclass
 class _Logs:
-    run_dir: Path
+    run_dir: RunDir
+    folder: str  # the attempt's, inside run_dir
     files: dict[int | None, IO[str]] = field(default_factory=dict)
     tails: dict[int | None, list[str]] = field(default_factory=dict)
     launcher_lines: list[str] = field(default_factory=list)
@@ -74,7 +75,8 @@ class _Logs:
             self._file(line.rank).write(f"{_stamp()} {line.text}\n")
         except OSError as err:  # the run dir vanished or the disk is full: keep streaming
             if not self.failed:
-                log.warning("cannot write rank logs in %s: %s", self.run_dir, err)
+                log.warning("cannot write rank logs in %s: %s",
+                            self.run_dir.path / self.folder, err)
             self.failed = True
         tail = self.tails.setdefault(line.rank, [])
         tail.append(line.text)
@@ -86,7 +88,7 @@ class _Logs:
         fh = self.files.get(rank)
         if fh is None:
             name = "launcher.log" if rank is None else f"rank.{rank}.log"
-            fh = self.files[rank] = open(self.run_dir / name, "a", encoding="utf-8")  # noqa: SIM115
+            fh = self.files[rank] = self.run_dir.open_append(f"{self.folder}/{name}")
         return fh
 
     def close(self) -> None:
@@ -123,7 +125,8 @@ def parse_line(raw: str, *, srun: bool = False) -> OutputLine:
 class Job:
     """A started plan. ``wait()`` returns the JobResult; ``stop()`` ends the whole group."""
 
-    def __init__(self, plan: LaunchPlan, proc: subprocess.Popen[str], sink: LineSink) -> None:
+    def __init__(self, plan: LaunchPlan, proc: subprocess.Popen[str], sink: LineSink,
+                 run_dir: RunDir) -> None:
         self.plan = plan
         self.proc = proc
         self.started = time.monotonic()
@@ -131,7 +134,7 @@ class Job:
         self.stopping = False
         self._sink_failed = False
         self.stop_signal: int = signal.SIGTERM
-        self._logs = _Logs(plan.attempt_dir)
+        self._logs = _Logs(run_dir, plan.attempt_name)
         self._sink = sink
         self._reader = threading.Thread(target=self._pump, name="job-output", daemon=True)
         self._reader.start()
@@ -314,31 +317,36 @@ def find_failed_ranks(
     return found
 
 
-def prepare(plan: LaunchPlan) -> None:
-    """Write the run directory: the hostfile the argv names, and plan.json. Starts nothing."""
-    make_run_dir(plan.run_dir)
-    plan.attempt_dir.mkdir(parents=True, exist_ok=True)
-    plan.hostfile_path.write_text(plan.hostfile_text)
+def prepare(plan: LaunchPlan, run_dir: RunDir) -> None:
+    """Write the attempt's files through the open run directory, none through a link: the
+    hostfile the argv names, ssh_config, the discovery script and ssh shim (named as the
+    launcher's children reach them: plan.reach), and plan.json. Starts nothing."""
+    folder = plan.attempt_name
+    run_dir.mkdir(folder)
+    run_dir.write(f"{folder}/hostfile", plan.hostfile_text)
     if plan.ssh_config_text:
-        (plan.attempt_dir / "ssh_config").write_text(plan.ssh_config_text)
+        run_dir.write(f"{folder}/ssh_config", plan.ssh_config_text)
     if plan.elastic_hosts_text:  # --elastic: the discovery script and what it prints
-        hosts = plan.attempt_dir / ELASTIC_HOSTS
-        write_private(hosts, plan.elastic_hosts_text)
-        write_private(plan.attempt_dir / DISCOVERY, discovery_script(hosts), mode=0o700)
+        run_dir.write(f"{folder}/{ELASTIC_HOSTS}", plan.elastic_hosts_text)
+        hosts = plan.reached_attempt_dir / ELASTIC_HOSTS
+        run_dir.write(f"{folder}/{DISCOVERY}", discovery_script(hosts), mode=0o700)
     if plan.ssh_shim_text:  # horovodrun's ssh (launchers.ssh_shim)
-        (plan.attempt_dir / "bin").mkdir(mode=0o700, exist_ok=True)
-        write_private(plan.attempt_dir / "bin" / "ssh", plan.ssh_shim_text, mode=0o700)
-    write_private(plan.attempt_dir / "plan.json", plan.to_json_text())
+        run_dir.mkdir(f"{folder}/{SHIM_DIR}")
+        run_dir.write(f"{folder}/{SHIM_DIR}/ssh", plan.ssh_shim_text, mode=0o700)
+    run_dir.write(f"{folder}/plan.json", plan.to_json_text())
 
 
-def start(plan: LaunchPlan, sink: LineSink, environ: Mapping[str, str] | None = None) -> Job:
-    """Write the run directory (see prepare) and start the plan's command: ``environ`` (this
-    process's by default) plus the plan's delta, less the names it unsets (Gloo's secrets)."""
-    prepare(plan)
-    env = plan.command.environment(os.environ if environ is None else environ)
+def start(plan: LaunchPlan, sink: LineSink, run_dir: RunDir,
+          environ: Mapping[str, str] | None = None) -> Job:
+    """Write the attempt's files (see prepare) and start the plan's command (``started``: its
+    paths through the run directory's descriptor): ``environ`` (this process's by default)
+    plus the plan's delta, less the names it unsets (Gloo's secrets)."""
+    prepare(plan, run_dir)
+    command = plan.started
+    env = command.environment(os.environ if environ is None else environ)
     try:
         proc = subprocess.Popen(
-            plan.command.argv,
+            command.argv,
             cwd=plan.working_dir,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -354,7 +362,7 @@ def start(plan: LaunchPlan, sink: LineSink, environ: Mapping[str, str] | None = 
             "install Open MPI (apt-get install openmpi-bin) and the train extra "
             "(pip install 'ringtrain[train]'), or run `make demo`, which sets both up",
         ) from err
-    return Job(plan, proc, sink)
+    return Job(plan, proc, sink, run_dir)
 
 
 def count_local_gpus(timeout_s: float = 10.0) -> int:

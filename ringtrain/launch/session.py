@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
-import socket
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -48,7 +46,7 @@ from ringtrain.launch.recheck import recheck
 from ringtrain.launch.reporter import NullReporter, Reporter
 from ringtrain.launch.result import FailureKind, HostTeardown, JobResult
 from ringtrain.launch.run import Job
-from ringtrain.launch.rundir import make_run_dir, write_replacing
+from ringtrain.launch.rundir import RunDir, make_run_dir
 from ringtrain.launch.server_finisher import ServerFinisher
 from ringtrain.launch.sessionenv import SessionEnv
 from ringtrain.launch.sparekeeper import keeper_for
@@ -66,7 +64,6 @@ from ringtrain.launch.supervise import (
 from ringtrain.launch.teardown import local_teardown, reap_hosts
 from ringtrain.probe.gate import Preflight, run_gate
 from ringtrain.probe.tfports import check_ports
-from ringtrain.rank import procfs
 from ringtrain.remote import Remote
 from ringtrain.spec import GpuRule, LaunchSpec, StragglerAction, Strategy
 
@@ -95,10 +92,17 @@ class Session:
         self._started = time.monotonic()
         self._marks = Milestones()
         self._elastic: ElasticWatch | None = None  # --elastic: the running attempt's losses
+        self._run_dir: RunDir | None = None
 
     @property
     def run_dir(self) -> Path:
         return (self.spec.runs_dir / self.env.run_id).absolute()
+
+    def open_run_dir(self) -> RunDir:
+        """The run directory, made and opened once (rundir.py): the run's files go through it."""
+        if self._run_dir is None:
+            self._run_dir = make_run_dir(self.run_dir, self.spec.trust_groups)
+        return self._run_dir
 
     @property
     def checkpoint(self) -> Location:
@@ -122,8 +126,8 @@ class Session:
 
     def run(self) -> JobResult:
         self._started = time.monotonic()
-        make_run_dir(self.run_dir)  # before any SSH: a launch that cannot log is refused
-        self._write_launcher_record()
+        # before any SSH: a launch that cannot log is refused; who runs it (launcher.json)
+        self.open_run_dir().record_launcher()
         check_storage(self.spec.checkpoint, self.reporter.note)  # a URL that cannot work: no rank
         attempt = 1
         while True:
@@ -220,8 +224,8 @@ class Session:
                 f"attempt {attempt}: {alloc.np} ranks on {len(alloc.hosts)} host(s); "
                 f"logs in {plan.attempt_dir}"
             )
-            job, delivery = start_with_secrets(self.remote, plan, self._python,
-                                               self.reporter.line, self.env.environ)
+            job, delivery = start_with_secrets(self.remote, plan, self._python, self.reporter.line,
+                                               self.env.environ, self.open_run_dir())
             self._live = (job, control)
             self._marks = Milestones(started=time.time())
             if self._stopped is not None:  # a signal arrived while starting
@@ -229,8 +233,8 @@ class Session:
             watch = StragglerWatch(self.spec.supervision.straggler, rank_hosts(alloc))
             self._elastic = ElasticWatch(
                 rank_hosts(alloc), self.spec.supervision.heartbeat_timeout, job.started,
-                keeper_for(self.spec, checked.inventory, plan.attempt_dir, self.remote,
-                           self.reporter.note, self._python, plan.run_id),
+                keeper_for(self.spec, checked.inventory, plan, self.open_run_dir(), self.remote,
+                           self.reporter.note, self._python),
                 control.abort_ring, job.cut_host) if self.spec.elastic else None
             fault = self._supervise(job, control, plan, watch)
             detected_at = time.time()
@@ -365,6 +369,7 @@ class Session:
             tcp_include=checked.tcp_include,
             extra_env=checked.env,
             attempt=attempt,
+            reach=self._run_dir.reach if control is not None and self._run_dir else None,
             control_addr=control.address if control else None,
             control_token=control.token if control else None,
             launcher_timeout=self.spec.supervision.launcher_timeout,
@@ -378,13 +383,6 @@ class Session:
         """The Python the ranks run, as make_plan picks it (the reaper runs with it too)."""
         return self.spec.python or self.env.python
 
-    def _write_launcher_record(self) -> None:
-        """Who runs this launch (``launcher.json``): ``ringtrain runs`` tells a running launch
-        from one whose launcher was killed before it could write result.json."""
-        record = {"pid": os.getpid(), "start": procfs.start_time(os.getpid()),
-                  "host": socket.gethostname()}
-        (self.run_dir / "launcher.json").write_text(json.dumps(record))
-
     def _write_summary(self, stop_reason: str | None = None) -> JobResult:
         """The run so far on its last attempt's result (what run() returns), as result.json."""
         final = replace(
@@ -395,6 +393,8 @@ class Session:
             stop_reason=stop_reason,
             wall_s=time.monotonic() - self._started,
         )
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_replacing(self.run_dir / "result.json", json.dumps(final.run_json(), indent=2))
+        try:
+            self.open_run_dir().write("result.json", json.dumps(final.run_json(), indent=2))
+        except OSError as err:  # the run dir deleted, the disk full: the run still reports
+            self.reporter.note(f"warning: cannot write result.json in {self.run_dir}: {err}")
         return final

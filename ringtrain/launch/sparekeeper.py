@@ -9,11 +9,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 from ringtrain.hostfile import Host, Inventory
 from ringtrain.launch.launchers import ELASTIC_HOSTS
-from ringtrain.launch.rundir import write_private
+from ringtrain.launch.plan import LaunchPlan
+from ringtrain.launch.rundir import RunDir
 from ringtrain.launch.spares import Pool, Slots, due, lose, pool_of, readmit, split
 from ringtrain.launch.warmspares import WarmSpares
 from ringtrain.probe.gate import evaluate_remembering, gpu_rule, policy_for
@@ -100,19 +100,21 @@ class SpareKeeper:
             self._warm(self.pool.spares)
 
 
-def keeper_for(spec: LaunchSpec, inventory: Inventory, attempt_dir: Path, remote: Remote,
-               note: Callable[[str], None], python: str, run_id: str) -> SpareKeeper:
-    """The attempt's keeper: publishes to its discovery list (``launchers.ELASTIC_HOSTS``),
-    and checks a rested host with the pre-flight's own probe, doctor included, over SSH: a
-    host with a fatal Xid or a pending row remap is not taken back. With warm spares, it
-    keeps warm processes on the spares (``python`` on the hosts, the run's id)."""
+def keeper_for(spec: LaunchSpec, inventory: Inventory, plan: LaunchPlan, run_dir: RunDir,
+               remote: Remote, note: Callable[[str], None], python: str) -> SpareKeeper:
+    """The attempt's keeper: publishes to its discovery list (``launchers.ELASTIC_HOSTS`` in
+    the plan's attempt, written through the open run directory), and checks a rested host
+    with the pre-flight's own probe, doctor included, over SSH: a host with a fatal Xid or a
+    pending row remap is not taken back. With warm spares, it keeps warm processes on the
+    spares (``python`` on the hosts, the plan's run id)."""
     el = spec.elastic
     assert el is not None  # only an --elastic launch has a keeper
     active, spares = split(inventory.hosts, el.spares)
     by_name = {h.name: h for h in inventory.hosts}
+    run_id = plan.run_id
 
     def publish(text: str) -> None:
-        write_private(attempt_dir / ELASTIC_HOSTS, text)
+        run_dir.write(f"{plan.attempt_name}/{ELASTIC_HOSTS}", text)
 
     def check(name: str) -> str | None:
         one = replace(inventory, hosts=(by_name[name],))

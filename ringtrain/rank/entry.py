@@ -4,6 +4,8 @@ ARGS...`` (any other program: a wrapper script, a binary; see ``run_program``).
 
 What each rank does before and after the training script:
 
+* horovodrun's ssh shim folder, which horovodrun's PATH carries to every rank, leaves PATH
+  (``RINGTRAIN_LAUNCHER_BIN``): it is the launcher's, not this host's.
 * stdout/stderr pass whole lines only (``lines.LineStream``). Open MPI's ``--tag-output`` tags
   each chunk a rank writes, so unbuffered output (``print`` writes the text and the newline
   separately) and progress bars (backspaces, carriage returns) tore lines apart; now each line
@@ -195,7 +197,18 @@ def _pump(src: IO[bytes], dst: TextIO) -> None:
         dst.write(decoder.decode(b"", final=True))
 
 
+def _off_path() -> None:
+    """horovodrun's ssh shim folder (``RINGTRAIN_LAUNCHER_BIN``) off PATH: it is the
+    launcher's, reached through its descriptor; on a rank's host the same name points to
+    another process's, which the script must never run a program from."""
+    folder = os.environ.pop(envvars.LAUNCHER_BIN, None)
+    if folder:
+        parts = os.environ.get("PATH", "").split(os.pathsep)
+        os.environ["PATH"] = os.pathsep.join(p for p in parts if p != folder)
+
+
 def main(argv: list[str]) -> None:
+    _off_path()
     warm_run = os.environ.get(envvars.WARM)
     if warm_run and not os.environ.get(envvars.WARM_TAKEN):
         from ringtrain.rank import warm  # noqa: PLC0415 - standard library only

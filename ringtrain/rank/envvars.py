@@ -23,6 +23,11 @@ TF_CLUSTER = "RINGTRAIN_TF_CLUSTER"  # TF strategies: the cluster and each rank'
 ENV_FILE = "RINGTRAIN_ENV_FILE"  # horovodrun --gloo: the file of the secret values (a path)
 WARM = "RINGTRAIN_WARM"  # --elastic with spares: the run whose warm processes may take a rank
 WARM_TAKEN = "RINGTRAIN_WARM_TAKEN"  # set in a warm process once it is the rank: never again
+# horovodrun: the launcher's folder of its ssh shim, first on horovodrun's PATH, which reaches
+# every rank on every host; the rank entry takes it off PATH (on a rank's host it names
+# another process's descriptor or folder, not the shim)
+LAUNCHER_BIN = "RINGTRAIN_LAUNCHER_BIN"
 
 ALL = (RUN_DIR, RUN_ID, ATTEMPT, CONTROL_ADDR, CONTROL_TOKEN, LAUNCHER_TIMEOUT, CHECKPOINT_URL,
-       CHECKPOINT_GRACE, GLOO_PER_HOST, RELAY_FD, TF_CLUSTER, ENV_FILE, WARM, WARM_TAKEN)
+       CHECKPOINT_GRACE, GLOO_PER_HOST, RELAY_FD, TF_CLUSTER, ENV_FILE, WARM, WARM_TAKEN,
+       LAUNCHER_BIN)

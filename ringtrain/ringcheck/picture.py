@@ -4,8 +4,8 @@ two dark cells."""
 
 from __future__ import annotations
 
+import io
 import logging
-from pathlib import Path
 from typing import Any
 
 from ringtrain.ringcheck.outliers import Pair, RingVerdict
@@ -13,7 +13,9 @@ from ringtrain.ringcheck.outliers import Pair, RingVerdict
 log = logging.getLogger(__name__)
 
 
-def heat_map(path: Path, verdict: RingVerdict, pairs: list[Pair]) -> Path | None:
+def heat_map(verdict: RingVerdict, pairs: list[Pair]) -> bytes | None:
+    """The picture as PNG bytes (written by the caller, through the open run directory);
+    None without matplotlib."""
     try:
         import matplotlib  # noqa: PLC0415 - only when a picture is asked for
 
@@ -40,6 +42,7 @@ def heat_map(path: Path, verdict: RingVerdict, pairs: list[Pair]) -> Path | None
     ax.set_title(f"pair bandwidth, Gbit/s (slow hosts: {slow})", fontsize=8)
     fig.colorbar(image, ax=ax, shrink=0.8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    out = io.BytesIO()
+    fig.savefig(out, format="png", dpi=100)
     plt.close(fig)
-    return path
+    return out.getvalue()

@@ -15,6 +15,7 @@ from ringtrain.errors import LaunchError
 from ringtrain.hostfile import Inventory
 from ringtrain.launch.reporter import Reporter
 from ringtrain.launch.result import JobState
+from ringtrain.launch.rundir import RunDir
 from ringtrain.launch.session import Session
 from ringtrain.remote import Remote
 from ringtrain.ringcheck.intra import measure_intra
@@ -36,6 +37,7 @@ PAIR_MARK = "RINGCHECK-PAIR "
 @dataclass(frozen=True, slots=True)
 class RingCheckOptions:
     runs_dir: Path = Path("runs")
+    trust_groups: tuple[str, ...] = ()  # groups trusted to write runs_dir (launch/rundir.py)
     working_dir: Path = Path(".")
     ssh: SshSpec = field(default_factory=SshSpec)
     python: str | None = None
@@ -54,6 +56,7 @@ class RingCheck:
     raw: dict[str, Any]
     run_dir: Path
     intra: dict[str, dict[str, Any]] = field(default_factory=dict)  # GPU-to-GPU per host
+    files: RunDir | None = field(default=None, repr=False, compare=False)  # run_dir, open
 
 
 def run_ring_check(
@@ -72,6 +75,7 @@ def run_ring_check(
         np=len(one_each.hosts),
         backend=Backend.MPIRUN,
         runs_dir=opts.runs_dir,
+        trust_groups=opts.trust_groups,
         working_dir=opts.working_dir,
         python=opts.python,
         network_interface=opts.network_interface,
@@ -86,8 +90,10 @@ def run_ring_check(
         why = result.failure.message if result.failure else result.state.value
         raise LaunchError(f"the ring check failed: {why}",
                           f"see the logs in {result.attempt_dir}")
-    raw = _read(result.attempt_dir / "rank.0.log")
-    plan = json.loads((result.attempt_dir / "plan.json").read_text())
+    files = session.open_run_dir()
+    folder = result.attempt_dir.name
+    raw = _read(files, f"{folder}/rank.0.log", result.attempt_dir)
+    plan = json.loads(files.read_text(f"{folder}/plan.json"))
     hosts = tuple(h["name"] for h in plan["hosts"] for _ in range(h["slots"]))
     pairs = [Pair(p["a"], p["b"], p["bandwidth_Bps"], p["latency_s"]) for p in raw["pairs"]]
     ring = raw.get("ring") or {}
@@ -95,16 +101,16 @@ def run_ring_check(
                       ring_busbw_Bps=ring.get("busbw_Bps"))
     intra = measure_intra(remote, one_each, opts.python or sys.executable)
     out = {"verdict": verdict.to_json(), "measured": raw, "gpu_to_gpu": intra}
-    (session.run_dir / "ringcheck.json").write_text(json.dumps(out, indent=2))
-    return RingCheck(verdict, pairs, raw, session.run_dir, intra)
+    files.write("ringcheck.json", json.dumps(out, indent=2), mode=0o644)
+    return RingCheck(verdict, pairs, raw, session.run_dir, intra, files)
 
 
-def _read(log: Path) -> dict[str, Any]:
+def _read(files: RunDir, log: str, folder: Path) -> dict[str, Any]:
     """Rank 0's summary line with its pair lines gathered under ``pairs``."""
     try:
-        text = log.read_text(errors="replace")
+        text = files.read_text(log, errors="replace")
     except OSError as err:
-        raise LaunchError(f"the ring check left no result: {err}", f"see {log.parent}") from err
+        raise LaunchError(f"the ring check left no result: {err}", f"see {folder}") from err
     pairs: list[dict[str, Any]] = []
     summary: dict[str, Any] | None = None
     try:
@@ -118,8 +124,8 @@ def _read(log: Path) -> dict[str, Any]:
                 summary = json.loads(body)
     except ValueError as err:
         raise LaunchError(f"the ring check's rank 0 printed a damaged result line ({err})",
-                          f"see {log}") from err
+                          f"see {folder.parent / log}") from err
     if summary is None or len(pairs) != summary.get("pair_count"):
-        raise LaunchError(f"the ring check's rank 0 printed no complete result in {log}",
-                          f"see the logs in {log.parent}")
+        raise LaunchError("the ring check's rank 0 printed no complete result in "
+                          f"{folder.parent / log}", f"see the logs in {folder}")
     return {**summary, "pairs": pairs}

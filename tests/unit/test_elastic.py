@@ -15,6 +15,7 @@ from ringtrain.launch.control import Progress, RankState, Snapshot
 from ringtrain.launch.elastic import Absorbed, ElasticWatch, lost
 from ringtrain.launch.plan import PlanInputs, make_plan
 from ringtrain.launch.run import prepare
+from ringtrain.launch.rundir import make_run_dir
 from ringtrain.launch.supervise import check
 from ringtrain.spec import Backend, ElasticPolicy, LaunchSpec, SupervisionPolicy
 
@@ -58,7 +59,7 @@ def test_horovodrun_gets_its_elastic_flags_and_a_discovery_script(tmp_path: Path
         "--min-np", "2", "--max-np", "4", "--host-discovery-script", str(discovery),
         "--elastic-timeout", "600", "--blacklist-cooldown-range", "60", "240",
         "--network-interface", "eth0"]
-    prepare(plan)
+    prepare(plan, make_run_dir(plan.run_dir))
     # what Horovod's own elastic driver reads from it (its HostDiscoveryScript, the oracle)
     from horovod.runner.elastic.discovery import HostDiscoveryScript
 

@@ -63,7 +63,7 @@ LAYERS: dict[str, set[str]] = {
     # the pre-flight group: probe, verdict, network, names, the gate of an attempt
     "probe": {"errors", "hostfile", "remote", "rank", "spec"},  # rank: its variable names
     "launch": {"errors", "hostfile", "remote", "rank", "spec", "checkpoint", "schedulers",
-               "probe"},
+               "probe", "trust"},  # trust: the run directory's way down judged (rundir.py)
     "keras": {"errors", "checkpoint", "rank"},
     "models": {"errors", "checkpoint", "rank", "keras"},
     "sim": {"errors", "checkpoint", "rank"},

@@ -13,24 +13,26 @@ from pathlib import Path
 import pytest
 
 from ringtrain.cli.live import EventFiles, LiveView
+from ringtrain.launch.rundir import make_run_dir
 
 
 def test_notes_go_to_the_terminal_and_events_log(tmp_path: Path) -> None:
     out = io.StringIO()
     view = LiveView(stream=out)
-    view.events = EventFiles(tmp_path, "run-1", attempt=lambda: 1)
+    view.events = EventFiles(make_run_dir(tmp_path / "run"), "run-1", attempt=lambda: 1)
     view.note("attempt 1: 2 ranks on 1 host(s)")
     view.note("warning: rank 0 never called hvd.init()")
     view.flush()  # the terminal is written by the view's writer thread
     assert "ringtrain: attempt 1: 2 ranks on 1 host(s)" in out.getvalue()
-    log = (tmp_path / "events.log").read_text().splitlines()
+    log = (tmp_path / "run" / "events.log").read_text().splitlines()
     assert log[0].endswith(" attempt 1: 2 ranks on 1 host(s)")
-    objects = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    objects = [json.loads(line)
+               for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     assert [o["message"] for o in objects] == [line.split(" ", 1)[1] for line in log]
     assert [o["level"] for o in objects] == ["INFO", "WARNING"]
     assert {(o["run_id"], o["attempt"]) for o in objects} == {("run-1", 1)}
     for name in ("events.log", "events.jsonl"):
-        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
+        assert stat.S_IMODE((tmp_path / "run" / name).stat().st_mode) == 0o600
 
 
 def test_the_events_files_are_never_written_through_a_link(tmp_path: Path) -> None:
@@ -38,9 +40,8 @@ def test_the_events_files_are_never_written_through_a_link(tmp_path: Path) -> No
     the view says it cannot write and carries on at the terminal."""
     target = tmp_path / "elsewhere"
     target.write_text("")
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    os.symlink(target, run_dir / "events.jsonl")
+    run_dir = make_run_dir(tmp_path / "run")
+    os.symlink(target, run_dir.path / "events.jsonl")
     out = io.StringIO()
     view = LiveView(stream=out)
     view.events = EventFiles(run_dir, "run-1")
@@ -62,12 +63,11 @@ def test_quiet_still_shows_every_kind_of_warning(quiet: bool) -> None:
 
 
 def test_a_deleted_run_dir_degrades_to_the_terminal(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    run_dir = make_run_dir(tmp_path / "run")
     out = io.StringIO()
     view = LiveView(stream=out)
     view.events = EventFiles(run_dir, "run-1")
-    shutil.rmtree(run_dir)
+    shutil.rmtree(run_dir.path)
     view.note("SIGTERM: stopping the job on every host")  # must not raise
     view.note("job stopped")
     view.flush()

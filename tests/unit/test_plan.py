@@ -18,6 +18,7 @@ from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.hosts import with_ssh_defaults
 from ringtrain.launch.plan import REDACTED, PlanInputs, make_plan, read_recorded_spec
 from ringtrain.launch.run import prepare as run_prepare
+from ringtrain.launch.rundir import make_run_dir
 from ringtrain.rank import envvars
 from ringtrain.spec import Backend, Entry, EnvSpec, LaunchSpec, SshSpec
 from tests.golden import assert_golden
@@ -210,7 +211,7 @@ def test_horovodruns_ssh_is_ringtrains_shim_with_per_host_settings_and_strict_ke
     assert "-p" not in plan.command.argv and "-i" not in plan.command.argv
     env = dict(plan.command.env)
     assert env["PATH"] == f"{plan.attempt_dir / 'bin'}:{ENVIRON['PATH']}"
-    run_prepare(plan)
+    run_prepare(plan, make_run_dir(plan.run_dir))
     shim = plan.attempt_dir / "bin" / "ssh"
     assert stat.S_IMODE(shim.stat().st_mode) == 0o700
 
