@@ -39,6 +39,7 @@ class Absorbed:
     at: float  # seconds into the attempt
     training_again: float | None = None  # ditto
     reset: float | None = None  # the first rank began its reset (ringtrain.keras), ditto
+    formed: float | None = None  # the first rank's hvd.init returned after it (a new ring)
     restored: float | None = None  # rank 0 restored the state after it, ditto
     restored_from: str | None = None  # "rank 0's memory commit (epoch 3 step 10, 0.22 MB)"
 
@@ -55,7 +56,8 @@ class Absorbed:
         """Each step back as seconds after the loss (the ledger's elastic row)."""
         def since(t: float | None) -> float | None:
             return None if t is None else t - self.at
-        return (("reset", since(self.reset)), ("restored", since(self.restored)),
+        return (("reset", since(self.reset)), ("ring formed", since(self.formed)),
+                ("restored", since(self.restored)),
                 ("training again", since(self.training_again)))
 
     def describe(self) -> str:
@@ -81,6 +83,7 @@ class Absorbed:
 
         return cls(int(d["rank"]), str(d["host"]), str(d["why"]), at,
                    back("ttta", d.get("ttta_s")), back("reset", stages.get("reset")),
+                   back("ring formed", stages.get("ring formed")),
                    back("restored", stages.get("restored")), d.get("restored_from"))
 
 
@@ -170,6 +173,7 @@ class ElasticWatch:
         the launcher sees the lost rank's connection close, so a reset up to RESET_LEAD_S
         before the loss counts (a negative stage), unless an earlier incident took it."""
         resets = [t - self.started for t in snap.resets]
+        formed = sorted(r.ring_at - self.started for r in snap.ranks if r.ring > 0)
         restores = [(r.at - self.started, r) for r in snap.restores]
         taken = -1.0e18
         for i, loss in enumerate(self.incidents):
@@ -178,6 +182,10 @@ class ElasticWatch:
             taken = max(taken, loss.reset if loss.reset is not None else first or taken)
             if loss.reset is None and first is not None:
                 self.incidents[i] = replace(loss, reset=first)
+            if self.incidents[i].formed is None:  # a rank's later ring, formed after the loss
+                ring = next((t for t in formed if t > loss.at), None)
+                if ring is not None:
+                    self.incidents[i] = replace(self.incidents[i], formed=ring)
             if self.incidents[i].restored is None:
                 found: tuple[float, Restored] | None = next(
                     ((t, r) for t, r in restores if t >= loss.at), None)

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
-from ringtrain.bench.launcher.recovery import HEADER, analyse, parse_steps
+from ringtrain.bench.launcher.recovery import (
+    HEADER,
+    analyse,
+    count_resets,
+    ledger_stages,
+    parse_steps,
+)
 from ringtrain.cli import cli
 
 
@@ -44,3 +54,32 @@ def test_the_command_refuses_an_unknown_mode_before_starting_anything() -> None:
     result = CliRunner().invoke(cli, ["bench", "recovery", "--modes", "elastic,torchrun"])
     assert result.exit_code == 2
     assert "torchrun: choose from restart, elastic, memory, horovodrun" in result.output
+
+
+def test_resets_and_the_ledgers_stages_come_from_the_run() -> None:
+    """One reset per fault is the goal: the most any survivor said it went through."""
+    said = ("ringtrain: elastic: rank {} (pid 7): a collective failed (x); forming the ring "
+            "again and running the script again in this process (reset {}, last memory "
+            "commit: epoch 2 step 8; 2 ring connection(s) shut down)\n")
+    assert count_resets([said.format(1, 1), said.format(2, 1), said.format(1, 2)]) == 2
+    assert count_resets(["STEP 1 2 3\n"]) is None
+
+
+def test_the_ledgers_stages_are_read_from_result_json(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "20261127-x"
+    run.mkdir(parents=True)
+    absorbed = {"rank": 2, "stages_s": {"reset": 0.1, "ring formed": 0.6, "restored": 1.2,
+                                        "training again": 1.9}}
+    (run / "result.json").write_text(json.dumps({"attempts": [{"absorbed": [absorbed]}]}))
+    assert ledger_stages(tmp_path / "runs") == (0.1, 0.6, 1.2)
+    assert ledger_stages(tmp_path / "none") == ()
+    out = analyse("memory", [], t0=1, launched=0, ended=2, total_steps=1, accuracy=None,
+                  exit_code=0)
+    row = replace(out, ranks=8, killed="gpu08", resets=1, stages=(0.1, 0.6, 1.2)).row()
+    assert row.split()[:7] == ["memory", "8", "gpu08", "-", "1", "0.1", "0.6"]
+    assert len(row.split()) == len(HEADER.split()) - 2  # "TTTA s" and "wall s": two words
+
+
+def test_the_command_refuses_a_world_too_small_to_lose_a_rank() -> None:
+    result = CliRunner().invoke(cli, ["bench", "recovery", "--ranks", "2,8"])
+    assert result.exit_code == 2 and "world sizes of at least 3" in result.output

@@ -4,6 +4,7 @@ line and discovery script, and supervision that names a lost rank instead of end
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,24 +110,52 @@ def test_the_ledger_shows_each_elastic_step_after_a_loss() -> None:
     from ringtrain.launch.control import Restored
 
     where = {0: "gpu01", 1: "gpu02"}
-    ranks = (_rank(0, "gpu01", 99), _rank(1, "gpu02", 60, connected=False))
+    ranks = (replace(_rank(0, "gpu01", 99), ring=1, ring_at=45),
+             _rank(1, "gpu02", 60, connected=False))
     notes: list[str] = []
-    watch = ElasticWatch(where, 10, started=40)
+    aborted: list[int] = []
+    cut: list[str] = []
+    watch = ElasticWatch(where, 10, started=40, abort=lambda r: aborted.append(r) or 1,
+                         cut=lambda h: cut.append(h) or 1)
     early = Restored(90.0, 0, 1, 0, 2, 1000)  # before the loss: not this incident's
     restored = Restored(100.8, 0, 3, 10, 1, 220_000)
     watch.tick(Snapshot(ranks, None, now=100, resets=(50.0, 99.8, 100.2), restores=(early,)),
                notes.append)
-    watch.tick(Snapshot(ranks, Progress(epoch=3, at=101.5), now=102, resets=(50.0, 99.8, 100.2),
-                        restores=(early, restored)), notes.append)
+    reformed = (replace(ranks[0], ring=2, ring_at=100.5), ranks[1])  # rank 0's new ring
+    watch.tick(Snapshot(reformed, Progress(epoch=3, at=101.5), now=102,
+                        resets=(50.0, 99.8, 100.2), restores=(early, restored)), notes.append)
     (incident,) = watch.incidents
     assert [(k, None if v is None else round(v, 1)) for k, v in incident.stages()] == [
-        ("reset", -0.2), ("restored", 0.8), ("training again", 1.5)]
+        ("reset", -0.2), ("ring formed", 0.5), ("restored", 0.8), ("training again", 1.5)]
+    # the survivors told to abort the lost rank's ring, once; its process ended, so
+    # Horovod's ssh to its host ends by itself: not cut
+    assert aborted == [1] and cut == []
+    assert "1 survivor(s) told to abort that ring now" in notes[0]
     text = "rank 0's memory commit (epoch 3 step 10, 0.22 MB; world of 1)"
     assert incident.restored_from == text
     assert f"elastic: state restored from {text} 0.8 s after rank 1 was lost" in notes
     assert incident.describe().endswith(
-        f"reset -0.2 s, restored 0.8 s, training again 1.5 s; state from {text}")
+        f"reset -0.2 s, ring formed 0.5 s, restored 0.8 s, training again 1.5 s; "
+        f"state from {text}")
     assert Absorbed.from_json(incident.to_json()) == incident
+
+
+def test_a_silent_host_is_cut_from_horovods_driver_once_and_its_ring_aborted() -> None:
+    """A rank silent past the heartbeat timeout (its host cut off): the survivors abort its
+    ring and Horovod's ssh to its host is ended, each once; a rank only slow is left alone."""
+    where = {0: "gpu01", 1: "gpu02", 2: "gpu03"}
+    aborted: list[int] = []
+    cut: list[str] = []
+    watch = ElasticWatch(where, 10, started=0, abort=lambda r: aborted.append(r) or 2,
+                         cut=lambda h: cut.append(h) or 1)
+    slow = (_rank(0, "gpu01", 99), _rank(1, "gpu02", 95), _rank(2, "gpu03", 91))
+    watch.tick(Snapshot(slow, None, now=100), lambda _: None)  # 9 s: not yet silent
+    assert aborted == [] and cut == [] and watch.incidents == []
+    notes: list[str] = []
+    for now in (102, 103):
+        watch.tick(Snapshot(slow, None, now=now), notes.append)
+    assert aborted == [2] and cut == ["gpu03"]
+    assert "Horovod's ssh to gpu03 ended, so its driver re-forms now" in notes[0]
 
 
 def test_the_discovery_script_lists_every_host_the_pre_flight_passed(tmp_path: Path) -> None:

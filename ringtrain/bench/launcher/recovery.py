@@ -1,11 +1,12 @@
 """Recovery benchmark (issue 24): after a rank is killed, how soon the job trains again and
 how much work it redoes, for each way back, against ``horovodrun --elastic`` in the same run.
 
-On a simulated 3-host cluster (root needed) the same tf.keras script (RECOVERY_SCRIPT: a small
-model, a fixed pause per batch) runs once per mode, 3 ranks on 3 hosts; rank 0 prints the wall
-time and global step of every batch. After ``--kill-at`` batches the rank on the third host
-(rbench-gpu03) is killed (SIGKILL) at T0. Modes, each launched from the first host as horovodrun
-is run from a node:
+On a simulated cluster (root needed) the same tf.keras script (RECOVERY_SCRIPT: a small model,
+a fixed pause per batch) runs once per mode and world size (``--ranks``: one rank per host,
+3 by default); rank 0 prints the wall time and global step of every batch. After
+``--kill-at`` batches one rank is killed (SIGKILL) at T0: the one on the last host, then, repeat
+after repeat, the one on the host before it (so Horovod's rank 0 is hit too). Modes, each
+launched from the first host as horovodrun is run from a node, with the defaults a user gets:
 
   restart     ringtrain launch --max-restarts 1 --min-np 2: every rank starts cold and resumes
               from the newest checkpoint (ringtrain.keras, one per epoch)
@@ -18,12 +19,16 @@ is run from a node:
   horovodrun  horovodrun --gloo --elastic --min-np 2, a discovery script listing the same hosts
               and an ssh that reads the cluster's ssh config: the anchor
 
-Per mode: TTTA (the first batch of the smaller world minus T0), steps redone (the last step
-before T0 minus the step training resumed from), the effective training time ratio (the
-batches' own time, steady-state batch time x batches trained, over the wall time, as in arXiv
-2410.21680), the final accuracy on held-out data, and the exit status.
+Per mode: TTTA (the first batch of the smaller world minus T0), how many resets the fault
+cost (the most any survivor went through: one is the goal), the launcher's ledger for
+ringtrain's --elastic (seconds after the loss when the first survivor reset, the new ring
+formed and rank 0 restored the state), steps redone (the last step before T0 minus the step
+training resumed from), the effective training time ratio (the batches' own time,
+steady-state batch time x batches trained, over the wall time, as in arXiv 2410.21680), the
+final accuracy on held-out data, and the exit status.
 
     python -m ringtrain.bench.launcher.recovery [--modes restart,elastic,memory,horovodrun]
+    ... --ranks 3,8 --repeats 5    (5 kills at each world size)
     ... --gloo-timeout-seconds 5   (every mode: how long survivors wait on a lost peer)
     ringtrain bench recovery --repeats 2
 """
@@ -34,6 +39,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -43,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ringtrain import sim
@@ -126,6 +132,9 @@ class Step:
     size: int  # ranks in the world
 
 
+STAGES = ("reset", "ring formed", "restored")  # the ledger's, seconds after the loss
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     mode: str
@@ -135,17 +144,45 @@ class Outcome:
     accuracy: float | None
     exit_code: int
     wall_s: float
+    ranks: int = 3
+    killed: str = ""  # the host whose rank was killed
+    resets: int | None = None  # the most resets any survivor went through (ringtrain's lines)
+    stages: tuple[float | None, ...] = ()  # STAGES, from the launcher's ledger
 
     def row(self) -> str:
         def fmt(value: float | None, spec: str) -> str:
             return "-" if value is None else format(value, spec)
-        return (f"{self.mode:11s} {fmt(self.ttta_s, '8.1f')} {fmt(self.redone, '8d')} "
-                f"{fmt(self.ettr, '7.2f')} {fmt(self.accuracy, '9.3f')} {self.wall_s:8.1f} "
-                f"{self.exit_code:5d}")
+        stages = (*self.stages, *(None,) * len(STAGES))[:len(STAGES)]
+        return (f"{self.mode:11s} {self.ranks:5d} {self.killed:>9s} {fmt(self.ttta_s, '8.1f')} "
+                f"{fmt(self.resets, '6d')} "
+                + " ".join(fmt(v, "7.1f") for v in stages)
+                + f" {fmt(self.redone, '8d')} {fmt(self.ettr, '7.2f')} "
+                f"{fmt(self.accuracy, '9.3f')} {self.wall_s:8.1f} {self.exit_code:5d}")
 
 
-HEADER = (f"{'mode':11s} {'TTTA s':>8s} {'redone':>8s} {'ETTR':>7s} {'accuracy':>9s} "
-          f"{'wall s':>8s} {'exit':>5s}")
+HEADER = (f"{'mode':11s} {'ranks':>5s} {'killed':>9s} {'TTTA s':>8s} {'resets':>6s} "
+          f"{'reset':>7s} {'formed':>7s} {'restore':>7s} {'redone':>8s} {'ETTR':>7s} "
+          f"{'accuracy':>9s} {'wall s':>8s} {'exit':>5s}")
+_RESET = re.compile(r"forming the ring again .*\(reset (\d+),")
+
+
+def count_resets(lines: list[str]) -> int | None:
+    """The most resets any survivor said it went through (``ringtrain.keras``'s line); None
+    when no survivor said so (a restart, or a script with ``hvd.elastic.run``). Pure."""
+    found = [int(m[1]) for line in lines if (m := _RESET.search(line))]
+    return max(found) if found else None
+
+
+def ledger_stages(runs: Path) -> tuple[float | None, ...]:
+    """The first absorbed loss's STAGES from the run's result.json (ringtrain --elastic)."""
+    for result in sorted(runs.glob("*/result.json")):
+        try:
+            attempts = json.loads(result.read_text()).get("attempts") or []
+            stages = attempts[0]["absorbed"][0]["stages_s"]
+        except (OSError, ValueError, LookupError, TypeError, AttributeError):
+            continue
+        return tuple(stages.get(k) for k in STAGES)
+    return ()
 
 
 def parse_steps(lines: list[str]) -> list[Step]:
@@ -214,19 +251,23 @@ def _prepare(cluster: sim.SimCluster, work: Path, hosts: int = 3) -> str:
     return f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
 
 
-def run_one(mode: str, cluster: sim.SimCluster, work: Path, opts: dict[str, float]) -> Outcome:
+def run_one(mode: str, cluster: sim.SimCluster, work: Path, opts: dict[str, float],
+            ranks: int = 3, victim: int = 2) -> Outcome:
+    """One launch of ``mode`` with ``ranks`` ranks on as many hosts; the rank on host number
+    ``victim`` (0-based) is killed."""
     work.mkdir(parents=True)
     script = work / "train.py"
     script.write_text(RECOVERY_SCRIPT)
     epochs, spe = int(opts["epochs"]), int(opts["steps_per_epoch"])
     args = [str(epochs), str(spe), str(opts["pause"]), str(int(opts["commit"]))]
-    path = _prepare(cluster, work)
+    path = _prepare(cluster, work, ranks)
     env = f"PATH={shlex.quote(path)} " if mode == "horovodrun" else ""  # its ssh: the config
     command = f"cd {shlex.quote(str(work))} && {env}" + shlex.join(
-        _argv(mode, cluster, work, script, args, int(opts.get("gloo_timeout") or 0) or None))
+        _argv(mode, cluster, work, script, args, int(opts.get("gloo_timeout") or 0) or None,
+              hosts=ranks))
     lines: list[str] = []
     launched = time.time()
-    first, _, victim = cluster.names[:3]
+    first, victim_host = cluster.names[0], cluster.names[victim]
     proc = subprocess.Popen(cluster.ssh_argv(first, command), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
@@ -239,9 +280,9 @@ def run_one(mode: str, cluster: sim.SimCluster, work: Path, opts: dict[str, floa
             if proc.poll() is not None or time.monotonic() > deadline:
                 sys.exit(f"{mode}: no training under way:\n{''.join(lines[-30:])}")
             time.sleep(0.05)
-        victims = rank_pids(cluster, victim, script)
+        victims = rank_pids(cluster, victim_host, script)
         if not victims:
-            sys.exit(f"{mode}: no rank process found on {victim}")
+            sys.exit(f"{mode}: no rank process found on {victim_host}")
         t0 = time.time()
         os.kill(victims[0], signal.SIGKILL)
         proc.wait(timeout=600)
@@ -253,8 +294,10 @@ def run_one(mode: str, cluster: sim.SimCluster, work: Path, opts: dict[str, floa
     ended = time.time()
     results = [json.loads(line.split("RESULT ", 1)[1]) for line in lines if "RESULT " in line]
     accuracy = float(results[-1]["accuracy"]) if results else None
-    return analyse(mode, parse_steps(lines), t0, launched, ended, epochs * spe, accuracy,
-                   proc.returncode)
+    out = analyse(mode, parse_steps(lines), t0, launched, ended, epochs * spe, accuracy,
+                  proc.returncode)
+    return replace(out, ranks=ranks, killed=victim_host.rsplit("-", 1)[-1],
+                   resets=count_resets(lines), stages=ledger_stages(work / "runs"))
 
 
 def rank_pids(cluster: sim.SimCluster, host: str, script: Path) -> list[int]:
@@ -267,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--ranks", default="3", help="world sizes, one rank per host: 3,8")
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--steps-per-epoch", type=int, default=16)
     p.add_argument("--pause", type=float, default=0.1, help="seconds each batch sleeps")
@@ -278,22 +322,32 @@ def main(argv: list[str] | None = None) -> int:
     opts = {"epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
             "pause": args.pause, "commit": args.commit, "kill_at": args.kill_at,
             "gloo_timeout": args.gloo_timeout_seconds}
+    sizes = [int(n) for n in args.ranks.split(",")]
+    if min(sizes) < 3:
+        sys.exit("--ranks: at least 3 (--min-np 2 must hold after a loss)")
     with tempfile.TemporaryDirectory(prefix="rt-recovery-bench-") as tmp:
-        cluster = sim.up(sim.SimConfig(name="rbench", hosts=3, state_dir=Path(tmp) / "sim"))
+        cluster = sim.up(sim.SimConfig(name="rbench", hosts=max(sizes),
+                                       state_dir=Path(tmp) / "sim"))
         print(HEADER, flush=True)
         try:
-            for i in range(args.repeats):
-                for mode in args.modes.split(","):
-                    print(run_one(mode, cluster, Path(tmp) / f"{mode}-{i}", opts).row(),
-                          flush=True)
+            for ranks in sizes:
+                for i in range(args.repeats):
+                    victim = (ranks - 1 - i) % ranks  # the last host, then the one before
+                    for mode in args.modes.split(","):
+                        work = Path(tmp) / f"{mode}-{ranks}-{i}"
+                        print(run_one(mode, cluster, work, opts, ranks, victim).row(),
+                              flush=True)
         finally:
             sim.down(cluster.config, purge=True)
-    print(f"\n3 ranks on 3 simulated hosts, {args.epochs} epochs of {args.steps_per_epoch} "
-          f"batches ({args.pause:g} s pause each); the rank on the third host killed after "
-          f"{args.kill_at} batches. TTTA: from the kill to the first batch of the smaller "
-          "world; redone: batches trained again; ETTR: batch time x batches / wall time. "
-          "restart checkpoints once per epoch; elastic modes commit every "
-          f"{args.commit} batches.")
+    print(f"\nOne rank per simulated host, {args.epochs} epochs of {args.steps_per_epoch} "
+          f"batches ({args.pause:g} s pause each); one rank killed after {args.kill_at} "
+          "batches. TTTA: from the kill to the first batch of the smaller world; resets: the "
+          "most any survivor went through; reset/formed/restore: the launcher's ledger, "
+          "seconds after it named the loss (ringtrain --elastic only); redone: batches "
+          "trained again; ETTR: batch time x batches / wall time. restart checkpoints once "
+          f"per epoch; elastic modes commit every {args.commit} batches. Defaults "
+          "throughout" + (f", but a Gloo timeout of {args.gloo_timeout_seconds} s"
+                          if args.gloo_timeout_seconds else "") + ".")
     return 0
 
 
