@@ -117,6 +117,16 @@ def lost(snap: Snapshot, where: Mapping[int, str], heartbeat_timeout: float,
     return tuple(out)
 
 
+def host_lives(snap: Snapshot, loss: Absorbed, known: frozenset[int]) -> bool:
+    """Another rank on the lost rank's host is still connected and heard within the
+    heartbeat timeout's reach: the host is alive, only that process died (its slot is refilled
+    by ringtrain's driver rule, hvd_driver.py). A silent rank's host is never alive. Pure."""
+    if loss.silent:
+        return False
+    return any(r.rank != loss.rank and r.rank not in known and r.host == loss.host
+               and r.connected and not r.done for r in snap.ranks)
+
+
 class ElasticWatch:
     """The ranks lost so far, each named once through ``note``, and the first progress
     report after each (the job training again)."""
@@ -149,10 +159,14 @@ class ElasticWatch:
                    "timeout" if told else "")
             if loss.silent and self.cut is not None and self.cut(loss.host):
                 now += f"; Horovod's ssh to {loss.host} ended, so its driver re-forms now"
-            note(f"elastic: rank {loss.rank} on {loss.host} {loss.why}; Horovod's elastic "
-                 f"driver goes on with the others from their last commit{now}")
+            alive = host_lives(snap, loss, known)
+            then = (f"{loss.host}'s other ranks live, so the host stays and a new process "
+                    "starts in its slot (ringtrain/hvd_driver.py)" if alive else
+                    "Horovod's elastic driver goes on with the others")
+            note(f"elastic: rank {loss.rank} on {loss.host} {loss.why}; {then}, from their "
+                 f"last commit{now}")
             self.incidents.append(loss)
-            if self.keeper is not None:
+            if self.keeper is not None and not alive:
                 self.keeper.lost(loss.host)
         if self.keeper is not None:
             self.keeper.tick()

@@ -166,13 +166,20 @@ class OpenMpiBackend:
         return Command(argv=tuple(argv), env=ctx.env_delta)
 
 
+HVD_DRIVER = "ringtrain.hvd_driver"  # horovodrun under --elastic
+
+
 class HorovodrunBackend:
     """``horovodrun``: MPI (default) or Gloo. horovodrun forwards the environment itself."""
 
     def build(self, alloc: Allocation, ctx: LaunchContext) -> Command:
-        # horovodrun lives next to the Python it belongs to (a virtualenv need not be on PATH).
+        # horovodrun lives next to the Python it belongs to (a virtualenv need not be on PATH);
+        # under --elastic it is horovodrun with one rule of its driver changed (hvd_driver.py:
+        # a healthy host's dead process is refilled, not the host blacklisted), isolated (-I)
+        # from the working directory
         horovodrun = str(Path(ctx.python).parent / "horovodrun")
-        argv = [horovodrun, "-np", str(alloc.np)]
+        argv = [horovodrun] if ctx.elastic is None else [ctx.python, "-I", "-m", HVD_DRIVER]
+        argv += ["-np", str(alloc.np)]
         delta = dict(ctx.env_delta)
         if ctx.elastic is None:
             argv += ["-H", render_horovod_hosts(alloc.hosts)]

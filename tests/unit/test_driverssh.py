@@ -22,8 +22,13 @@ def _fake_ssh(tmp_path: Path) -> Path:
 
 
 def _ssh_below(root: int) -> dict[str, int]:
-    return {procfs.argv(p)[2]: p for p in driverssh.descendants(root)
-            if procfs.comm(p) == "ssh"}
+    """The live fake ssh clients below ``root`` by destination (a zombie has no argv)."""
+    found = {}
+    for pid in driverssh.descendants(root):
+        argv = procfs.argv(pid)
+        if procfs.comm(pid) == "ssh" and len(argv) > 2 and not procfs.is_zombie(pid):
+            found[argv[2]] = pid
+    return found
 
 
 def test_only_the_ssh_clients_that_reach_the_lost_host_end(tmp_path: Path) -> None:

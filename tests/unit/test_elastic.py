@@ -55,7 +55,9 @@ def test_horovodrun_gets_its_elastic_flags_and_a_discovery_script(tmp_path: Path
     plan = make_plan(spec, ALLOC, inputs)
     argv = list(plan.command.argv)
     discovery = plan.attempt_dir / "discover-hosts"
-    assert argv[:2] == ["/venv/bin/horovodrun", "-np"] and "-H" not in argv
+    # horovodrun with one driver rule changed (hvd_driver.py), isolated from the working dir
+    assert argv[:5] == ["/venv/bin/python", "-I", "-m", "ringtrain.hvd_driver", "-np"]
+    assert "-H" not in argv
     assert argv[argv.index("--min-np"):argv.index("--gloo")] == [
         "--min-np", "2", "--max-np", "4", "--host-discovery-script", str(discovery),
         "--elastic-timeout", "600", "--blacklist-cooldown-range", "60", "240",

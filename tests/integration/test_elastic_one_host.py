@@ -1,0 +1,82 @@
+"""``--elastic`` on one host (issue 38, item 4): the most common machine, one 8-GPU server.
+
+Horovod's own driver blacklists the host of a failed rank, so on one host a single kill ended
+the job. ringtrain's driver rule (ringtrain/hvd_driver.py) keeps a host whose other ranks are
+ready and refills the dead rank's slot with a new process: here three local ranks, one killed
+with SIGKILL mid-training, and the job ends with exit 0 at its full size, every rank with the
+same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ringtrain.launch.driverssh import descendants
+from ringtrain.rank import procfs
+from tests.integration.procs import run_result
+
+pytestmark = [pytest.mark.slow, pytest.mark.mpi]
+PLAIN = Path(__file__).parent / "user_scripts" / "keras_mnist_style.py"
+
+
+def _ranks(launcher: int) -> list[int]:
+    """The rank processes below the launcher: ``python -m ringtrain.rank.entry`` itself, not
+    the shell horovodrun runs it with (whose one argument holds the whole line)."""
+    return [p for p in descendants(launcher)
+            if procfs.argv(p)[1:3] == ["-m", "ringtrain.rank.entry"]]
+
+
+def test_a_rank_killed_on_a_one_host_job_is_refilled_and_the_job_succeeds(
+        tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
+            "--elastic", "--min-np", "2", "-H", "localhost:3", str(PLAIN), "40"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    out: list[str] = []
+    err: list[str] = []
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [threading.Thread(target=lambda s=s, sink=sink: sink.extend(s), daemon=True)
+               for s, sink in ((proc.stdout, out), (proc.stderr, err))]
+    for reader in readers:
+        reader.start()
+    try:
+        deadline = time.monotonic() + 240
+        while not any("checkpoint: committed epoch 3" in line for line in out):
+            assert proc.poll() is None, "".join(err)[-3000:]
+            assert time.monotonic() < deadline, "".join(out + err)[-3000:]
+            time.sleep(0.2)
+        ranks = _ranks(proc.pid)
+        assert len(ranks) == 3, [procfs.cmdline(p) for p in ranks]
+        os.kill(max(ranks), signal.SIGKILL)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for reader in readers:
+            reader.join(timeout=10)
+    stdout, stderr = "".join(out), "".join(err)
+    assert proc.returncode == 0, stderr[-4000:]
+    assert re.search(r"elastic: rank \d on \S+ ended before its script returned .*other ranks "
+                     r"live, so the host stays and a new process starts in its slot", stderr), (
+        stderr[-3000:])
+    # the survivors and the new process: three ranks again, one model
+    assert re.search(r"resumed in memory at epoch \d+ step \d+ from rank \d .*; 3 -> 3 ranks",
+                     stdout), stdout[-3000:]
+    results = [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines()
+               if "RESULT " in line]
+    assert len(results) == 3 and len({r["checksum"] for r in results}) == 1, results
+    result = run_result(tmp_path)
+    assert result["state"] == "succeeded"
+    (absorbed,) = result["attempts"][0]["absorbed"]
+    assert absorbed["why"].startswith("ended before")

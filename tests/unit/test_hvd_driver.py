@@ -1,0 +1,37 @@
+"""ringtrain/hvd_driver.py's rule (pure): which failed workers leave their host alive."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from ringtrain.hvd_driver import MAX_SLOT_FAILURES, spared
+
+
+def test_a_failed_worker_whose_host_has_a_ready_worker_keeps_its_host() -> None:
+    counts: Counter[tuple[str, int]] = Counter()
+    failed = {("localhost", 2), ("gpu03", 0)}
+    ready = {("localhost", 0), ("localhost", 1), ("gpu02", 0)}
+    # localhost lives (two ready workers); gpu03 has none ready: Horovod's rule, blacklisted
+    assert spared(failed, ready, counts) == [("localhost", 2)]
+
+
+def test_a_slot_that_keeps_failing_blacklists_its_host_after_the_limit() -> None:
+    counts: Counter[tuple[str, int]] = Counter()
+    ready = {("localhost", 0)}
+    kept = [spared({("localhost", 1)}, ready, counts) for _ in range(MAX_SLOT_FAILURES + 1)]
+    assert kept == [[("localhost", 1)]] * MAX_SLOT_FAILURES + [[]]
+
+
+def test_it_is_horovodrun_its_parser_and_its_answers() -> None:
+    """The same command line as horovodrun (Horovod's own parser): the same --version, and
+    the same refusal of a flag horovodrun does not know."""
+    horovodrun = str(Path(sys.executable).parent / "horovodrun")
+    ours = [sys.executable, "-I", "-m", "ringtrain.hvd_driver"]
+    for args in (["--version"], ["--no-such-flag", "-np", "2", "true"]):
+        theirs = subprocess.run([horovodrun, *args], capture_output=True, text=True, timeout=60)
+        mine = subprocess.run([*ours, *args], capture_output=True, text=True, timeout=60)
+        assert (mine.returncode, mine.stdout) == (theirs.returncode, theirs.stdout), args
+        assert mine.stderr.replace("hvd_driver.py", "horovodrun") == theirs.stderr, args
