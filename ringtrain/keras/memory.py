@@ -29,6 +29,7 @@ state: ``MemoryCommit`` then does nothing (one commit protocol per script).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -41,7 +42,11 @@ from ringtrain.errors import UsageError
 from ringtrain.rank import abort, agent, rerun
 
 DEFAULT_COMMIT_EVERY = 10
-_OPS = ("HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast")
+# a Horovod collective's op name (HorovodAllreduce, HorovodGroupedAllreduce, HorovodAllgather,
+# HorovodBroadcast, HorovodReducescatter, HorovodAlltoall, ...): Horovod's own elastic wrapper
+# knows only the first three and swallows the rest, so a grouped all-reduce's failure ended the
+# worker with exit 0 (horovod#3852)
+_HOROVOD_OP = re.compile(r"(?<![A-Za-z])Horovod(?:Grouped)?[A-Z][a-z]+")
 
 
 def under_elastic_driver(environ: Any = os.environ) -> bool:
@@ -64,7 +69,8 @@ def _check_every(every: int, name: str) -> None:
 def world_changed(exc: BaseException) -> str | None:
     """Why ``exc`` means the ring must be formed again, or None when it is any other error.
     Horovod's own test (``horovod.tensorflow.elastic.run``): its internal error, its hosts
-    update, or TensorFlow's UnknownError from one of its collective ops."""
+    update, or TensorFlow's UnknownError from any of its collective ops (Horovod's own list
+    misses the grouped all-reduce)."""
     from horovod.common.exceptions import (  # noqa: PLC0415 - Horovod only where it is used
         HorovodInternalError,
         HostsUpdatedInterrupt,
@@ -77,7 +83,7 @@ def world_changed(exc: BaseException) -> str | None:
         return f"a collective failed ({_first_line(str(exc))})"
     if isinstance(exc, tf.errors.UnknownError):
         message = exc.message or ""
-        if any(op in message for op in _OPS):
+        if _HOROVOD_OP.search(message):
             return f"a collective failed ({_first_line(message)})"
     return None
 
