@@ -152,10 +152,10 @@ class OpenMpiBackend:
             argv += ["-mca", "btl", "^openib"]
         if not alloc.is_local_only and ctx.ssh_config is not None:
             agent = f"ssh -F {_check_path(ctx.ssh_config, 'ssh config')}"
-            # every daemon started from here: past 64 hosts Open MPI's tree spawn has daemons
-            # run this ssh on the hosts, where the config (named through the launcher's
-            # descriptor: rundir.py) is not, nor the known_hosts the probe checked
-            argv += ["-mca", "plm_rsh_agent", agent, "-mca", "plm_rsh_no_tree_spawn", "1"]
+            # Open MPI's own spawn (plm_rsh_no_tree_spawn turned off mpirun's notice of a
+            # daemon or ssh session lost mid-run): past OMPI_TREE_RADIX hosts, daemons run
+            # this ssh on the hosts, so make_plan names the config by its path there
+            argv += ["-mca", "plm_rsh_agent", agent]
         if ctx.tcp_include:
             argv += ["-mca", "btl_tcp_if_include", ctx.tcp_include]
             argv += ["-mca", "oob_tcp_if_include", ctx.tcp_include]
@@ -167,6 +167,8 @@ class OpenMpiBackend:
 
 
 HVD_DRIVER = "ringtrain.hvd_driver"  # horovodrun under --elastic
+# Open MPI 4.1's routed_radix: mpirun starts this many daemons itself, they start the rest
+OMPI_TREE_RADIX = 64
 
 
 class HorovodrunBackend:

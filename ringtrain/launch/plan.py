@@ -19,6 +19,7 @@ from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_openmpi_hostfile
 from ringtrain.launch import tfcluster
 from ringtrain.launch.launchers import (
+    OMPI_TREE_RADIX,
     Command,
     LaunchContext,
     backend_for,
@@ -297,8 +298,12 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
     command = backend.build(alloc, ctx)
     near = ctx  # the same, its files named as the launcher's children reach them
     if inputs.reach is not None:
+        # past Open MPI's tree radix its daemons run the ssh on the hosts: there only the
+        # run directory's own path can name the config (a directory the hosts share)
+        reached = len(alloc.hosts) <= OMPI_TREE_RADIX
         near = replace(ctx, hostfile=inputs.reach / attempt / "hostfile",
-                       ssh_config=_ssh_config_path(spec, alloc, inputs.reach / attempt))
+                       ssh_config=_ssh_config_path(spec, alloc, inputs.reach / attempt)
+                       if reached else ctx.ssh_config)
     ssh_text = shim = ""
     if _own_ssh_config(spec, alloc):
         ssh_text = render_ssh_config(alloc.hosts, spec.ssh.config, spec.ssh.known_hosts)

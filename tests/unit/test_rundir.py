@@ -245,3 +245,25 @@ def test_the_rank_entry_takes_the_launchers_shim_folder_off_path(tmp_path: Path)
     out = subprocess.run([sys.executable, "-m", "ringtrain.rank.entry", str(script)], env=env,
                          capture_output=True, text=True, check=True, timeout=60).stdout
     assert out.splitlines() == ["/usr/bin:/bin", "None"]
+
+
+def test_mpiruns_ssh_config_is_named_through_the_descriptor_up_to_open_mpis_tree_radix(
+        tmp_path: Path) -> None:
+    """mpirun runs its ssh here for up to 64 hosts (Open MPI's routed_radix): the config
+    through the launcher's descriptor. Past that its daemons run the ssh on the hosts, where
+    only the run directory's own path can name it."""
+    from ringtrain.launch.launchers import OMPI_TREE_RADIX
+
+    runs = tmp_path / "runs"
+    run_dir = make_run_dir(runs / "R1", ())
+    for count, through in ((3, True), (OMPI_TREE_RADIX + 1, False)):
+        hosts = ",".join(f"10.0.{i // 250}.{i % 250 + 1}:1" for i in range(count))
+        spec = LaunchSpec(script="train.py", host_spec=hosts, runs_dir=runs)
+        inputs = PlanInputs(run_id="R1", environ={"PATH": "/usr/bin:/bin"}, is_root=True,
+                            python="/venv/bin/python", reach=run_dir.reach)
+        plan = make_plan(spec, allocate(parse_host_spec(hosts), None), inputs)
+        argv = list(plan.started.argv)
+        agent = argv[argv.index("plm_rsh_agent") + 1]
+        expected = (run_dir.reach if through else runs.absolute() / "R1") / "attempt-1"
+        assert agent == f"ssh -F {expected / 'ssh_config'}", (count, agent)
+        assert "plm_rsh_no_tree_spawn" not in argv  # mpirun must notice a daemon lost
