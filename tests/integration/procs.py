@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,3 +83,33 @@ def killed_on_failure(proc: subprocess.Popen[str] | subprocess.Popen[bytes]) -> 
     except BaseException:
         proc.kill()
         raise
+
+
+class Captured:
+    """A launcher started by a test, its stdout and stderr read into lists as they come (a
+    thread each), so the test can wait for a line while it runs."""
+
+    def __init__(self, argv: list[str], **popen: Any) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, **popen)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        streams = ((self.proc.stdout, self.out), (self.proc.stderr, self.err))
+        self._readers = [threading.Thread(target=sink.extend, args=(stream,), daemon=True)
+                         for stream, sink in streams]
+        for reader in self._readers:
+            reader.start()
+
+    def wait_for(self, text: str, timeout: float = 240) -> None:
+        """Until a stdout line holds ``text``; the test fails if the launcher ends first."""
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.out):
+            assert self.proc.poll() is None, "".join(self.err)[-3000:]
+            assert time.monotonic() < deadline, "".join(self.out + self.err)[-3000:]
+            time.sleep(0.2)
+
+    def join(self) -> tuple[str, str]:
+        """After the launcher ended: everything it printed, (stdout, stderr)."""
+        for reader in self._readers:
+            reader.join(timeout=10)
+        return "".join(self.out), "".join(self.err)

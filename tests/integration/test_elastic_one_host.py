@@ -13,17 +13,14 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from ringtrain.launch.driverssh import descendants
 from ringtrain.rank import procfs
-from tests.integration.procs import run_result
+from tests.integration.procs import Captured, run_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 PLAIN = Path(__file__).parent / "user_scripts" / "keras_mnist_style.py"
@@ -40,33 +37,19 @@ def test_a_rank_killed_on_a_one_host_job_is_refilled_and_the_job_succeeds(
         tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
             "--elastic", "--min-np", "2", "-H", "localhost:3", str(PLAIN), "40"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    out: list[str] = []
-    err: list[str] = []
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [threading.Thread(target=lambda s=s, sink=sink: sink.extend(s), daemon=True)
-               for s, sink in ((proc.stdout, out), (proc.stderr, err))]
-    for reader in readers:
-        reader.start()
+    job = Captured(argv, cwd=tmp_path, start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while not any("checkpoint: committed epoch 3" in line for line in out):
-            assert proc.poll() is None, "".join(err)[-3000:]
-            assert time.monotonic() < deadline, "".join(out + err)[-3000:]
-            time.sleep(0.2)
-        ranks = _ranks(proc.pid)
+        job.wait_for("checkpoint: committed epoch 3")
+        ranks = _ranks(job.proc.pid)
         assert len(ranks) == 3, [procfs.cmdline(p) for p in ranks]
         os.kill(max(ranks), signal.SIGKILL)
-        proc.wait(timeout=300)
+        job.proc.wait(timeout=300)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for reader in readers:
-            reader.join(timeout=10)
-    stdout, stderr = "".join(out), "".join(err)
-    assert proc.returncode == 0, stderr[-4000:]
+        if job.proc.poll() is None:
+            os.killpg(job.proc.pid, signal.SIGKILL)
+            job.proc.wait()
+    stdout, stderr = job.join()
+    assert job.proc.returncode == 0, stderr[-4000:]
     assert re.search(r"elastic: rank \d on \S+ ended before its script returned .*other ranks "
                      r"live, so the host stays and a new process starts in its slot", stderr), (
         stderr[-3000:])

@@ -13,16 +13,14 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from ringtrain import sim
-from tests.integration.procs import run_result
+from tests.integration.procs import Captured, run_result
 from tests.integration.simnames import G1, G2, G3
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh]
@@ -57,22 +55,10 @@ def _launch_and_kill(
             "--known-hosts", str(cluster.known_hosts), str(script), *args]
     on_gpu01 = cluster.ssh_argv(G1, f"cd {shlex.quote(str(tmp_path))} && "
                                 + shlex.join(argv))
-    proc = subprocess.Popen(on_gpu01, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    out: list[str] = []
-    err: list[str] = []
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [threading.Thread(target=lambda s=s, sink=sink: sink.extend(s), daemon=True)
-               for s, sink in ((proc.stdout, out), (proc.stderr, err))]
-    for reader in readers:
-        reader.start()
+    job = Captured(on_gpu01)
     survivors: dict[str, int] = {}
     try:
-        deadline = time.monotonic() + 240
-        while not any(kill_after in line for line in out):
-            assert proc.poll() is None, "".join(err)[-3000:]
-            assert time.monotonic() < deadline, "".join(out + err)[-3000:]
-            time.sleep(0.2)
+        job.wait_for(kill_after)
         for host in (G1, G2, G3):  # a spare host runs no rank yet
             pid = _rank_pid(cluster, host)
             if pid is not None:
@@ -83,14 +69,12 @@ def _launch_and_kill(
             sim.set_link(cluster.config, victim, up=False)
         else:
             os.kill(pid, signal.SIGKILL)
-        proc.wait(timeout=240)
+        job.proc.wait(timeout=240)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for reader in readers:
-            reader.join(timeout=10)
-    return proc.returncode, "".join(out), "".join(err), survivors
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.wait()
+    return (job.proc.returncode, *job.join(), survivors)
 
 
 def _results(stdout: str) -> list[dict[str, object]]:
