@@ -31,8 +31,7 @@ TAPE = Path(__file__).parent / "user_scripts" / "tape_style.py"
 
 def _rank_pid(cluster: sim.SimCluster, host: str) -> int | None:
     pids = [pid for pid, cmd in sim.host_processes(cluster.config, host)
-            if cmd.startswith(sys.executable) and "ringtrain.rank.entry" in cmd
-            and "horovodrun" not in cmd]  # on gpu01, horovodrun's own command line
+            if cmd.startswith(f"{sys.executable} -m ringtrain.rank.entry")]  # not the driver's
     return pids[0] if pids else None
 
 

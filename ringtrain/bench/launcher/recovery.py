@@ -301,9 +301,11 @@ def run_one(mode: str, cluster: sim.SimCluster, work: Path, opts: dict[str, floa
 
 
 def rank_pids(cluster: sim.SimCluster, host: str, script: Path) -> list[int]:
-    """The processes on ``host`` that run ``script`` (a rank and its wrapper), lowest first."""
+    """The processes on ``host`` that run ``script`` (a rank and its wrapper), lowest first:
+    not horovodrun (or ringtrain's driver in its place), whose command names the script too."""
     return sorted(pid for pid, cmd in sim.host_processes(cluster.config, host)
-                  if cmd.startswith(sys.executable) and str(script) in cmd)
+                  if cmd.startswith(sys.executable) and str(script) in cmd
+                  and "horovodrun" not in cmd and "ringtrain.hvd_driver" not in cmd)
 
 
 def main(argv: list[str] | None = None) -> int:
