@@ -1,5 +1,6 @@
 """Which files ringtrain may trust: decided from a file's owner and mode, as OpenSSH's
-StrictModes and git's ``safe.directory`` decide. PURE but for ``stat_of`` (one ``os.stat``).
+StrictModes and git's ``safe.directory`` decide. PURE but for ``stat_of`` (one ``os.stat``),
+``open_file`` and ``read_open`` (the file judged is the file read).
 
 ringtrain often runs as root on machines other people share. A config file, a discovery
 script or a project directory that another user can write is a way for that user to run
@@ -9,10 +10,16 @@ only (or by its owner's private group too: Debian's umask 002). Settings that ru
 (``python``, ``ssh_config``, a discovery script named by ``hosts``) are taken only from files
 the user owns. The directories down to a run directory are judged the same way
 (``untrusted_dir``): whoever can write one of them can swap the run directory.
+
+A path checked is the path used: ``open_file`` opens a file once, a link at its end read and
+its target opened the same way (never followed by the open itself), and judges what it opened
+(``fstat``); the caller reads that descriptor (``read_open``) or runs it
+(``/proc/self/fd/N``), so a link switched between two files gets either one, judged as itself.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Collection
@@ -41,6 +48,57 @@ def stat_of(path: Path) -> Owner | None:
         return None
 
 
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+MAX_LINKS = 8  # links read on the way to a file: a loop ends here
+
+
+def open_file(path: Path | str, dir_fd: int | None = None) -> tuple[int, Owner]:
+    """``path`` (relative to ``dir_fd`` when given) open for reading, and the owner and mode
+    of the file opened (``fstat``). The open never follows a link at the end of the path: a
+    link there is read and its target opened the same way (a relative one from the link's
+    folder), at most ``MAX_LINKS`` times. OSError when it cannot be opened, ELOOP past the
+    links, EINVAL for what is not a regular file (a FIFO, a device, a directory): a FIFO
+    opened for a config file would block the launcher, a device would be read without end.
+    The caller owns the descriptor."""
+    name = os.fspath(path)
+    for _ in range(MAX_LINKS + 1):
+        try:
+            fd = os.open(name, _READ, dir_fd=dir_fd)
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
+            try:
+                target = os.readlink(name, dir_fd=dir_fd)
+            except OSError:
+                raise err from None  # a loop in the folders above: not ours to untangle
+            name = os.path.join(os.path.dirname(name), target)
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, Owner.of(st)
+    raise OSError(errno.ELOOP, f"more than {MAX_LINKS} links", os.fspath(path))
+
+
+def read_open(fd: int, limit: int) -> bytes:
+    """All of the open file ``fd`` (from its start), at most ``limit`` bytes: OSError (EFBIG)
+    past that, without reading on."""
+    chunks: list[bytes] = []
+    got = 0
+    while True:
+        chunk = os.pread(fd, min(1 << 20, limit + 1 - got), got)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        got += len(chunk)
+        if got > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+
+
 def untrusted_file(owner: Owner, uid: int) -> str | None:
     """Why a file owned and moded so is not to be trusted by ``uid``; None: it is."""
     if owner.uid not in (uid, 0):
@@ -65,9 +123,16 @@ def _private_group(uid: int, gid: int) -> bool:
 
 
 def untrusted_folder(owner: Owner, uid: int) -> str | None:
-    """Why a directory searched for a config file ends the search; None: search on."""
+    """Why a directory searched for a config file ends the search (and a config file in it
+    is not read); None: search on. Owned by the user or root, writable by its owner only (or
+    its owner's private group): whoever else can write it can put a ``ringtrain.toml`` there,
+    or a link to one, sticky bit or not."""
     if owner.uid not in (uid, 0):
         return f"its directory is owned by {_user(owner.uid)}, not by you or root"
+    if owner.mode & stat.S_IWOTH:
+        return f"its directory is writable by anyone (mode {owner.mode:04o})"
+    if owner.mode & stat.S_IWGRP and not _private_group(owner.uid, owner.gid):
+        return f"its directory is writable by group {_group(owner.gid)} (mode {owner.mode:04o})"
     return None
 
 
@@ -105,7 +170,7 @@ def dir_fix(path: str, owner: Owner, uids: Collection[int]) -> str:
 
 
 def fix_for(path: Path, uid: int) -> str:
-    return (f"if you trust it: chown {_user(uid)} {path} && chmod go-w {path}; "
+    return (f"if you trust it: chown {user_name(uid)} {path} && chmod go-w {path}; "
             "otherwise remove it or run from another directory")
 
 
@@ -121,6 +186,16 @@ def _group_name(gid: int) -> str:
         return grp.getgrgid(gid).gr_name
     except (ImportError, KeyError):
         return str(gid)
+
+
+def user_name(uid: int) -> str:
+    """The user's name (as chown takes it), else the number."""
+    try:
+        import pwd  # noqa: PLC0415 - POSIX only, and only to name the owner
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
 
 
 def _user(uid: int) -> str:

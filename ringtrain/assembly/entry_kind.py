@@ -56,25 +56,38 @@ def _python_shebang(path: Path) -> bool:
     return first.startswith(b"#!") and b"python" in first
 
 
+MAX_PLAN_BYTES = 64 << 20  # a plan.json of 10,000 hosts is a few MiB
+
+
 def read_run_spec(run_dir: Path) -> LaunchSpec:
-    """The LaunchSpec a run recorded (``launch --from RUN_DIR``)."""
-    candidates = [run_dir / "attempt-1" / "plan.json", run_dir / "plan.json"]
-    path = next((c for c in candidates if c.is_file()), None)
-    if path is None:
+    """The LaunchSpec a run recorded (``launch --from RUN_DIR``): plan.json opened once (a
+    link at its end read, never followed by the open), judged on what was opened, and read
+    from that descriptor."""
+    uid = os.geteuid()
+    for path in (run_dir / "attempt-1" / "plan.json", run_dir / "plan.json"):
+        try:
+            fd, owner = trust.open_file(path)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as err:
+            raise UsageError(f"--from {run_dir}: cannot read {path}: {err.strerror or err}",
+                             "pass another run directory") from None
+    else:
         raise UsageError(
             f"--from {run_dir}: no plan.json there (looked for attempt-1/plan.json)",
             "pass a run directory, e.g. runs/20261124-010203-ab12 (see `ringtrain runs`)",
         )
-    uid = os.geteuid()
-    owner = trust.stat_of(path)
-    reason = trust.untrusted_file(owner, uid) if owner is not None else "it cannot be read"
-    if reason is not None:  # plan.json says what runs, and where: only the user's own
-        raise UsageError(f"--from {run_dir}: not launching what {path} says: {reason}",
-                         trust.fix_for(path, uid))
     try:
-        data = json.loads(path.read_text())
+        reason = trust.untrusted_file(owner, uid)
+        if reason is not None:  # plan.json says what runs, and where: only the user's own
+            raise UsageError(f"--from {run_dir}: not launching what {path} says: {reason}",
+                             trust.fix_for(path, uid))
+        data = json.loads(trust.read_open(fd, MAX_PLAN_BYTES))
     except (OSError, ValueError, RecursionError) as err:
-        raise UsageError(f"cannot read {path}: {err}", "pass another run directory") from err
+        raise UsageError(f"cannot read {path}: {err}", "pass another run directory") from None
+    finally:
+        os.close(fd)
     if not isinstance(data, dict):
         raise UsageError(f"{path} is not a launch plan", "pass another run directory")
     return read_recorded_spec(data)

@@ -112,12 +112,15 @@ class Skipped:
     path: Path
     reason: str
     keys: tuple[str, ...] = ()  # empty: the whole file
+    hint: str = ""  # the fix, when not the file's own (its folder's, say)
 
     def describe(self) -> str:
         what = f"{', '.join(self.keys)} from {self.path}" if self.keys else str(self.path)
         return f"skipped {what}: {self.reason}"
 
     def fix(self, uid: int) -> str:
+        if self.hint:
+            return self.hint
         if self.keys:
             return f"set {', '.join(self.keys)} in your own config file or on the command line"
         return trust.fix_for(self.path, uid)

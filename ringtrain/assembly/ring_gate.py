@@ -60,7 +60,7 @@ def ring_precheck(
     gate = run_gate(spec, inventory, spec.np, remote, notes)
     pre = spec.preflight
     opts = RingCheckOptions(
-        runs_dir=spec.runs_dir, trust_groups=spec.trust_groups, working_dir=spec.working_dir,
+        runs_dir=spec.runs_dir, trust_groups=spec.trust_groups,
         ssh=spec.ssh, python=spec.python,
         network_interface=spec.network_interface, expect_Bps=pre.expect_link_Bps,
         slow_ratio=pre.slow_ratio,

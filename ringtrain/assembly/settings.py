@@ -11,10 +11,14 @@ value of the wrong type is an error that names the file, the key and the fix. A 
 in a file is taken from the file's folder; ``env_file`` names a file of NAME=value lines.
 
 Trust (ringtrain/trust.py): a file is read only when it is owned by the user or root and
-writable by its owner only; the upward search stops at a directory owned by someone else, at
-``$HOME`` and at the repository root (a folder with ``.git``). Keys that run code
-(``CODE_KEYS``) are taken only from a file the user owns. What was skipped, and why, is in
-``Config.skipped``: every command warns about it and ``ringtrain config`` lists it.
+writable by its owner only, judged on the file opened (a link at its end read, never followed
+by the open) and read from that same descriptor, so a link switched between a trusted file and
+another's is read as whichever it was when opened; ``env_file`` the same. The upward search
+opens each folder and judges its descriptor: it stops at a directory owned by someone else or
+writable by others (a config file in it skipped), at ``$HOME`` and at the repository root (a
+folder with ``.git``). Keys that run code (``CODE_KEYS``) are taken only from a file the user
+owns. What was skipped, and why, is in ``Config.skipped``: every command warns about it and
+``ringtrain config`` lists it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +54,10 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = ["KEYS", "PROJECT_FILE", "Config", "EnvEntry", "Setting", "Skipped", "layered",
-           "load", "project_file", "user_file"]
+           "load", "user_file"]
+
+MAX_FILE_BYTES = 1 << 20  # a config file or an env_file
+_FOLDER = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC  # search rights only
 
 
 def user_file(environ: Mapping[str, str]) -> Path:
@@ -57,47 +65,27 @@ def user_file(environ: Mapping[str, str]) -> Path:
     return Path(base).expanduser() / "ringtrain" / "config.toml"
 
 
-def project_file(
-    cwd: Path, environ: Mapping[str, str], uid: int
-) -> tuple[Path | None, Skipped | None]:
-    """The nearest ``ringtrain.toml`` from ``cwd`` up, searching no further than a directory
-    owned by someone else, ``$HOME`` or the repository root; (None, why) when the nearest one
-    is not to be trusted."""
-    home = Path(environ["HOME"]).absolute() if environ.get("HOME") else None
-    for folder in (cwd, *cwd.parents):
-        owner = trust.stat_of(folder)
-        reason = trust.untrusted_folder(owner, uid) if owner is not None else "unreadable"
-        candidate = folder / PROJECT_FILE
-        if reason is not None:
-            found = candidate.is_file()
-            return None, Skipped(candidate, reason) if found else None
-        if candidate.is_file():
-            return candidate, None
-        if folder == home or (folder / ".git").exists():
-            break
-    return None, None
-
-
 def load(cwd: Path, environ: Mapping[str, str], uid: int | None = None) -> Config:
     """Every key set somewhere, with the source that wins (the caller aside), the variables
     for the ranks, and the files (or keys) skipped as untrusted."""
     uid = os.geteuid() if uid is None else uid
-    project, skipped_project = project_file(cwd, environ, uid)
+    skipped: list[Skipped] = []
+    user = _open_judged(user_file(environ), uid, skipped)
+    project = _find_project(cwd, environ, uid, skipped)
     found: dict[str, Setting] = {}
-    skipped = [skipped_project] if skipped_project is not None else []
     env: list[tuple[tuple[EnvSpec, ...], str]] = []
-    for path in (user_file(environ), project):  # lowest first
-        if path is None or not path.is_file():
+    for file in (user, project):  # lowest first
+        if file is None or file.data is None:
             continue
-        values = _trusted_values(path, uid, skipped)
+        values = _trusted_values(file, uid, skipped)
         if "env_file" in values:
-            env.append((_env_file(values["env_file"], path, uid, skipped), str(path)))
+            env.append((_env_file(values["env_file"], file.path, uid, skipped), str(file.path)))
         if "env" in values:
-            env.append((values["env"], str(path)))
+            env.append((values["env"], str(file.path)))
         for key, value in values.items():
-            found[key] = Setting(key, value, str(path))
+            found[key] = Setting(key, value, str(file.path))
     found.update(from_environment(environ))
-    return Config(found, project, tuple(skipped), merge_env(env))
+    return Config(found, project.path if project else None, tuple(skipped), merge_env(env))
 
 
 def layered(given: Mapping[str, Any], config: Config) -> dict[str, Any]:
@@ -121,16 +109,92 @@ def layered(given: Mapping[str, Any], config: Config) -> dict[str, Any]:
     return out
 
 
-def _trusted_values(path: Path, uid: int, skipped: list[Skipped]) -> dict[str, Any]:
-    owner = trust.stat_of(path)
-    reason = trust.untrusted_file(owner, uid) if owner is not None else "unreadable"
-    if reason is not None:
-        skipped.append(Skipped(path, reason))
-        return {}
-    values = from_file(_read_toml(path), path)
+@dataclass(frozen=True, slots=True)
+class _File:
+    """A config file opened once: the owner and mode of what was opened, and its bytes
+    (None: skipped as untrusted, the reason in ``skipped``)."""
+
+    path: Path
+    owner: trust.Owner
+    data: bytes | None
+
+
+def _find_project(cwd: Path, environ: Mapping[str, str], uid: int,
+                  skipped: list[Skipped]) -> _File | None:
+    """The nearest ``ringtrain.toml`` from ``cwd`` up. Each folder is opened and judged on
+    its descriptor, and the file opened through it: a folder owned by someone else or
+    writable by others ends the search (a config file there is skipped, named in
+    ``skipped``), as do ``$HOME`` and the repository root (a folder with ``.git``)."""
+    home = Path(environ["HOME"]).absolute() if environ.get("HOME") else None
+    for folder in (cwd, *cwd.parents):
+        candidate = folder / PROJECT_FILE
+        try:
+            dir_fd = os.open(folder, _FOLDER)
+        except OSError:
+            return None  # a folder we cannot enter holds nothing we read
+        try:
+            owner = trust.Owner.of(os.fstat(dir_fd))
+            reason = trust.untrusted_folder(owner, uid)
+            if reason is not None:
+                if _entry(PROJECT_FILE, dir_fd):
+                    skipped.append(Skipped(candidate, reason, hint=_folder_fix(folder, uid)))
+                return None
+            found = _open_judged(candidate, uid, skipped, dir_fd)
+            if found is not None:
+                return found
+            if folder == home or _entry(".git", dir_fd):
+                return None
+        finally:
+            os.close(dir_fd)
+    return None
+
+
+def _entry(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def _folder_fix(folder: Path, uid: int) -> str:
+    return (f"if only you (or root) should write {folder}: chown {trust.user_name(uid)} "
+            f"{folder} && chmod go-w {folder}; otherwise run from a directory of your own, or "
+            "put the settings in your own config file (ringtrain config shows where)")
+
+
+def _open_judged(path: Path, uid: int, skipped: list[Skipped],
+                 dir_fd: int | None = None) -> _File | None:
+    """``path`` (its name in ``dir_fd`` when given) opened once (``trust.open_file``), judged
+    on what was opened and, when trusted, read from that descriptor; None when there is
+    none."""
+    try:
+        fd, owner = trust.open_file(path.name if dir_fd is not None else path, dir_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read the config file: {err.strerror or err}",
+                         "fix its permissions, or remove it if it is not a config file") from None
+    try:
+        reason = trust.untrusted_file(owner, uid)
+        if reason is not None:
+            skipped.append(Skipped(path, reason))
+            return _File(path, owner, None)
+        return _File(path, owner, trust.read_open(fd, MAX_FILE_BYTES))
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read the config file: {err.strerror or err}",
+                         f"a config file is flat key = value lines (at most {MAX_FILE_BYTES} "
+                         "bytes): fix it or remove it") from None
+    finally:
+        os.close(fd)
+
+
+def _trusted_values(file: _File, uid: int, skipped: list[Skipped]) -> dict[str, Any]:
+    assert file.data is not None
+    values = from_file(_parse_toml(file.data, file.path), file.path)
     code = tuple(k for k in values if k in CODE_KEYS)
-    if code and owner is not None and owner.uid != uid:
-        skipped.append(Skipped(path, "these keys run programs and the file is not yours "
+    if code and file.owner.uid != uid:
+        skipped.append(Skipped(file.path, "these keys run programs and the file is not yours "
                                "(it is root's)", code))
         values = {k: v for k, v in values.items() if k not in CODE_KEYS}
     return values
@@ -138,31 +202,36 @@ def _trusted_values(path: Path, uid: int, skipped: list[Skipped]) -> dict[str, A
 
 def _env_file(path: Path, named_by: Path, uid: int, skipped: list[Skipped]) -> tuple[EnvSpec,
                                                                                       ...]:
-    """The variables of an ``env_file`` (trusted as a config file is)."""
-    owner = trust.stat_of(path)
-    if owner is None:
-        raise UsageError(f"{named_by}: env_file names {path}, which cannot be read",
-                         "a relative env_file is taken from the config file's folder: fix it "
-                         "there, or create the file (NAME=value lines)")
-    reason = trust.untrusted_file(owner, uid)
-    if reason is not None or owner.uid != uid:
-        skipped.append(Skipped(path, reason or "it sets the ranks' environment and is not "
-                               "yours (it is root's)"))
-        return ()
+    """The variables of an ``env_file`` (trusted as a config file is, judged on the file
+    opened and read from it)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fd, owner = trust.open_file(path)
+    except OSError as err:
+        raise UsageError(f"{named_by}: env_file names {path}, which cannot be read: "
+                         f"{err.strerror or err}",
+                         "a relative env_file is taken from the config file's folder: fix it "
+                         "there, or create the file (NAME=value lines)") from None
+    try:
+        reason = trust.untrusted_file(owner, uid)
+        if reason is not None or owner.uid != uid:
+            skipped.append(Skipped(path, reason or "it sets the ranks' environment and is not "
+                                   "yours (it is root's)"))
+            return ()
+        text = trust.read_open(fd, MAX_FILE_BYTES).decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"{path} (env_file of {named_by}): cannot read it: {err}",
                          "fix its permissions, or drop env_file") from None
+    finally:
+        os.close(fd)
     return env_lines(text, f"{path} (env_file of {named_by})")
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _parse_toml(data: bytes, path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
         raise UsageError(f"{path}: cannot read the config file: {err}",
-                         "fix its permissions or remove it") from None
+                         "save it as UTF-8 text") from None
     except tomllib.TOMLDecodeError as err:
         raise UsageError(f"{path}: not valid TOML: {err}",
                          'write flat key = value lines, e.g. runs_dir = "/scratch/runs"') from None

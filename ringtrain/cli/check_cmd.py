@@ -152,7 +152,7 @@ def command(
         from ringtrain.ringcheck.runner import RingCheckOptions, run_ring_check  # noqa: PLC0415
 
         opts = RingCheckOptions(
-            runs_dir=runs_dir, trust_groups=trust_groups, working_dir=Path.cwd(),
+            runs_dir=runs_dir, trust_groups=trust_groups,
             ssh=ssh, python=python,
             network_interface=network_interface, slow_ratio=slow_ratio,
             expect_Bps=parse_link_rate(expect_link) if expect_link else None)

@@ -1,9 +1,19 @@
 """Run a host discovery script: the one place that executes a user's inventory program.
 
 The script is run directly (argv list, never a shell), with no stdin, in its own process group
-and under a timeout; on timeout the whole group is killed. It must print ``host[:slots]`` lines
-(horovodrun's ``--host-discovery-script`` format) and exit 0; anything else is an
-InventoryError that names the script and shows the tail of its stderr.
+and under a timeout; on timeout the whole group is killed.
+
+What runs is the file the caller opened and judged (``trust.open_file``), never its path
+again: the descriptor goes to the child (``pass_fds``, same number) and the child executes
+``/proc/self/fd/N``, which names that open file whatever its path names now; a ``#!``
+interpreter opens the same name, so reads the same file. (Copying the checked bytes to a
+private file would run them too, but from a folder that may be mounted noexec, and leave a
+file to clean up; the descriptor needs neither.) So the script's ``$0`` is
+``/proc/self/fd/N``: a script that reads files beside it names them by an absolute path.
+
+It must print ``host[:slots]`` lines (horovodrun's ``--host-discovery-script`` format) and
+exit 0; anything else is an InventoryError that names the script and shows the tail of its
+stderr.
 """
 
 from __future__ import annotations
@@ -24,17 +34,18 @@ MAX_OUTPUT = 1 << 20
 _TAIL = 400
 
 
-def run_discovery_script(path: str, *, timeout: float = 30.0) -> str:
-    """Run the executable at ``path``; return its stdout (UTF-8 text)."""
-    argv = [os.path.abspath(path)]
+def run_discovery_script(path: str, fd: int, *, timeout: float = 30.0) -> str:
+    """Run the executable open as ``fd`` (``path``'s, as judged); return its stdout (UTF-8
+    text)."""
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
-            argv,
+            [f"/proc/self/fd/{fd}"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            pass_fds=(fd,),
         )
     except OSError as err:
         raise InventoryError(

@@ -1,12 +1,15 @@
 """Entry points: a host source (file, discovery script or -H spec) -> Inventory.
 
 The only I/O in ``ringtrain.hostfile``: reading the source file, and running a discovery script
-through ``ringtrain.hostfile.discover`` (the one module allowed to execute it).
+through ``ringtrain.hostfile.discover`` (the one module allowed to execute it). The file is
+opened once (``trust.open_file``): whether it is a script, whether it is trusted, and what is
+read or run are all that one open file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import logging
 import os
@@ -62,18 +65,25 @@ def load_inventory(
             f"unknown host file format {fmt!r}", f"use one of: {', '.join(FORMATS)}", source=source
         )
     path = Path(source)
-    if not path.is_file():
-        what = "is a directory" if path.is_dir() else "does not exist"
+    try:
+        fd, owner = trust.open_file(path)  # one file, judged and read (or run) as opened
+    except OSError as err:
+        what = ("is a directory" if path.is_dir() else "does not exist"
+                if err.errno in (errno.ENOENT, errno.ENOTDIR) else
+                f"cannot be read: {err.strerror or err}")
         raise InventoryError(
             f"host file {what}",
             "pass the path of a host file, or list hosts inline with -H gpu01:4,gpu02:4",
             source=source,
-        )
-    if fmt == "script" or (fmt is None and _is_script(path)):
-        _refuse_untrusted_script(path, source)
-        output = run_discovery_script(source, timeout=discovery_timeout)
-        return parse_mpich_machinefile(output, f"{source} (output)", fmt="script")
-    text = _read_text(path, source)
+        ) from None
+    try:
+        if fmt == "script" or (fmt is None and _is_script(fd, path)):
+            _refuse_untrusted_script(owner, path, source)
+            output = run_discovery_script(source, fd, timeout=discovery_timeout)
+            return parse_mpich_machinefile(output, f"{source} (output)", fmt="script")
+        text = _read_text(fd, source)
+    finally:
+        os.close(fd)
     chosen = fmt or detect_format(source, text)
     log.info("%s: reading as %s", source, chosen)
     return parse_inventory_text(text, chosen, source)
@@ -181,22 +191,23 @@ def _is_name_list(line: str) -> bool:
     )
 
 
-def _is_script(path: Path) -> bool:
-    if not os.access(path, os.X_OK):
+def _is_script(fd: int, path: Path) -> bool:
+    """The open file is a program this user may run: executable (asked of the file opened,
+    through /proc/self/fd) and starting with ``#!`` or an ELF header."""
+    if not os.access(f"/proc/self/fd/{fd}", os.X_OK):
         return False
-    with path.open("rb") as handle:
-        magic = handle.read(4)
+    magic = os.pread(fd, 4, 0)
     if magic.startswith(b"#!") or magic == b"\x7fELF":
         return True
     log.warning("%s is executable but has no '#!' line: reading it as a host file", path)
     return False
 
 
-def _refuse_untrusted_script(path: Path, source: str) -> None:
-    """A discovery script another user can change would run their commands as you."""
+def _refuse_untrusted_script(owner: trust.Owner, path: Path, source: str) -> None:
+    """A discovery script another user can change would run their commands as you: judged
+    on the file opened, which is the file run."""
     uid = os.geteuid()
-    owner = trust.stat_of(path)
-    reason = trust.untrusted_file(owner, uid) if owner is not None else "it cannot be read"
+    reason = trust.untrusted_file(owner, uid)
     if reason is not None:
         raise InventoryError(
             f"refusing to run the discovery script: {reason}", trust.fix_for(path, uid),
@@ -204,17 +215,16 @@ def _refuse_untrusted_script(path: Path, source: str) -> None:
         )
 
 
-def _read_text(path: Path, source: str) -> str:
+def _read_text(fd: int, source: str) -> str:
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
+        data = trust.read_open(fd, MAX_FILE_BYTES)
+    except OSError as err:
+        if err.errno == errno.EFBIG:
             raise InventoryError(
-                f"host file is {size} bytes, more than {MAX_FILE_BYTES}",
+                f"host file is more than {MAX_FILE_BYTES} bytes",
                 "pass a host file, not a data file",
                 source=source,
-            )
-        data = path.read_bytes()
-    except OSError as err:
+            ) from None
         raise InventoryError(
             f"cannot read host file: {err.strerror or err}", "check the path and its permissions",
             source=source,

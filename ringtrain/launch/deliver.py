@@ -4,7 +4,7 @@ make_plan kept the secret values out of horovodrun's environment (it would write
 every rank's command line) and put them in ``Command.secrets``, with the file's path, the same
 string on every host, in ``RINGTRAIN_ENV_FILE``. ``deliver`` writes that file: on this machine
 directly (``rank/secretfile.store``), on every other host through the Remote seam as
-``python -m ringtrain.rank.secretfile --store PATH``, the values on the command's stdin. A host
+``python -I -m ringtrain.rank.secretfile --store PATH``, the values on the command's stdin. A host
 where it cannot be written stops the launch before any rank starts (LaunchError naming every
 such host), and the files already written are taken back. After the job the reaper removes the
 run's files on every host; the launcher removes its own (``Delivery.remove_local``).
@@ -22,7 +22,7 @@ from ringtrain.launch import run
 from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.run import Job, LineSink
 from ringtrain.launch.rundir import RunDir
-from ringtrain.rank import envvars, secretfile
+from ringtrain.rank import envvars, isolated, secretfile
 from ringtrain.remote import CmdResult, InputRemote, Remote
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class Delivery:
 
 
 def secretfile_argv(python: str, action: str, path: str) -> tuple[str, ...]:
-    return (python, "-m", "ringtrain.rank.secretfile", f"--{action}", path)
+    return isolated.module_argv(python, "ringtrain.rank.secretfile", f"--{action}", path)
 
 
 def deliver(remote: Remote, plan: LaunchPlan, python: str,

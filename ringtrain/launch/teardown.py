@@ -16,13 +16,13 @@ from ringtrain.hostfile import Allocation
 from ringtrain.launch.control import Snapshot
 from ringtrain.launch.result import HostTeardown
 from ringtrain.launch.supervise import rank_hosts
-from ringtrain.rank import procfs, reaper
+from ringtrain.rank import isolated, procfs, reaper
 from ringtrain.remote import CmdResult, Remote
 
 
 def reaper_argv(python: str, run_id: str, pids: Mapping[int, int]) -> tuple[str, ...]:
     specs = [f"--pid={pid}:{start}" for pid, start in sorted(pids.items())]
-    return (python, "-m", "ringtrain.rank.reaper", run_id, "--kill", *specs)
+    return isolated.module_argv(python, "ringtrain.rank.reaper", run_id, "--kill", *specs)
 
 
 def job_pids(snap: Snapshot, alloc: Allocation) -> dict[str, dict[int, int]]:

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from ringtrain.hostfile import Host
-from ringtrain.rank import envvars
+from ringtrain.rank import envvars, isolated
 from ringtrain.remote import Remote
 
 log = logging.getLogger(__name__)
@@ -27,9 +27,12 @@ _SESSION_S = IDLE_TIMEOUT_S + 600.0  # the SSH command's own deadline, past the 
 
 
 def warm_argv(python: str, run_id: str, slot: int) -> tuple[str, ...]:
-    """The warm process's command: the run id in its environment (the reaper's mark)."""
-    return ("env", f"{envvars.RUN_ID}={run_id}", python, "-m", "ringtrain.rank.warm", run_id,
-            "--slot", str(slot), "--idle-timeout", f"{IDLE_TIMEOUT_S:g}")
+    """The warm process's command: the run id in its environment (the reaper's mark), run
+    from ``/`` (``isolated.from_root``): not ``-I``, since it imports TensorFlow and Horovod
+    from wherever the ranks find them and then becomes a rank."""
+    return isolated.from_root(
+        ("env", f"{envvars.RUN_ID}={run_id}", python, "-m", "ringtrain.rank.warm", run_id,
+         "--slot", str(slot), "--idle-timeout", f"{IDLE_TIMEOUT_S:g}"), "ringtrain-warm")
 
 
 class WarmSpares:

@@ -2,7 +2,14 @@
 
 The remote side is a fixed POSIX sh script (``PROBE_SCRIPT``); the only values passed to it are
 the validated Python path and the fixed Python snippet, as positional arguments (``$1``, ``$2``),
-never pasted into the script. Its output is a series of delimited sections::
+never pasted into the script. The script runs from ``/`` (``cd /`` first; a relative Python
+path is taken from where it started): its Python sections (the versions, the doctor's jobs
+scan) run ``python -c``, which puts the working directory first on ``sys.path``, and a
+``sysconfig.py`` planted in the directory ``ringtrain check`` runs from would run in place of
+the standard library's, as whoever probes. From ``/``, only root's. Not ``-I``: the versions
+are those the ranks will see, ``PYTHONPATH`` and the user's site-packages included (the
+simulated cluster's fake versions come by ``PYTHONPATH``); ``-P`` needs Python 3.11. Its
+output is a series of delimited sections::
 
     @@ringtrain:probe 1@@
     @@ringtrain:begin host@@
@@ -147,6 +154,8 @@ print("sim-cpu-training", "yes" if flag and os.path.exists(flag) else "-")
 PROBE_SCRIPT = f"""\
 PY=$1
 PYCODE=$2
+case $PY in /*) ;; */*) PY=$(pwd -P)/$PY ;; esac
+cd / || exit 1
 export LC_ALL=C
 PATH=$PATH:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
 T=

@@ -1,5 +1,5 @@
 """The pre-flight's port check for a TensorFlow strategy job: every task's port free on its host,
-asked of each host through the Remote seam (``python -m ringtrain.rank.tfconfig --taken``)."""
+asked of each host through the Remote seam (``python -I -m ringtrain.rank.tfconfig --taken``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from ringtrain.errors import AllocationError
 from ringtrain.hostfile import Host
+from ringtrain.rank import isolated
 from ringtrain.remote import Remote
 
 log = logging.getLogger(__name__)
@@ -21,8 +22,9 @@ def check_ports(remote: Remote, hosts: Sequence[Host], ports: Mapping[str, Itera
     free on its host (TensorFlow's servers bind them). Refuses the launch, naming each taken
     ``host:port``; returns what could not be checked (a host that did not answer: its tasks
     then say so themselves at start)."""
-    commands = [(h, [python, "-m", "ringtrain.rank.tfconfig", "--taken",
-                     *map(str, sorted(ports[h.name]))]) for h in hosts if h.name in ports]
+    commands = [(h, isolated.module_argv(python, "ringtrain.rank.tfconfig", "--taken",
+                                         *map(str, sorted(ports[h.name]))))
+                for h in hosts if h.name in ports]
     answers = remote.run_each(commands, PORT_CHECK_TIMEOUT_S)
     unchecked = [f"{host} ({r.error or r.stderr.strip()[-200:] or 'no answer'})"
                  for host, r in answers.failed.items()]

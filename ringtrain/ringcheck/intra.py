@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringtrain.hostfile import Inventory
+from ringtrain.rank import isolated
 from ringtrain.remote import CmdResult, Remote
 
 MARK = "RINGCHECK-INTRA "
@@ -17,7 +18,7 @@ def measure_intra(
     remote: Remote, inventory: Inventory, python: str, timeout_s: float = 180.0
 ) -> dict[str, dict[str, Any]]:
     """host -> the program's answer (``status``: ok, no-tool, one-gpu, no-gpu, failed)."""
-    argv = (python, "-m", "ringtrain.ringcheck.intraprog")
+    argv = isolated.module_argv(python, "ringtrain.ringcheck.intraprog")
     answers = remote.run_each([(h, argv) for h in inventory.hosts], timeout_s)
     return {h.name: read_answer(answers.get(h.name)) for h in inventory.hosts}
 

@@ -1,5 +1,6 @@
 """GPU-to-GPU inside one host, for the ring check: ``python -m ringtrain.ringcheck.intraprog``
-runs on every host (through the Remote seam, like the reaper) and prints one JSON line.
+runs on every host (through the Remote seam, like the reaper, isolated: ``-I``) and prints one
+JSON line.
 
 The measurement is NCCL's own, by nccl-tests' ``all_reduce_perf`` over every GPU of the host
 (``-g N``, one process): its bus bandwidth is what a ring over those GPUs gets (NVLink or PCIe,

@@ -17,6 +17,7 @@ from ringtrain.launch.reporter import Reporter
 from ringtrain.launch.result import JobState
 from ringtrain.launch.rundir import RunDir
 from ringtrain.launch.session import Session
+from ringtrain.rank import isolated
 from ringtrain.remote import Remote
 from ringtrain.ringcheck.intra import measure_intra
 from ringtrain.ringcheck.outliers import Pair, RingVerdict, analyse
@@ -38,7 +39,6 @@ PAIR_MARK = "RINGCHECK-PAIR "
 class RingCheckOptions:
     runs_dir: Path = Path("runs")
     trust_groups: tuple[str, ...] = ()  # groups trusted to write runs_dir (launch/rundir.py)
-    working_dir: Path = Path(".")
     ssh: SshSpec = field(default_factory=SshSpec)
     python: str | None = None
     network_interface: str | None = None
@@ -76,7 +76,9 @@ def run_ring_check(
         backend=Backend.MPIRUN,
         runs_dir=opts.runs_dir,
         trust_groups=opts.trust_groups,
-        working_dir=opts.working_dir,
+        # ringtrain's own program needs nothing from the caller's directory, and the rank
+        # entry puts its working directory first on sys.path: run it from / (issue 40)
+        working_dir=Path(isolated.NEUTRAL_DIR),
         python=opts.python,
         network_interface=opts.network_interface,
         ssh=opts.ssh,

@@ -2,20 +2,31 @@
 
 Reproduces the finding: a ``ringtrain.toml`` owned by ``nobody`` in a shared parent directory
 named a discovery script (``hosts``), and ``ringtrain launch --dry-run`` ran it as root.
+
+Issue 40: trust was decided by ``os.stat(path)`` and the file read (or run) again by path, so
+a link flipped between a root-owned file and ``nobody``'s got nobody's ``python`` and
+``hosts`` accepted (670 of 84,000 loads); the discovery script, ``env_file`` and ``launch
+--from``'s plan.json the same. The flip tests below play that while loads run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from ringtrain.assembly import settings
+from ringtrain.assembly.entry_kind import read_run_spec
 from ringtrain.cli import cli
-from ringtrain.errors import InventoryError
+from ringtrain.errors import InventoryError, UsageError
 from ringtrain.hostfile import load_inventory
 from ringtrain.trust import Owner, untrusted_file
 
@@ -202,3 +213,141 @@ def test_launch_from_validates_plan_json_and_shows_what_it_asks(shared: Path) ->
     plan.chmod(0o666)
     refused = CliRunner().invoke(cli, ["launch", "--from", str(run), "--dry-run"])
     assert refused.exit_code == 2 and "writable by its group or by others" in refused.output
+
+
+# Switches ``link`` between two targets as fast as it can (os.replace: always one of them)
+# for the given seconds, in a process of its own: truly beside the loads, not between them.
+FLIPPER = """
+import os, sys, time
+link, a, b, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+end, n = time.monotonic() + seconds, 0
+while time.monotonic() < end:
+    for target in (a, b):
+        os.symlink(target, link + ".new")
+        os.replace(link + ".new", link)
+        n += 1
+print(n)
+"""
+
+
+@contextlib.contextmanager
+def _flipping(link: Path, mine: str, theirs: str, seconds: float = 1.5) -> Iterator[
+        subprocess.Popen[str]]:
+    link.symlink_to(mine)
+    flipper = subprocess.Popen([sys.executable, "-c", FLIPPER, str(link), mine, theirs,
+                                str(seconds)], stdout=subprocess.PIPE, text=True)
+    try:
+        yield flipper
+    finally:
+        out, _ = flipper.communicate(timeout=30)
+    assert int(out) > 100, "the link hardly switched: the test proves nothing"
+
+
+@needs_root
+def test_a_config_link_flipped_to_another_users_file_never_gets_theirs_read(
+        shared: Path) -> None:
+    project = shared / "project"
+    (project / "mine.toml").write_text('python = "/opt/mine/python"\nhosts = "gpu01:4"\n')
+    theirs = project / "theirs.toml"
+    theirs.write_text('python = "/tmp/evil-python"\nhosts = "evil:8"\n')
+    os.chown(theirs, NOBODY, NOBODY)
+    seen: Counter[str] = Counter()
+    with _flipping(project / "ringtrain.toml", "mine.toml", "theirs.toml") as flipper:
+        while flipper.poll() is None:
+            loaded = settings.load(project, os.environ)
+            values = {k: s.value for k, s in loaded.settings.items()}
+            if values:
+                assert values == {"python": "/opt/mine/python", "hosts": "gpu01:4"}, values
+                seen["mine read"] += 1
+            else:
+                (skipped,) = loaded.skipped
+                assert "owned by nobody" in skipped.reason
+                seen["theirs skipped"] += 1
+    assert seen["mine read"] and seen["theirs skipped"], seen
+
+
+@needs_root
+def test_an_env_file_link_flipped_to_another_users_file_never_gets_theirs_read(
+        shared: Path) -> None:
+    project = shared / "project"
+    (project / "ringtrain.toml").write_text('env_file = "ranks.env"\n')
+    (project / "mine.env").write_text("MODE=fast\n")
+    theirs = project / "theirs.env"
+    theirs.write_text("LD_PRELOAD=/tmp/evil.so\n")
+    os.chown(theirs, NOBODY, NOBODY)
+    seen: Counter[str] = Counter()
+    with _flipping(project / "ranks.env", "mine.env", "theirs.env") as flipper:
+        while flipper.poll() is None:
+            env = settings.load(project, os.environ).env
+            names = [e.spec.name for e in env]
+            assert names in (["MODE"], []), names
+            seen["mine read" if names else "theirs skipped"] += 1
+    assert seen["mine read"] and seen["theirs skipped"], seen
+
+
+@needs_root
+def test_a_plan_json_link_flipped_to_another_users_file_never_gets_theirs_launched(
+        shared: Path) -> None:
+    tmp = shared / "project"
+    assert _dry(tmp, "-H", "localhost:2", "train.py").exit_code == 0
+    (run,) = (tmp / "runs").iterdir()
+    plan = run / "attempt-1" / "plan.json"
+    data = json.loads(plan.read_text())
+    plan.rename(plan.with_name("mine.json"))
+    theirs = plan.with_name("theirs.json")
+    theirs.write_text(json.dumps({**data, "spec": {**data["spec"],
+                                                   "python": "/tmp/evil-python"}}))
+    os.chown(theirs, NOBODY, NOBODY)
+    seen: Counter[str] = Counter()
+    with _flipping(plan, "mine.json", "theirs.json") as flipper:
+        while flipper.poll() is None:
+            try:
+                spec = read_run_spec(run)
+            except UsageError as err:
+                assert "owned by nobody" in err.message, err.message
+                seen["theirs refused"] += 1
+                continue
+            assert spec.python != "/tmp/evil-python"
+            seen["mine read"] += 1
+    assert seen["mine read"] and seen["theirs refused"], seen
+
+
+@needs_root
+def test_the_discovery_script_run_is_the_one_judged(shared: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the check and the start, nobody's script is renamed over the root-owned one
+    that was judged: the script that runs is still the one judged (through its descriptor),
+    where it used to be nobody's, run by path."""
+    from ringtrain.hostfile import discover
+
+    marker = shared / "theirs-ran"
+    script = shared / "project" / "discover.sh"
+    script.write_text("#!/bin/sh\necho gpu01:2\n")
+    script.chmod(0o755)
+    theirs = _evil_script(shared, marker)
+    os.chown(theirs, NOBODY, NOBODY)
+    started = subprocess.Popen
+
+    def swap_then_start(*args: object, **kwargs: object) -> object:
+        os.replace(theirs, script)  # after the judging, before the start
+        return started(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(discover.subprocess, "Popen", swap_then_start)
+    assert load_inventory(str(script)).names == ("gpu01",)
+    assert not marker.exists(), "the script run was not the script judged"
+    assert os.stat(script).st_uid == NOBODY  # the swap did happen
+
+
+def test_a_folder_others_can_write_ends_the_search(shared: Path) -> None:
+    """A directory that others can write (sticky or not) ends the upward search: anyone
+    could put a ringtrain.toml there, or a link to one; a config file in it is skipped."""
+    (shared / "ringtrain.toml").write_text('runs_dir = "elsewhere"\n')
+    for mode in (0o777, 0o1777):
+        shared.chmod(mode)
+        loaded = settings.load(Path.cwd(), os.environ)
+        assert "runs_dir" not in loaded.settings
+        (skipped,) = loaded.skipped
+        assert "its directory is writable by anyone" in skipped.reason
+        assert f"chmod go-w {shared}" in skipped.fix(os.geteuid())
+    shared.chmod(0o755)
+    assert "runs_dir" in settings.load(Path.cwd(), os.environ).settings

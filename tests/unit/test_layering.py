@@ -68,7 +68,8 @@ LAYERS: dict[str, set[str]] = {
     "keras": {"errors", "checkpoint", "rank"},
     "models": {"errors", "checkpoint", "rank", "keras"},
     "sim": {"errors", "checkpoint", "rank"},
-    "ringcheck": {"errors", "hostfile", "remote", "spec", "launch", "sim", "probe"},
+    "ringcheck": {"errors", "hostfile", "remote", "spec", "launch", "sim", "probe",
+                  "rank"},  # rank: how ringtrain's own Python starts (isolated.py)
     "bench": {"errors", "hostfile", "remote", "rank", "checkpoint", "launch", "keras", "models",
               "sim", "spec", "ringcheck", "probe"},
     # the assembly of a launch, below both doors: the ring pre-check runs a ringcheck job

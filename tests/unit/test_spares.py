@@ -77,8 +77,9 @@ def test_warm_processes_carry_the_run_id_for_the_reaper() -> None:
     from ringtrain.rank import envvars
 
     argv = warm_argv("/opt/py/bin/python", "r1", 3)
-    assert argv[:4] == ("env", f"{envvars.RUN_ID}=r1", "/opt/py/bin/python", "-m")
-    assert argv[4:8] == ("ringtrain.rank.warm", "r1", "--slot", "3")
+    assert argv[:4] == ("sh", "-c", 'cd / && exec "$@"', "ringtrain-warm")  # from /, issue 40
+    assert argv[4:8] == ("env", f"{envvars.RUN_ID}=r1", "/opt/py/bin/python", "-m")
+    assert argv[8:12] == ("ringtrain.rank.warm", "r1", "--slot", "3")
 
 
 def test_a_spare_is_offered_once_the_survivors_train_again_or_after_the_delay() -> None:

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             shaping.set_all_link_rates(cluster.config, args.rate)
             remote = SshRemote(cluster.ssh_config, cluster.known_hosts)
-            opts = RingCheckOptions(runs_dir=Path(tmp) / "runs", working_dir=Path(tmp),
+            opts = RingCheckOptions(runs_dir=Path(tmp) / "runs",
                                     ssh=SshSpec(cluster.ssh_config, cluster.known_hosts))
             print(f"links {args.rate}, slow host {slow_rate}; {args.repeats} slow-host trials "
                   "and 1 healthy trial per size", flush=True)
