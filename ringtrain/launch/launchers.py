@@ -19,7 +19,7 @@ from typing import Protocol
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_horovod_hosts
-from ringtrain.rank import envvars
+from ringtrain.rank import envvars, isolated
 from ringtrain.spec import Backend, ElasticPolicy, Entry
 
 # Variables forwarded to every rank when the launcher has them. Prefixes forward whole families.
@@ -180,7 +180,8 @@ class HorovodrunBackend:
         # a healthy host's dead process is refilled, not the host blacklisted), isolated (-I)
         # from the working directory
         horovodrun = str(Path(ctx.python).parent / "horovodrun")
-        argv = [horovodrun] if ctx.elastic is None else [ctx.python, "-I", "-m", HVD_DRIVER]
+        argv = [horovodrun] if ctx.elastic is None else [
+            *isolated.module_argv(ctx.python, HVD_DRIVER)]
         argv += ["-np", str(alloc.np)]
         delta = dict(ctx.env_delta)
         if ctx.elastic is None:
