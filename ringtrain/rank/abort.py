@@ -60,10 +60,14 @@ def ring_sockets(before: dict[int, int], after: dict[int, int]) -> dict[int, int
 
 def remember(before: dict[int, int], after: dict[int, int]) -> int:
     """Called around ``hvd.init()``: its sockets are the ring's from now on (a newer ring's
-    replace an older one's). Returns the ring's generation (1 for the first ``init``)."""
+    replace an older one's). A call that opened none formed no ring (``hvd.init()`` again on
+    an initialised Horovod does nothing): the ring stays. Returns the ring's generation (1
+    for the first ``init``)."""
+    ring = ring_sockets(before, after)
     with _LOCK:
-        _RING["sockets"] = ring_sockets(before, after)
-        _RING["generation"] = generation() + 1
+        if ring:
+            _RING["sockets"] = ring
+            _RING["generation"] = generation() + 1
         return generation()
 
 

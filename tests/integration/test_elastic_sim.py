@@ -125,10 +125,14 @@ def test_plain_keras_script_with_ringtrain_lines_survives_a_killed_rank_and_regr
                         r"again in this process", stderr)
     assert sorted(int(p) for p in resets) == sorted(survivors.values()), (resets, survivors,
                                                                           stderr[-3000:])
-    # with the defaults: no survivor sat out Gloo's 30 s timeout (rank/abort.py)
+    # with the defaults: no survivor sat out Gloo's 30 s timeout; each shut what was left of
+    # its ring's connections as it reset (rank/abort.py; none when Horovod's failed loop had
+    # closed them already), so the others' collectives failed too (the launcher's own abort
+    # reaches only a survivor still in the old ring when it names the loss: here they are
+    # often in a new one by then)
     assert "Timed out waiting" not in stderr, stderr[-3000:]
-    assert re.search(r"elastic: rank \d on .* ended before its script returned .*; \d "
-                     r"survivor\(s\) told to abort that ring now", stderr), stderr[-3000:]
+    assert len(re.findall(r"\(reset 1, .*; \d+ ring connection\(s\) shut down\)",
+                          stderr)) == len(survivors), stderr[-3000:]
     resumed = re.search(r"resumed in memory at epoch (\d+) step (\d+) from rank \d .*; "
                         r"3 -> 2 ranks", stdout)
     assert resumed is not None, stdout[-3000:]

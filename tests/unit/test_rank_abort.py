@@ -94,3 +94,18 @@ def test_a_descriptor_closed_and_reused_since_is_not_the_rings(
     assert other_peer.recv(1) == b"y"
     for s in (ring, ring_peer, other, other_peer):
         s.close()
+
+
+def test_an_init_that_opened_nothing_leaves_the_ring_as_it_is(listener: socket.socket) -> None:
+    """``hvd.init()`` called again on an initialised Horovod does nothing: the ring it formed
+    before is still the one to abort."""
+    before = abort.open_sockets()
+    ring, peer = _pair(listener)
+    generation = abort.remember(before, abort.open_sockets())
+    again = abort.open_sockets()
+    assert abort.remember(again, abort.open_sockets()) == generation
+    assert abort.abort(generation) >= 1
+    peer.settimeout(5)
+    assert peer.recv(1) == b""
+    for s in (ring, peer):
+        s.close()
