@@ -301,11 +301,13 @@ def run_one(mode: str, cluster: sim.SimCluster, work: Path, opts: dict[str, floa
 
 
 def rank_pids(cluster: sim.SimCluster, host: str, script: Path) -> list[int]:
-    """The processes on ``host`` that run ``script`` (a rank and its wrapper), lowest first:
-    not horovodrun (or ringtrain's driver in its place), whose command names the script too."""
+    """The rank processes on ``host`` that run ``script``, lowest first: ringtrain's rank entry
+    or the anchor's ``python script``; not the launcher, horovodrun or ringtrain's driver in
+    its place, whose commands name the script too (the first host runs them)."""
+    entry = f"{sys.executable} -m ringtrain.rank.entry"
+    ranks = (f"{entry} {script}", f"{entry} --mpi {script}", f"{sys.executable} {script}")
     return sorted(pid for pid, cmd in sim.host_processes(cluster.config, host)
-                  if cmd.startswith(sys.executable) and str(script) in cmd
-                  and "horovodrun" not in cmd and "ringtrain.hvd_driver" not in cmd)
+                  if cmd.startswith(ranks))
 
 
 def main(argv: list[str] | None = None) -> int:
