@@ -83,6 +83,11 @@ class Allocation:
         return {h: tuple(ranks) for h, ranks in out.items()}
 
     @property
+    def busiest(self) -> int:
+        """The most ranks one host runs (0 without ranks)."""
+        return max((len(r) for r in self.ranks_by_host().values()), default=0)
+
+    @property
     def ring_crossings(self) -> int:
         """How many ring links join hosts with different ``ring_label`` values (0 without one)."""
         if self.ring_label is None or len(self.hosts) < 2:

@@ -8,14 +8,18 @@ immutable view that the pure supervision checks in supervise.py read.
 
 Anyone who can reach the port can connect, so nothing is trusted before the token: a peer
 must finish the handshake (``hello``, ``challenge``, ``auth`` proving the token: events.py)
-within ``HELLO_TIMEOUT_S``; at most ``max_pending`` connections may be waiting to do so (more
-are closed at once); every read is bounded by ``MAX_LINE`` (a longer line drops the
-connection), so memory stays flat under a flood and there are two threads whatever the number
-of connections. ``max_pending`` is ``MAX_PENDING`` or the job's rank count, whichever is
+within ``HELLO_TIMEOUT_S``, and say something within ``admission.IDLE_S``; at most
+``max_pending`` connections may be waiting to do so, ``max_per_source`` from one address (more
+are closed at once: admission.py); every read is bounded by ``MAX_LINE`` (a longer line drops
+the connection), so memory stays flat under a flood and there are two threads whatever the
+number of connections. ``max_pending`` is ``MAX_PENDING`` or the job's rank count, whichever is
 larger: all ranks of a large job may check in at once (bench/launcher/control_scale.py: with a
 fixed 64, 116 of 8,000 simulated ranks were closed unheard and would have been reported as
-never started). A connection speaks for its own hello's rank only; a second one for a rank
-(host and PID) still connected is refused, never let take over.
+never started); ``max_per_source`` is above the ranks of the busiest host (``per_host``), so
+one peer flooding the port cannot keep a rank out: the rank's agent connects again when its
+connection is closed before the handshake's end (rank/agent.py). A connection speaks for its
+own hello's rank only; a second one for a rank (host and PID) still connected is refused,
+never let take over.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ringtrain.launch.admission import IDLE_S, PER_SOURCE, Admission
 from ringtrain.launch.controlstate import Progress, RankState, Restored, Snapshot
 from ringtrain.launch.hello import Hello, authentic, challenge, read_hello
 from ringtrain.launch.steptimes import StepTimes
@@ -76,9 +81,12 @@ class ControlServer:
         clock: Callable[[], float] = time.monotonic,
         hello_timeout: float = HELLO_TIMEOUT_S,
         ranks: int = 0,
+        per_host: int | None = None,
     ) -> None:
         self.hello_timeout = hello_timeout
         self.max_pending = max(MAX_PENDING, ranks + 8)
+        # the most ranks one host runs (None: all of them may be on one)
+        self.max_per_source = max(PER_SOURCE, (ranks if per_host is None else per_host) + 8)
         self.token = secrets.token_hex(16)
         self._clock = clock
         self._on_event = on_event
@@ -88,7 +96,9 @@ class ControlServer:
         self._restores: list[Restored] = []
         self.preempt_commit: tuple[int | None, int | None] | None = None  # (epoch, step)
         self._conns: set[_Conn] = set()
-        self._pending: set[_Conn] = set()  # connections before their handshake's end
+        # connections before their handshake's end: bounded in all, per address, in time
+        self._pending: Admission[_Conn] = Admission(
+            self.max_pending, self.max_per_source, IDLE_S, hello_timeout)
         self.refused = 0  # closed unheard: over max_pending, silent, no token, a rank's 2nd
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -161,28 +171,25 @@ class ControlServer:
     def _accept(self) -> None:
         while True:
             try:
-                sock, _ = self._server.accept()
+                sock, peer = self._server.accept()
             except OSError:  # nothing more to accept now (BlockingIOError), or closed
                 return
-            if len(self._pending) >= self.max_pending:
-                self.refused += 1
+            conn = _Conn(sock, opened=time.monotonic())
+            if not self._pending.admit(conn, str(peer[0]), conn.opened):
+                self.refused += 1  # no place (in all, or for its address): closed at once
                 with contextlib.suppress(OSError):
                     sock.close()
                 continue
             sock.setblocking(False)
-            conn = _Conn(sock, opened=time.monotonic())
             with self._lock:
                 self._conns.add(conn)
-            self._pending.add(conn)
             self._selector.register(sock, selectors.EVENT_READ, conn)
 
     def _expire_pending(self) -> None:
-        """A peer must say hello within ``hello_timeout``."""
-        if not self._pending:
-            return
-        limit = time.monotonic() - self.hello_timeout
-        for conn in [c for c in self._pending if c.opened < limit]:
-            self._drop(conn)
+        """A peer must speak within ``IDLE_S`` and prove the token within ``hello_timeout``."""
+        if len(self._pending):
+            for conn in self._pending.expired(time.monotonic()):
+                self._drop(conn)
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -195,6 +202,8 @@ class ControlServer:
             self._drop(conn)
             return
         conn.buffer += data
+        if conn.rank is None:
+            self._pending.heard(conn)
         while True:
             end = conn.buffer.find(b"\n")
             if end < 0:
@@ -238,8 +247,7 @@ class ControlServer:
     def _drop(self, conn: _Conn) -> None:
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._selector.unregister(conn.sock)
-        if conn in self._pending:
-            self._pending.discard(conn)
+        if self._pending.leave(conn):
             self.refused += 1
         with self._lock:
             self._conns.discard(conn)
@@ -286,7 +294,7 @@ class ControlServer:
             self._ranks[rank] = RankState(
                 rank=rank, host=hello.host, pid=hello.pid, start=hello.start, ppid=hello.ppid,
                 parent=hello.parent, parent_start=hello.parent_start, last_heard=self._clock())
-        self._pending.discard(conn)
+        self._pending.leave(conn)
         return True
 
     def _handle(self, conn: _Conn, msg: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
-"""The secrets file of a horovodrun --gloo job, on every host before the job starts.
+"""The secrets file of a job, on every host before the job starts (mpirun and horovodrun).
 
-make_plan kept the secret values out of horovodrun's environment (it would write them into
-every rank's command line) and put them in ``Command.secrets``, with the file's path, the same
+make_plan kept the secret values out of the launcher command's environment (horovodrun would
+write them into every rank's command line, Open MPI ship them to every host in clear:
+launch/secretvars.py) and put them in ``Command.secrets``, with the file's path, the same
 string on every host, in ``RINGTRAIN_ENV_FILE``. ``deliver`` writes that file: on this machine
 directly (``rank/secretfile.store``), on every other host through the Remote seam as
 ``python -I -m ringtrain.rank.secretfile --store PATH``, the values on the command's stdin. A host
@@ -49,7 +50,7 @@ def secretfile_argv(python: str, action: str, path: str) -> tuple[str, ...]:
 def deliver(remote: Remote, plan: LaunchPlan, python: str,
             timeout: float = TIMEOUT_S) -> Delivery | None:
     """Write the plan's secrets file on every host of its allocation; None when the plan
-    sends no secrets by file (every backend but horovodrun --gloo)."""
+    sends no secrets by file (srun, or no secret at all)."""
     if not plan.command.secrets:
         return None
     path = dict(plan.command.env)[envvars.ENV_FILE]
@@ -76,9 +77,9 @@ def deliver(remote: Remote, plan: LaunchPlan, python: str,
         raise LaunchError(
             f"cannot write the secrets file {path} on {', '.join(failed)}, so the job was not "
             "started: " + "; ".join(f"{host}: {why}" for host, why in failed.items()),
-            "horovodrun --gloo would show secret values in ps, so ringtrain passes them in this "
-            "file: make the home directory there writable by you (~/.ringtrain/secrets must be "
-            "your own directory, not a link), or use --backend mpirun",
+            f"{plan.backend.value} would show secret values in ps or send them in clear, so "
+            "ringtrain passes them in this file: make the home directory there writable by you "
+            "(~/.ringtrain/secrets must be your own directory, not a link)",
         )
     return done
 

@@ -2,10 +2,13 @@
 
 Pure: no process is started here. A Command is an argv tuple plus the environment *delta* to set
 on top of the launcher's own environment. Variables reach the ranks by name (``-x NAME``), never
-as ``NAME=VALUE`` in argv, so secrets stay out of ``ps`` output and logs. horovodrun --gloo is
-the exception: it writes its whole environment into each rank's ``sh -c`` / ``ssh`` command
-line, so there the secrets leave its environment (``Command.unset``) and travel by a file only
-the user can read (``Command.secrets``, ``ringtrain.rank.secretfile``).
+as ``NAME=VALUE`` in argv, so values stay out of ``ps`` output and logs. Secrets go further:
+Open MPI ships the value of every ``-x`` name to each host's daemon in its launch message, in
+clear, and horovodrun forwards its whole environment (over Gloo it writes every value into each
+rank's ``sh -c`` / ``ssh`` command line). So under mpirun and horovodrun the secrets leave the
+command's environment (``Command.unset``) and travel by a file only the user can read
+(``Command.secrets``, launch/secretvars.py, ``ringtrain.rank.secretfile``); under mpirun its
+name, ``RINGTRAIN_ENV_FILE``, is forwarded instead of theirs.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class Command:
     """``argv``, run with the launcher's environment plus ``env``, less the names in ``unset``.
     ``secrets``: values that reach the ranks by the file ``RINGTRAIN_ENV_FILE`` names,
     written on every host before the start (launch/deliver.py), never in the environment of
-    the command itself (horovodrun --gloo only)."""
+    the command itself (mpirun and horovodrun; not srun)."""
 
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
@@ -96,8 +99,8 @@ class LaunchContext:
     mpi_args: tuple[str, ...] = ()
     launcher_path: str = "/usr/bin:/bin"  # the launcher's PATH (horovodrun's finds the shim)
     elastic: ElasticPolicy | None = None  # --elastic: horovodrun's elastic driver
-    # horovodrun --gloo: the secret variables of the launcher's environment and the delta, and
-    # the file (the same string on every host) they go to instead
+    # mpirun, horovodrun: the secret variables (secretvars.by_file), and the file (the same
+    # string on every host) they go to instead; ``forward`` names the file, not them
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     secrets_file: str = ""
 
@@ -163,7 +166,7 @@ class OpenMpiBackend:
             argv += ["-x", name]
         argv += ctx.mpi_args  # --mpi-arg: the user's, last, so they win over ours
         argv += rank_argv(ctx, mpi=True)
-        return Command(argv=tuple(argv), env=ctx.env_delta)
+        return by_file(tuple(argv), dict(ctx.env_delta), ctx)
 
 
 HVD_DRIVER = "ringtrain.hvd_driver"  # horovodrun under --elastic
@@ -204,15 +207,20 @@ class HorovodrunBackend:
         if ctx.mpi_args:
             argv += ["--mpi-args", shlex.join(ctx.mpi_args)]
         argv += rank_argv(ctx, mpi=not ctx.gloo)
-        if not ctx.gloo or not ctx.secrets:
-            return Command(argv=tuple(argv), env=tuple(sorted(delta.items())))
-        # Gloo: horovodrun puts `env K=V ...` for its whole environment into every rank's
-        # command line; the secrets go by file instead, their names out of its environment
-        hidden = tuple(name for name, _ in ctx.secrets)
-        env = [(k, v) for k, v in delta.items() if k not in hidden]
-        env.append((envvars.ENV_FILE, ctx.secrets_file))
-        return Command(argv=tuple(argv), env=tuple(sorted(env)), unset=hidden,
-                       secrets=ctx.secrets)
+        # Gloo puts `env K=V ...` for its whole environment into every rank's command line,
+        # MPI `-x K` for each into its mpirun's: the secrets go by file
+        return by_file(tuple(argv), delta, ctx)
+
+
+def by_file(argv: tuple[str, ...], delta: dict[str, str], ctx: LaunchContext) -> Command:
+    """The command, its secrets (``ctx.secrets``) out of its environment and in the file
+    ``RINGTRAIN_ENV_FILE`` names (written on every host before the start: deliver.py)."""
+    if not ctx.secrets:
+        return Command(argv=argv, env=tuple(sorted(delta.items())))
+    hidden = tuple(name for name, _ in ctx.secrets)
+    env = [(k, v) for k, v in delta.items() if k not in hidden]
+    env.append((envvars.ENV_FILE, ctx.secrets_file))
+    return Command(argv=argv, env=tuple(sorted(env)), unset=hidden, secrets=ctx.secrets)
 
 
 class SrunBackend:

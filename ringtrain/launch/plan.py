@@ -8,7 +8,6 @@ the Python interpreter, the clock) is passed in, so the same inputs give the sam
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -26,61 +25,12 @@ from ringtrain.launch.launchers import (
     forwarded_names,
     ssh_shim,
 )
+from ringtrain.launch.secretvars import REDACTED, by_file, is_secret, redact_env
 from ringtrain.rank import envvars, secretfile
 from ringtrain.remote.sshconf import render_ssh_config
 from ringtrain.spec import Backend, Entry, LaunchSpec, Strategy
 
-_SECRET_RE = re.compile(
-    r"(SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|_KEY$|_KEY_ID$|^AUTH)", re.IGNORECASE
-)
-REDACTED = "<redacted>"
 PLAN_SCHEMA = 1  # plan.json's layout; the recorded spec has its own version
-
-
-def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_RE.search(name))
-
-
-# a password in a URL (postgres://user:pw@host, https://user:token@host; up to the last @,
-# since an unencoded one may hold / or @) or a private key,
-# whatever the variable is called: DATABASE_URL=postgres://u:pw@db was stored as it was
-_URL_PASSWORD_RE = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)\S+(?=@)")
-_PRIVATE_KEY = "-----BEGIN "
-
-
-def is_secret(name: str, value: str | None) -> bool:
-    """A secret by its name (API_TOKEN, AWS_SECRET_ACCESS_KEY...) or by its value."""
-    return is_secret_name(name) or (value is not None and (
-        _URL_PASSWORD_RE.search(value) is not None or _PRIVATE_KEY in value))
-
-
-def redact_value(name: str, value: str) -> str:
-    """``value`` as it may be shown or stored: a secret name's value whole, a URL's password
-    only (the rest of the URL still tells where it points)."""
-    if is_secret_name(name) or _PRIVATE_KEY in value:
-        return REDACTED
-    return _URL_PASSWORD_RE.sub(lambda m: m.group("head") + REDACTED, value)
-
-
-def redact_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    return tuple((k, redact_value(k, v)) for k, v in env)
-
-
-# what horovodrun never exports to the ranks (horovod.runner.common.util.env.IGNORE_REGEXES)
-_HOROVOD_KEEPS = re.compile(r"^(BASH_FUNC_.*|OLDPWD|.*CUDA_VISIBLE_DEVICES|HOROVOD_SECRET_KEY)$")
-
-
-def gloo_secrets(
-    environ: Mapping[str, str], delta: Mapping[str, str]
-) -> tuple[tuple[str, str], ...]:
-    """The secrets horovodrun --gloo would write into every rank's command line: each variable
-    with a secret name (and the control token) in the launcher's environment, all of which it
-    forwards, and in the delta, whose value wins as it does in the child's environment."""
-    merged = {**environ, **delta}
-    return tuple(sorted(
-        (k, v) for k, v in merged.items()
-        if (k == envvars.CONTROL_TOKEN or is_secret(k, v)) and not _HOROVOD_KEEPS.match(k)
-    ))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,15 +84,19 @@ class LaunchPlan:
     def by_hand_argv(self) -> str:
         """The command with ringtrain's environment in front (``env K=V ... mpirun ...``), so
         that run by hand from the working dir it does the same job. Secret values are left out:
-        the describe() text names them, to be exported first. (Under Gloo, without the secrets
-        file, which exists only while ringtrain runs the job.)"""
+        the describe() text names them, to be exported first. (Without the secrets file, which
+        exists only while ringtrain runs the job: mpirun forwards the secrets by name again.)"""
         env = [f"{k}={v}" for k, v in self.command.env
                if not is_secret(k, v) and k != envvars.ENV_FILE]
-        return shlex.join(["env", *env, *self.command.argv]) if env else self.display_argv
+        argv = list(self.command.argv)
+        if self.backend is Backend.MPIRUN and self.command.secrets:
+            at = next(i for i in range(len(argv) - 1) if argv[i:i + 2] == ["-x", envvars.ENV_FILE])
+            argv[at:at + 2] = [a for k, _ in self.command.secrets for a in ("-x", k)]
+        return shlex.join(["env", *env, *argv] if env else argv)
 
     @property
     def secret_names(self) -> tuple[str, ...]:
-        """The secrets a by-hand run needs exported: in the delta, or sent by file (Gloo)."""
+        """The secrets a by-hand run needs exported: in the delta, or sent by file."""
         names = [k for k, v in self.command.env if is_secret(k, v)]
         return tuple(dict.fromkeys([*names, *(k for k, _ in self.command.secrets)]))
 
@@ -172,10 +126,10 @@ class LaunchPlan:
         if self.command.secrets:
             where = dict(self.command.env)[envvars.ENV_FILE]
             out.append(f"secrets to the ranks by file ({where}, 0600 on every host while the "
-                       "job runs; not through horovodrun, which would show their values in "
-                       "ps): " + " ".join(k for k, _ in self.command.secrets))
+                       f"job runs; not through {self.backend.value}: {_EXPOSES[self.backend]}): "
+                       + " ".join(k for k, _ in self.command.secrets))
         secret = self.secret_names
-        risk = "; run so, horovodrun shows their values in ps" if self.command.secrets else ""
+        risk = f"; run so, {_EXPOSES[self.backend]}" if self.command.secrets else ""
         out.append("command (runs by hand from the working dir"
                    + (f", with {' '.join(secret)} exported{risk}" if secret else "") + "):")
         out.append(f"    {self.by_hand_argv}")
@@ -183,7 +137,7 @@ class LaunchPlan:
 
     def to_json(self) -> dict[str, Any]:
         data = self._json()
-        if self.command.unset:  # Gloo: names only, as everywhere in plan.json
+        if self.command.unset:  # by file: names only, as everywhere in plan.json
             data["secrets_by_file"] = list(self.command.unset)
         return data
 
@@ -206,6 +160,11 @@ class LaunchPlan:
 
     def to_json_text(self) -> str:
         return json.dumps(self.to_json(), indent=2)
+
+
+_EXPOSES = {Backend.MPIRUN: "mpirun sends their values to every host in clear",
+            Backend.HOROVODRUN: "horovodrun shows their values in ps or sends them in clear",
+            Backend.SRUN: ""}
 
 
 def recorded_spec(spec: LaunchSpec) -> dict[str, Any]:
@@ -272,7 +231,11 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
             "to forward",
             f"set it first (export {missing[0]}=...) or pass --env {missing[0]}=VALUE",
         )
-    gloo = spec.gloo and spec.launcher is Backend.HOROVODRUN
+    # the secrets that would cross the network or reach a command line go by file instead
+    hidden = by_file(spec.launcher, inputs.environ, delta, forward)
+    if hidden and spec.launcher is Backend.MPIRUN:  # -x the file's name, never theirs
+        names = {k for k, _ in hidden}
+        forward = (*(n for n in forward if n not in names), envvars.ENV_FILE)
     attempt = f"attempt-{inputs.attempt}"
     ctx = LaunchContext(
         python=spec.python or inputs.python,
@@ -291,7 +254,7 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         user_btl="OMPI_MCA_btl" in inputs.environ,
         entry=spec.entry,
         mpi_args=spec.mpi_args,
-        secrets=gloo_secrets(inputs.environ, delta) if gloo else (),
+        secrets=hidden,
         secrets_file=secretfile.path_for(inputs.run_id, inputs.attempt),
     )
     backend = backend_for(spec.launcher)

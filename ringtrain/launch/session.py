@@ -215,7 +215,7 @@ class Session:
         return alloc
 
     def _attempt(self, attempt: int, alloc: Allocation, checked: Preflight) -> JobResult:
-        control = ControlServer(bind=checked.control_host, ranks=alloc.np)
+        control = ControlServer(bind=checked.control_host, ranks=alloc.np, per_host=alloc.busiest)
         self._live = (None, control)
         delivery: Delivery | None = None
         try:

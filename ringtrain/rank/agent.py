@@ -8,7 +8,10 @@ Started by ``ringtrain.rank.entry`` in every rank before the training script whe
   The launcher must answer it proving it holds the job's token (events.py's handshake) before
   the agent hears or tells it anything; the token itself never goes on the wire. A wrong
   proof, a line over ``MAX_LAUNCHER_LINE`` or nothing at all: the agent closes the connection
-  and the dead-man switch below ends the rank, as for a launcher that never answered.
+  and the dead-man switch below ends the rank, as for a launcher that never answered. A
+  connection closed before the launcher's challenge (the launcher had no place for it: a flood
+  of idle connections on its port, launch/admission.py) is tried again, a new connection and a
+  new nonce, up to ``CHECKIN_TRIES`` times with a growing pause.
 * An import hook (rank/hooks.py) wraps ``HorovodBasics.init`` (shared by every Horovod
   framework binding), so ``init`` is reported for any script, not just ringtrain's: the
   launcher tells which ranks have not arrived when start-up hangs; the sockets ``init`` opened
@@ -23,7 +26,9 @@ Started by ``ringtrain.rank.entry`` in every rank before the training script whe
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -42,6 +47,9 @@ from ringtrain.rank.events import (
     encode,
     rank_seals,
 )
+
+CHECKIN_TRIES = 8  # connections closed before the challenge, then the rank gives up
+RETRY_PAUSE_S = (0.1, 2.0)  # the pause after the first one, doubling, at most the second
 
 
 def rank_from_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> int:
@@ -79,6 +87,17 @@ class RankAgent:
                     return False
                 time.sleep(0.5)
         self._sock.settimeout(None)
+        self._hello()
+        for target in (self._read, self._beat, self._watch):
+            threading.Thread(
+                target=target, name=f"ringtrain-{target.__name__}", daemon=True
+            ).start()
+        # the script's first words (init, api) wait for the launcher's proof: a round trip. A
+        # launcher that gives none in time is none: the dead-man switch ends this rank
+        self._trusted.wait(self.launcher_timeout)
+        return True
+
+    def _hello(self) -> None:
         ppid = os.getppid()
         self._put(encode(
             "hello",
@@ -91,14 +110,6 @@ class RankAgent:
             parent=procfs.comm(ppid),
             parent_start=procfs.start_time(ppid),
         ))
-        for target in (self._read, self._beat, self._watch):
-            threading.Thread(
-                target=target, name=f"ringtrain-{target.__name__}", daemon=True
-            ).start()
-        # the script's first words (init, api) wait for the launcher's proof: a round trip. A
-        # launcher that gives none in time is none: the dead-man switch ends this rank
-        self._trusted.wait(self.launcher_timeout)
-        return True
 
     def send(self, kind: str, **fields: Any) -> None:
         """To the launcher, sealed, once it proved it holds the token (before that: dropped)."""
@@ -125,19 +136,10 @@ class RankAgent:
     def _read(self) -> None:
         """The launcher's challenge first (answered with this rank's proof), then its
         messages; a line over ``MAX_LAUNCHER_LINE`` ends the connection."""
-        sock = self._sock
-        assert sock is not None
-        with contextlib.suppress(OSError, ValueError), sock.makefile("rb") as stream:
-            first = stream.readline(MAX_LAUNCHER_LINE + 1)
-            reply = answer(self.token, self._nonce, first)
-            if reply is None:
-                self._hang_up("did not prove it holds the job's token" if first else
-                              "closed the connection (it refused this rank's hello?)")
-                return
-            self._put(reply)
-            self._out, self._in = rank_seals(self.token, self._nonce, first)
-            self.last_heard = time.monotonic()
-            self._trusted.set()
+        stream = self._handshake()
+        if stream is None:
+            return
+        with contextlib.suppress(OSError, ValueError), stream:
             while line := stream.readline(MAX_LAUNCHER_LINE + 1):
                 if len(line) > MAX_LAUNCHER_LINE:
                     self._hang_up(f"sent a line over {MAX_LAUNCHER_LINE} bytes")
@@ -146,6 +148,54 @@ class RankAgent:
                     self._heard(line)
                 except Exception as err:  # a message nobody foresaw: the reader goes on
                     _warn(f"a message from the launcher failed: {err!r}")
+
+    def _handshake(self) -> io.BufferedReader | None:
+        """The launcher's challenge, answered; the connection's stream, or None (hung up).
+        A connection closed before the challenge is tried again (``CHECKIN_TRIES``)."""
+        for tries in range(1, CHECKIN_TRIES + 1):
+            sock = self._sock
+            if sock is None:
+                return None
+            stream = sock.makefile("rb")
+            try:
+                first = stream.readline(MAX_LAUNCHER_LINE + 1)
+            except (OSError, ValueError):  # reset: closed, as far as this rank can tell
+                first = b""
+            reply = answer(self.token, self._nonce, first) if first else None
+            if reply is not None:
+                self._put(reply)
+                self._out, self._in = rank_seals(self.token, self._nonce, first)
+                self.last_heard = time.monotonic()
+                self._trusted.set()
+                return stream
+            stream.close()
+            if first:
+                self._hang_up("did not prove it holds the job's token")
+                return None
+            if tries == CHECKIN_TRIES or not self._again(tries):
+                break
+        self._hang_up(f"closed the connection before its challenge {CHECKIN_TRIES} times "
+                      "(it refused this rank's hello, or had no place for it?)")
+        return None
+
+    def _again(self, tries: int) -> bool:
+        """Check in again on a new connection, after a pause growing with ``tries``; False
+        when the launcher cannot be reached."""
+        low, high = RETRY_PAUSE_S
+        time.sleep(min(high, low * 2 ** (tries - 1)) * (0.5 + secrets.SystemRandom().random()))
+        old, self._sock = self._sock, None
+        if old is not None:
+            with contextlib.suppress(OSError):
+                old.close()
+        try:
+            sock = socket.create_connection(self.addr, timeout=3)
+        except OSError:
+            return False
+        sock.settimeout(None)
+        self._nonce = os.urandom(16).hex()  # the proofs name this connection's nonce
+        self._sock = sock
+        self._hello()
+        return True
 
     def _heard(self, line: bytes) -> None:
         """One line from the launcher, sealed for this connection, of a kind it sends; else

@@ -10,7 +10,7 @@ What each rank does before and after the training script:
   each chunk a rank writes, so unbuffered output (``print`` writes the text and the newline
   separately) and progress bars (backspaces, carriage returns) tore lines apart; now each line
   is one write, and a progress bar's final state is one line.
-* under horovodrun --gloo, it first reads the secrets file ``RINGTRAIN_ENV_FILE`` names into
+* under mpirun and horovodrun, it first reads the secrets file ``RINGTRAIN_ENV_FILE`` names into
   its environment (``secretfile``): the control token, ``--env`` secrets, AWS keys. A file that
   is missing, a link, not the user's or not 0600 ends the rank with the reason.
 * it checks in with a supervising launcher (``ringtrain.rank.agent``), when there is one, and
@@ -225,7 +225,7 @@ def main(argv: list[str]) -> None:
     sys.stderr = LineStream(sys.stderr)
     atexit.register(_flush)  # a last partial line, at a normal exit
     try:
-        secretfile.apply()  # horovodrun --gloo: the secrets (the agent's token too) by file
+        secretfile.apply()  # mpirun, horovodrun: the secrets (the agent's token too) by file
     except secretfile.SecretFileError as err:
         sys.stderr.write(f"ringtrain: cannot take the secrets from their file on "
                          f"{socket.gethostname()}: {err}\n")

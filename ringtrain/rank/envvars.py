@@ -20,7 +20,7 @@ CHECKPOINT_GRACE = "RINGTRAIN_CHECKPOINT_GRACE"  # seconds a storage outage may 
 GLOO_PER_HOST = "RINGTRAIN_GLOO_PER_HOST"  # bench: ranks per host for Gloo rendezvous
 RELAY_FD = "RINGTRAIN_RELAY_FD"  # set by the rank entry for a program it runs as its child
 TF_CLUSTER = "RINGTRAIN_TF_CLUSTER"  # TF strategies: the cluster and each rank's task (JSON)
-ENV_FILE = "RINGTRAIN_ENV_FILE"  # horovodrun --gloo: the file of the secret values (a path)
+ENV_FILE = "RINGTRAIN_ENV_FILE"  # mpirun, horovodrun: the file of the secret values (a path)
 WARM = "RINGTRAIN_WARM"  # --elastic with spares: the run whose warm processes may take a rank
 WARM_TAKEN = "RINGTRAIN_WARM_TAKEN"  # set in a warm process once it is the rank: never again
 # horovodrun: the launcher's folder of its ssh shim, first on horovodrun's PATH, which reaches

@@ -379,3 +379,62 @@ def test_step_times_that_are_not_finite_are_left_out() -> None:
         assert (steps.compute, steps.wall, steps.total_steps) == (None, None, 0)
     finally:
         server.close()
+
+
+def test_a_flood_from_one_address_cannot_keep_the_ranks_out() -> None:
+    """Issue 40: idle connections from one address, reopened as fast as the server closes
+    them, while a job's ranks (real agents, from another address) check in. The flood holds
+    at most ``max_per_source`` places, each for ``IDLE_S`` at most: every rank is heard.
+    (Before: 64 idle connections filled ``max_pending`` and every rank was refused.)"""
+    from ringtrain.rank.agent import RankAgent
+
+    server = ControlServer(ranks=10, per_host=10)
+    host, port = server.address.rsplit(":", 1)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def open_(sock: socket.socket) -> bool:
+        try:
+            return sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) != b""
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+
+    def flood() -> None:  # from 127.0.0.2: loopback answers for all of 127/8
+        while not stop.is_set():
+            for sock in [s for s in held if not open_(s)]:
+                held.remove(sock)
+                sock.close()
+            while len(held) < 3 * MAX_PENDING and not stop.is_set():
+                sock = socket.socket()
+                sock.bind(("127.0.0.2", 0))
+                try:
+                    sock.connect((host, int(port)))
+                except OSError:
+                    sock.close()
+                    break
+                held.append(sock)
+            time.sleep(0.01)
+
+    flooder = threading.Thread(target=flood, daemon=True)
+    flooder.start()
+    try:
+        assert _wait(lambda: server.refused > MAX_PENDING)  # the flood is on: refused at once
+        agents = [RankAgent(server.address, server.token, rank=r, launcher_timeout=60)
+                  for r in range(10)]
+        for agent in agents:
+            agent._die = lambda why: None  # type: ignore[method-assign]
+        starts = [threading.Thread(target=a.start, daemon=True) for a in agents]
+        for thread in starts:
+            thread.start()
+        assert _wait(lambda: len(server.snapshot().ranks) == 10, timeout=20), (
+            [r.rank for r in server.snapshot().ranks])
+        assert flooder.is_alive()  # it flooded all along
+        assert len(server._pending) <= server.max_per_source
+    finally:
+        stop.set()
+        flooder.join(timeout=5)
+        for sock in held:
+            sock.close()
+        server.close()

@@ -1,4 +1,4 @@
-"""deliver(): the secrets file of a horovodrun --gloo job goes to every other host through the
+"""deliver(): the secrets file of a job (mpirun, horovodrun) goes to every other host through the
 Remote seam, the values on stdin and never in argv; a host that cannot take it stops the
 launch, naming the host, and the hosts that took it give it back. (Only hosts that are not
 this machine here: this machine's file is written directly, tests/unit/test_secretfile.py.)"""
@@ -56,7 +56,7 @@ def test_a_host_that_cannot_take_it_stops_the_launch_and_the_others_give_it_back
     assert info.value.message == (
         f"cannot write the secrets file {PATH} on gpu02, so the job was not started: "
         f"gpu02: {secretfile.DIR} is a symbolic link; refused")
-    assert "--backend mpirun" in info.value.hint
+    assert "~/.ringtrain/secrets" in info.value.hint
     assert remote.calls[-1][:2] == (("gpu01",), REMOVE)  # taken back where it was written
 
 
@@ -84,7 +84,10 @@ def test_a_remote_that_cannot_pass_stdin_is_refused_before_anything_runs() -> No
         deliver(_NoStdin(), _plan(), PY)
 
 
-def test_nothing_is_delivered_without_gloo() -> None:
+def test_nothing_is_delivered_without_secrets() -> None:
     remote = FakeRemote()
-    assert deliver(remote, _plan(gloo=False), PY) is None
+    request = LaunchSpec(script="train.py", host_spec="gpu01:2,gpu02:2", working_dir=Path("/w"))
+    inputs = PlanInputs(run_id="R1", environ={"PATH": "/bin"}, is_root=False, python=PY)
+    plan = make_plan(request, allocate(parse_host_spec("gpu01:2,gpu02:2"), None), inputs)
+    assert deliver(remote, plan, PY) is None  # a dry run's plan: no token, no secret
     assert remote.calls == []

@@ -90,8 +90,10 @@ def test_secret_values_never_in_argv_or_description() -> None:
     plan = _plan(env=(EnvSpec("MY_TOKEN"), EnvSpec("API_SECRET", "hunter2")))
     text = plan.describe() + plan.to_json_text() + " ".join(plan.command.argv)
     assert "hunter2" not in text and "s3cr3t" not in text
-    assert f"API_SECRET={REDACTED}" in plan.describe()
-    assert ("API_SECRET", "hunter2") in plan.command.env  # the real value still reaches the job
+    srun = _plan(backend=Backend.SRUN, env=(EnvSpec("MY_TOKEN"), EnvSpec("API_SECRET", "hunter2")))
+    assert f"API_SECRET={REDACTED}" in srun.describe()
+    assert ("API_SECRET", "hunter2") in srun.command.env  # the real value still reaches the job
+    assert ("API_SECRET", "hunter2") in plan.command.secrets  # mpirun: by the secrets file
 
 
 def test_horovodrun_gloo_plan_matches_golden() -> None:
@@ -283,25 +285,72 @@ def test_gloo_gives_horovodrun_the_secrets_names_only_and_their_values_by_file()
     assert "~/.ringtrain/secrets/R1-2.json" not in plan.by_hand_argv  # no such file by hand
 
 
-@pytest.mark.parametrize(("backend", "gloo"), [(None, False), (Backend.HOROVODRUN, False)],
-                         ids=["mpirun", "horovodrun-mpi"])
-def test_only_gloo_sends_secrets_by_file(backend: Backend | None, gloo: bool) -> None:
-    """mpirun (and horovodrun over MPI) pass variables by name through their own daemons:
-    their plans are as before, the values in the environment delta, nothing unset."""
-    plan, environ = _supervised(backend, gloo=gloo)
+def _x_names(argv: tuple[str, ...]) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-x"]
+
+
+def test_mpirun_forwards_the_secrets_file_not_the_secrets() -> None:
+    """Issue 40: Open MPI ships the value of every ``-x`` name to each host's orted in its
+    launch message, in clear. The token, AWS keys and --env secrets go by the secrets file;
+    mpirun forwards its name, RINGTRAIN_ENV_FILE, and has none of them in its environment.
+    (MY_TOKEN, in the launcher's environment but never forwarded, stays where it is.)"""
+    plan, environ = _supervised(None, attempt=2)
+    command = plan.command
+    names = _x_names(command.argv)
+    sent = {**{k: v for k, v in SECRETS.items() if k != "MY_TOKEN"},
+            "HOROVOD_SECRET_KEY": "hvd"}  # forwarded (HOROVOD_*) and a secret: by file too
+    assert envvars.CONTROL_TOKEN not in names and not set(SECRETS) & set(names)
+    assert envvars.ENV_FILE in names and "MODE" in names and "PATH" in names
+    assert set(plan.forwarded) == set(names)
+    child = command.environment(environ)  # what mpirun is started with (local ranks inherit)
+    assert not set(sent.values()) & set(child.values())
+    assert not set(sent) & set(child)
+    assert set(command.unset) == set(sent) and dict(command.secrets) == sent
+    assert child[envvars.ENV_FILE] == "~/.ringtrain/secrets/R1-2.json"  # same on every host
+    assert child["MODE"] == "fast"
+    shown = plan.describe() + plan.to_json_text() + repr(command) + " ".join(command.argv)
+    assert not [v for v in SECRETS.values() if v in shown]
+    assert plan.to_json()["secrets_by_file"] == sorted(sent)
+    assert "secrets to the ranks by file" in plan.describe()
+    # by hand there is no file: the secrets are forwarded by name again (their values exported)
+    by_hand = plan.by_hand_argv
+    assert envvars.ENV_FILE not in by_hand and f"-x {envvars.CONTROL_TOKEN}" in by_hand
+    assert "-x API_SECRET" in by_hand and "hunter2" not in by_hand
+
+
+def test_horovodrun_mpi_sends_secrets_by_file_as_gloo_does() -> None:
+    """horovodrun --mpi gives its mpirun ``-x`` for its whole environment: the same file."""
+    plan, environ = _supervised(Backend.HOROVODRUN)
+    command = plan.command
+    assert "--mpi" in command.argv
+    child = command.environment(environ)
+    assert not set(SECRETS) & set(child) and dict(command.secrets) == SECRETS
+    assert child[envvars.ENV_FILE] == "~/.ringtrain/secrets/R1-1.json"
+    assert child["HOROVOD_SECRET_KEY"] == "hvd"  # horovodrun never exports it: left alone
+
+
+def test_srun_sends_no_secrets_file() -> None:
+    """srun: Slurm carries the environment itself (docs/THREAT_MODEL.md): as before."""
+    plan, environ = _supervised(Backend.SRUN)
     command = plan.command
     assert (command.unset, command.secrets) == ((), ())
     assert envvars.ENV_FILE not in dict(command.env)
-    assert dict(command.env)["API_SECRET"] == "hunter2"
     assert dict(command.env)[envvars.CONTROL_TOKEN] == "tok-value"
     assert command.environment(environ) == {**environ, **dict(command.env)}
-    assert "secrets_by_file" not in plan.to_json()
+
+
+def test_mpirun_without_secrets_is_as_before() -> None:
+    """A dry run (no control token) with no secret anywhere: no file, nothing unset."""
+    plan = _plan()
+    assert (plan.command.unset, plan.command.secrets) == ((), ())
+    assert envvars.ENV_FILE not in _x_names(plan.command.argv)
 
 
 def test_secrets_are_redacted_by_value_as_well_as_by_name() -> None:
     """Issue 23: DATABASE_URL=postgres://u:pw@... was stored whole: a URL's password (and a
     private key) is a secret whatever the variable is called."""
-    plan = _plan(env=(EnvSpec("DATABASE_URL", "postgres://app:hunter2@db:5432/x"),
+    plan = _plan(backend=Backend.SRUN,  # srun: the values in its environment, so in plan.json
+                 env=(EnvSpec("DATABASE_URL", "postgres://app:hunter2@db:5432/x"),
                       EnvSpec("TLS_PEM", "-----BEGIN PRIVATE KEY-----\nabc"),
                       EnvSpec("SITE", "https://example.org/a:b@c")))
     text = plan.to_json_text() + plan.describe()

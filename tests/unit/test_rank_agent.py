@@ -254,3 +254,51 @@ def test_a_lost_rank_makes_the_launcher_tell_its_rings_survivors_to_abort(
         assert aborted == [(os.getpid(), 3)]  # nobody else
     finally:
         server.close()
+
+
+def test_a_check_in_closed_before_its_challenge_is_tried_again(heard: list[str]) -> None:
+    """Issue 40: one address holds every place it may hold before the handshake (idle
+    connections); the agent's check-in from there is closed at once. The idle ones are closed
+    after ``IDLE_S``; the agent, connecting again with a new nonce, is heard."""
+    server = ControlServer(ranks=1, per_host=1)
+    host, port = server.address.rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port))) for _ in range(server.max_per_source)]
+    try:
+        assert _wait(lambda: len(server._pending) == server.max_per_source)
+        agent = _agent(server.address, server.token, heard, rank=5)
+        assert agent.start()
+        assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [5], timeout=15)
+        assert server.refused > server.max_per_source  # the agent's first try among them
+        assert heard == []  # never hung up, never its dead-man switch
+    finally:
+        for sock in idle:
+            sock.close()
+        server.close()
+
+
+def test_an_agent_gives_up_after_its_tries_and_says_why(
+        heard: list[str], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Something at the address that closes every connection unheard: a bounded number of
+    tries, then the agent hangs up (its dead-man switch ends the rank later)."""
+    monkeypatch.setattr(rankagent, "RETRY_PAUSE_S", (0.01, 0.02))
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def close_all() -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            sock.close()
+
+    threading.Thread(target=close_all, daemon=True).start()
+    try:
+        agent = _agent(f"127.0.0.1:{listener.getsockname()[1]}", TOKEN, heard, timeout=1.0)
+        agent.start()
+        assert _wait(lambda: "before its challenge" in capsys.readouterr().err, timeout=10)
+        assert len(accepted) == rankagent.CHECKIN_TRIES
+    finally:
+        listener.close()
