@@ -57,8 +57,13 @@ def path_for(run_id: str, attempt: int) -> str:
 
 def home() -> Path:
     """The user's home from the password database, not ``$HOME``: horovodrun forwards the
-    launcher's ``HOME`` to every host, where it need not be the user's home."""
-    return Path(pwd.getpwuid(os.getuid()).pw_dir)
+    launcher's ``HOME`` to every host, where it need not be the user's home. Where that home
+    is no directory on this host (``nobody``'s ``/nonexistent``, an account whose home was
+    never made here), ``$HOME``: the writer and the reader on a host both ask this."""
+    listed = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    if listed.is_dir():
+        return listed
+    return Path(os.environ.get("HOME") or listed)
 
 
 def resolve(path: str, root: Path | None = None) -> Path:

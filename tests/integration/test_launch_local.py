@@ -98,7 +98,8 @@ def test_dry_run_argv_runs_by_hand(tmp_path: Path) -> None:
 
 def test_dry_run_plan_is_the_plan_that_runs(tmp_path: Path) -> None:
     """Same pre-flight, placement and network settings; only the run id and the supervision
-    variables (control address and token, launcher timeout) differ."""
+    variables (control address and token, launcher timeout, and the secrets file that carries
+    the token to the hosts) differ."""
     script = tmp_path / "hello.py"
     script.write_text("print('hello')\n")
     dry = _launch(tmp_path, "--dry-run", "-H", "localhost:2", str(script))
@@ -109,10 +110,15 @@ def test_dry_run_plan_is_the_plan_that_runs(tmp_path: Path) -> None:
     for run_dir in (tmp_path / "runs").iterdir():
         plan = json.loads((run_dir / "attempt-1" / "plan.json").read_text())
         supervised = "RINGTRAIN_CONTROL_ADDR" in plan["env"]
-        text = json.dumps({k: plan[k] for k in ("argv", "env", "forwarded", "hostfile", "np")})
-        sup = r"RINGTRAIN_(?:CONTROL_\w+|LAUNCHER_TIMEOUT)"  # supervision: real launch only
-        text = re.sub(rf'"-x", "{sup}", |"{sup}"(: "[^"]*")?, ', "",
-                      text.replace(plan["run_id"], "RUN"))
+        # supervision: real launch only (the token goes by the file RINGTRAIN_ENV_FILE names)
+        sup = re.compile(r"RINGTRAIN_(?:CONTROL_\w+|LAUNCHER_TIMEOUT|ENV_FILE)\Z")
+        argv = plan["argv"]
+        kept = [a for i, a in enumerate(argv) if not sup.match(a)
+                and not (a == "-x" and i + 1 < len(argv) and sup.match(argv[i + 1]))]
+        shown = {"argv": kept, "env": {k: v for k, v in plan["env"].items() if not sup.match(k)},
+                 "forwarded": [n for n in plan["forwarded"] if not sup.match(n)],
+                 "hostfile": plan["hostfile"], "np": plan["np"]}
+        text = json.dumps(shown).replace(plan["run_id"], "RUN")
         plans[supervised] = json.loads(text)
     assert set(plans) == {False, True}
     assert "127.0.0.0/8" in plans[False]["argv"]  # the pre-flight's network choice, in both
