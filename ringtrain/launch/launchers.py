@@ -33,7 +33,6 @@ FORWARD_NAMES = (
     "VIRTUAL_ENV",
     "TF_CPP_MIN_LOG_LEVEL",
     "OMP_NUM_THREADS",
-    "CUDA_VISIBLE_DEVICES",
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
@@ -47,7 +46,6 @@ FORWARD_NAMES = (
 FORWARD_PREFIXES = (
     "HOROVOD_",
     "NCCL_",
-    envvars.PREFIX,
     "TF_CPP_",
     "TF_ENABLE_",
     "TF_FORCE_",
@@ -70,11 +68,12 @@ class Command:
     env: tuple[tuple[str, str], ...] = ()
     unset: tuple[str, ...] = ()
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    withheld: tuple[str, ...] = ()  # the launcher's own variables kept from the ranks
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
         """The command's whole environment, on top of the launcher's own ``base``."""
         env = {**base, **dict(self.env)}
-        for name in self.unset:
+        for name in (*self.unset, *self.withheld):
             env.pop(name, None)
         return env
 
@@ -109,17 +108,45 @@ class LauncherBackend(Protocol):
     def build(self, alloc: Allocation, ctx: LaunchContext) -> Command: ...
 
 
+# Kept from the ranks unless ``--env`` names them: each rank takes the GPU of its local rank
+# (Horovod's pinning recipe, ``gpus[hvd.local_rank()]``), so the launching shell's list would
+# hide GPUs from local ranks 1-7, or all of them where it is empty (a login node). horovodrun's
+# environment filter drops it too, and the DeepSpeed launcher deletes it.
+WITHHELD_NAMES = ("CUDA_VISIBLE_DEVICES",)
+
+
 def forwarded_names(
     environ: Mapping[str, str], delta: Mapping[str, str], extra: Sequence[str]
 ) -> tuple[str, ...]:
-    """Names to pass with ``-x``: the fixed list and prefixes when set, plus ``--env`` names."""
+    """Names to pass with ``-x``: the fixed list and prefixes when set, ringtrain's own
+    variables as the launcher sets them for this run (``delta``), plus ``--env`` names."""
     names = dict.fromkeys(n for n in FORWARD_NAMES if n in environ or n in delta)
     for name in sorted(set(environ) | set(delta)):
         if name.startswith(FORWARD_PREFIXES):
             names[name] = None
+    for name in sorted(delta):
+        if name.startswith(envvars.PREFIX):
+            names[name] = None
     for name in extra:
         names[name] = None
     return tuple(names)
+
+
+def withheld_names(
+    environ: Mapping[str, str], delta: Mapping[str, str], extra: Sequence[str]
+) -> tuple[str, ...]:
+    """Names in the launcher's environment that reach no rank: ``WITHHELD_NAMES`` and the
+    launcher's own settings (``RINGTRAIN_HOSTS``, ``RINGTRAIN_PYTHON``, any ``RINGTRAIN_*``
+    it does not set for the ranks), unless ``--env`` names them. They leave the launcher
+    command's environment too: its ranks on the launcher's host would inherit them. The
+    simulated cluster's ``RINGTRAIN_SIM_*`` stay: its sshd sets them for all on a host."""
+    asked = {*delta, *extra}
+    return tuple(name for name in sorted(environ) if name not in asked and (
+        name in WITHHELD_NAMES or (name.startswith(envvars.PREFIX)
+        and not name.startswith(SIM_HOST_PREFIX))))
+
+
+SIM_HOST_PREFIX = "RINGTRAIN_SIM_"
 
 
 def rank_argv(ctx: LaunchContext, *, mpi: bool) -> tuple[str, ...]:

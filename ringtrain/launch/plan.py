@@ -24,6 +24,7 @@ from ringtrain.launch.launchers import (
     backend_for,
     forwarded_names,
     ssh_shim,
+    withheld_names,
 )
 from ringtrain.launch.secretvars import REDACTED, by_file, is_secret, redact_env
 from ringtrain.rank import envvars, secretfile
@@ -92,7 +93,8 @@ class LaunchPlan:
         if self.backend is Backend.MPIRUN and self.command.secrets:
             at = next(i for i in range(len(argv) - 1) if argv[i:i + 2] == ["-x", envvars.ENV_FILE])
             argv[at:at + 2] = [a for k, _ in self.command.secrets for a in ("-x", k)]
-        return shlex.join(["env", *env, *argv] if env else argv)
+        unset = [a for name in self.command.withheld for a in ("-u", name)]
+        return shlex.join(["env", *unset, *env, *argv] if env or unset else argv)
 
     @property
     def secret_names(self) -> tuple[str, ...]:
@@ -123,6 +125,9 @@ class LaunchPlan:
             for k, v in redact_env(self.command.env)
         ]
         out.append("environment forwarded to ranks by name: " + " ".join(self.forwarded))
+        if self.command.withheld:
+            out.append("kept from the ranks (set in this shell; --env NAME sends one): "
+                       + " ".join(self.command.withheld))
         if self.command.secrets:
             where = dict(self.command.env)[envvars.ENV_FILE]
             out.append(f"secrets to the ranks by file ({where}, 0600 on every host while the "
@@ -139,6 +144,8 @@ class LaunchPlan:
         data = self._json()
         if self.command.unset:  # by file: names only, as everywhere in plan.json
             data["secrets_by_file"] = list(self.command.unset)
+        if self.command.withheld:
+            data["withheld"] = list(self.command.withheld)
         return data
 
     def _json(self) -> dict[str, Any]:
@@ -224,6 +231,7 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         delta[envvars.TF_CLUSTER] = tfcluster.encode(tfcluster.cluster_for(alloc, spec))
     extra = [e.name for e in spec.env]
     forward = forwarded_names(inputs.environ, delta, extra)
+    withheld = withheld_names(inputs.environ, delta, extra)
     missing = [e.name for e in spec.env if e.value is None and e.name not in inputs.environ]
     if missing:
         raise UsageError(
@@ -258,7 +266,7 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         secrets_file=secretfile.path_for(inputs.run_id, inputs.attempt),
     )
     backend = backend_for(spec.launcher)
-    command = backend.build(alloc, ctx)
+    command = replace(backend.build(alloc, ctx), withheld=withheld)
     near = ctx  # the same, its files named as the launcher's children reach them
     if inputs.reach is not None:
         # past Open MPI's tree radix its daemons run the ssh on the hosts: there only the
@@ -274,7 +282,8 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         shim = ssh_shim(inputs.ssh_program, near.ssh_config)
     return LaunchPlan(
         reach=inputs.reach,
-        reached_command=backend.build(alloc, near) if inputs.reach is not None else None,
+        reached_command=replace(backend.build(alloc, near), withheld=withheld)
+        if inputs.reach is not None else None,
         ssh_config_text=ssh_text,
         ssh_shim_text=shim,
         elastic_hosts_text="".join(f"{name}:{slots}\n" for name, slots in (
