@@ -62,7 +62,7 @@ def host_row(hv: HostVerdict, r: ProbeResult, policy: PreflightPolicy) -> tuple[
     for long, short in _MPI_SHORT:
         mpi = mpi.replace(long, short) if mpi else mpi
     parts = [("py", v.python), ("tf", v.tensorflow), ("hvd", v.horovod), ("", mpi),
-             ("drv", r.driver_version)]
+             ("drv", r.driver_version), ("rt", v.ringtrain or None)]
     versions = " ".join(f"{k} {val}".strip() for k, val in parts if val) or "-"
     # Text, not str: a GPU name or version printed by a host is never rich markup ("[/x]" would
     # end `ringtrain check` with a MarkupError)

@@ -11,7 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ringtrain.rank.events import count, encode, is_nonce, launcher_proof, rank_proof, same
+from ringtrain import __version__
+from ringtrain.rank.events import (
+    PROTOCOL,
+    count,
+    encode,
+    is_nonce,
+    launcher_proof,
+    rank_proof,
+    same,
+)
 
 MAX_NAME = 255
 
@@ -31,9 +40,17 @@ class Hello:
 
 
 def read_hello(msg: dict[str, Any]) -> Hello | str:
-    """The hello, or what was wrong with the message (for the log: a bounded text)."""
+    """The hello, or what was wrong with the message (for the log: a bounded text). A rank of
+    another ringtrain release (another ``PROTOCOL``; none before there was one) is refused by
+    name, with the fix."""
     if msg.get("t") != "hello":
         return f"a {str(msg.get('t'))[:40]!r} before the hello"
+    proto = msg.get("proto", 0)
+    if proto != PROTOCOL:
+        who = f"rank {str(msg.get('rank'))[:12]} on {str(msg.get('host'))[:MAX_NAME]}"
+        return (f"{who} speaks ringtrain control protocol {str(proto)[:12]}, this launcher "
+                f"{PROTOCOL} (ringtrain {__version__}): install ringtrain {__version__} in "
+                "the ranks' Python on that host (README: On the GPU hosts)")
     bad = [k for k in ("rank", "pid") if count(msg.get(k)) is None]
     bad += [k for k in ("start", "ppid", "parent_start")
             if msg.get(k) is not None and count(msg.get(k)) is None]

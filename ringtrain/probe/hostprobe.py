@@ -149,6 +149,18 @@ for d in [p for p in sys.path if p] + [paths["purelib"], paths["platlib"]]:
 print("horovod-nccl", nccl)
 flag = os.environ.get(SIM_FLAG, "")
 print("sim-cpu-training", "yes" if flag and os.path.exists(flag) else "-")
+try:
+    import ringtrain
+    print("ringtrain", str(getattr(ringtrain, "__version__", "unknown")).replace(" ", "_"))
+    try:
+        from ringtrain.rank import events
+        print("ringtrain-protocol", getattr(events, "PROTOCOL", 0))
+    except Exception:
+        print("ringtrain-protocol", 0)
+except ModuleNotFoundError as e:
+    print("ringtrain", "-" if e.name == "ringtrain" else "unimportable")
+except Exception:
+    print("ringtrain", "unimportable")
 """.replace("LIB_DIRS", repr(LIB_DIRS)).replace("SIM_FLAG", repr(SIM_CPU_TRAINING_ENV))
 
 PROBE_SCRIPT = f"""\

@@ -96,6 +96,10 @@ class Versions:
     tf_cudnn: str | None = None  # "nvidia-cudnn-cu12==8.9.4.25": what TF's and-cuda extra pins
     horovod_nccl: bool | None = None  # Horovod's TF ops built with NCCL; None: not known
     sim_cpu_training: bool = False  # the simulated cluster declares its GPUs train on the CPU
+    # the ranks' own ringtrain: its version, "" where that Python has none, "unimportable"
+    # where importing it failed; None: not reported. Its control protocol (rank/events.py).
+    ringtrain: str | None = None
+    ringtrain_protocol: int | None = None
 
     def items(self) -> tuple[tuple[str, str | None], ...]:
         """The versions that must agree across hosts, by package name."""
@@ -260,7 +264,13 @@ def parse_python_versions(text: str, exit_code: int | None, python: str = "pytho
         tf_cudnn=found.get("tf-cudnn"),
         horovod_nccl={"yes": True, "no": False}.get(found.get("horovod-nccl") or ""),
         sim_cpu_training=found.get("sim-cpu-training") == "yes",
+        ringtrain=(found.get("ringtrain") or "") if "ringtrain" in found else None,
+        ringtrain_protocol=_small_int(found.get("ringtrain-protocol")),
     )
+
+
+def _small_int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() and len(text) < 6 else None
 
 
 def parse_mpirun_version(text: str, exit_code: int | None) -> str | None:

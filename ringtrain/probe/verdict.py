@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from ringtrain import __version__
 from ringtrain.errors import ProbeError
 from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.probe.doctor import Baseline, Finding
@@ -19,7 +20,8 @@ from ringtrain.probe.doctor_parse import ComputeApp
 from ringtrain.probe.doctor_policy import BadHostPolicy, Judged, judge
 from ringtrain.probe.netif import NetworkChoice, choose_network
 from ringtrain.probe.probe_parse import Gpu, GpuStatus, ProbeReport, ProbeResult
-from ringtrain.probe.versiondiff import version_diff
+from ringtrain.probe.versiondiff import launcher_diff, version_diff
+from ringtrain.rank.events import PROTOCOL
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ class PreflightPolicy:
     run_id: str | None = None  # this run: its own ranks on a host are not "another job"
     baselines: tuple[tuple[str, Baseline], ...] = ()  # host -> what its last check saw
     imported: tuple[str, ...] = ()  # what the script imports (versiondiff.script_imports)
+    ringtrain: tuple[str, int] = (__version__, PROTOCOL)  # the launcher's own: every host's
 
     @property
     def bad_host(self) -> BadHostPolicy:
@@ -151,6 +154,9 @@ def evaluate(inventory: Inventory, report: ProbeReport,
         reachable, policy.imported)
     _add(warnings, version_warnings)
     _add(problems if policy.require_same_versions else warnings, version_problems)
+    ours_refused, ours_differ = launcher_diff(reachable, policy.ringtrain)
+    _add(problems, ours_refused)
+    _add(warnings, ours_differ)
     judged = _doctor(inventory, results, reachable, policy)
     verdicts = tuple(_host_verdict(h, problems[h.name], warnings[h.name], h.name in busy, policy,
                                    (*said_before[h.name], *judged.get(h.name, ())))

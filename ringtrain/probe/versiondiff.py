@@ -55,6 +55,32 @@ def version_diff(results: Sequence[ProbeResult], imported: Sequence[str] = ()) -
     return problems, warnings, job, refused
 
 
+def launcher_diff(results: Sequence[ProbeResult], own: tuple[str, int]) -> tuple[
+        dict[str, list[str]], dict[str, list[str]]]:
+    """Hosts whose ringtrain is not the launcher's ``own`` (version, control protocol) ->
+    (problems, warnings). Every rank runs ``python -m ringtrain.rank.entry`` and teardown the
+    reaper: a host without ringtrain, or with one of another protocol, would pass the rest of
+    the pre-flight and fail at the start. Another release of the same protocol is a warning."""
+    version, protocol = own
+    fix = f"install ringtrain {version} in the ranks' Python there (README: On the GPU hosts)"
+    problems: dict[str, list[str]] = {}
+    warnings: dict[str, list[str]] = {}
+    for r in results:
+        have = r.versions.ringtrain
+        if r.versions.error or have is None:  # not reported: judged by nothing here
+            continue
+        if have in ("", "unimportable"):
+            said = "is not installed in" if have == "" else "cannot be imported by"
+            problems.setdefault(r.host, []).append(f"ringtrain {said} the ranks' Python: {fix}")
+        elif r.versions.ringtrain_protocol != protocol:
+            problems.setdefault(r.host, []).append(
+                f"ringtrain {have} (the launcher's {version}) speaks control protocol "
+                f"{r.versions.ringtrain_protocol}, the launcher {protocol}: {fix}")
+        elif have != version:
+            warnings.setdefault(r.host, []).append(f"ringtrain {have} (the launcher's {version})")
+    return problems, warnings
+
+
 def _minor(v: str | None) -> str | None:
     return ".".join(v.split(".")[:2]) if v else None
 

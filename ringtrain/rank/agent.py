@@ -42,6 +42,7 @@ from ringtrain.rank.events import (
     HEARTBEAT_S,
     LAUNCHER_EVENTS,
     MAX_LAUNCHER_LINE,
+    PROTOCOL,
     Seal,
     answer,
     encode,
@@ -101,6 +102,7 @@ class RankAgent:
         ppid = os.getppid()
         self._put(encode(
             "hello",
+            proto=PROTOCOL,
             rank=self.rank,
             nonce=self._nonce,
             host=socket.gethostname(),

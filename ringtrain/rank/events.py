@@ -65,6 +65,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+# The control channel's version: a rank's hello carries it, the launcher refuses another, and
+# the pre-flight probe reads it from each host's ringtrain (hostprobe.VERSIONS_PY). Raise it
+# with any change a rank and a launcher of different releases would misread.
+PROTOCOL = 1
 HEARTBEAT_S = 1.0
 MAX_LINE = 64 * 1024  # rank -> launcher
 MAX_LAUNCHER_LINE = 1024  # launcher -> rank: its messages are short

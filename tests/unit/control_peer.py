@@ -8,7 +8,7 @@ import secrets
 import socket
 from typing import Any
 
-from ringtrain.rank.events import Seal, answer, encode, rank_seals
+from ringtrain.rank.events import PROTOCOL, Seal, answer, encode, rank_seals
 
 
 def read_line(sock: socket.socket, limit: int = 65536) -> bytes:
@@ -25,7 +25,7 @@ def read_line(sock: socket.socket, limit: int = 65536) -> bytes:
 def say_hello(sock: socket.socket, **fields: Any) -> str:
     """Send a hello with a fresh nonce (returned)."""
     nonce = secrets.token_hex(16)
-    sock.sendall(encode("hello", nonce=nonce, **fields))
+    sock.sendall(encode("hello", nonce=nonce, **{"proto": PROTOCOL, **fields}))
     return nonce
 
 

@@ -18,6 +18,7 @@ import ringtrain
 from ringtrain.launch.control import MAX_PENDING, ControlServer, Progress
 from ringtrain.rank.events import (
     MAX_LINE,
+    PROTOCOL,
     RANK_EVENTS,
     decode,
     encode,
@@ -252,7 +253,7 @@ def test_the_launcher_proves_the_token_first_and_each_proof_fits_one_connection(
         sock.sendall(auth)
         assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
         replay = _connect(server)  # what was seen on the wire, said again
-        replay.sendall(encode("hello", nonce=nonce, rank=1, host="h", pid=43))
+        replay.sendall(encode("hello", nonce=nonce, rank=1, host="h", pid=43, proto=PROTOCOL))
         again = decode(read_line(replay))
         assert again is not None and again["nonce"] != challenge["nonce"]
         replay.sendall(auth)
@@ -438,3 +439,22 @@ def test_a_flood_from_one_address_cannot_keep_the_ranks_out() -> None:
         for sock in held:
             sock.close()
         server.close()
+
+
+@pytest.mark.parametrize("proto", [None, 0, PROTOCOL + 1, "1"])
+def test_a_rank_of_another_ringtrain_release_is_refused_by_name_with_the_fix(
+        proto: object, caplog: pytest.LogCaptureFixture) -> None:
+    server = ControlServer()
+    try:
+        sock = _connect(server)
+        fields: dict[str, object] = {"rank": 0, "host": "gpu07", "pid": 42}
+        if proto is not None:  # none: a release from before the protocol had a number
+            fields["proto"] = proto
+        sock.sendall(encode("hello", nonce="c" * 32, **fields))
+        assert _closed_by_peer(sock, 5)  # no challenge
+        assert server.snapshot().ranks == ()
+    finally:
+        server.close()
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "rank 0 on gpu07 speaks ringtrain control protocol" in said
+    assert f"install ringtrain {ringtrain.__version__}" in said
