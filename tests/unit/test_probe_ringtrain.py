@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 import ringtrain
+from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.probe.hostprobe import VERSIONS_PY
-from ringtrain.probe.probe_parse import parse_python_versions
+from ringtrain.probe.probe_parse import ProbeReport, parse_probe_output, parse_python_versions
 from ringtrain.probe.verdict import HostStatus, PreflightPolicy, evaluate
 from ringtrain.rank.events import PROTOCOL
+from tests.golden import GOLDEN_DIR
 from tests.unit.test_preflight import host_text, setup
 
 
@@ -103,3 +105,18 @@ def test_another_release_of_the_same_protocol_is_a_warning() -> None:
     assert all(h.usable for h in v.hosts)
     (two,) = [h for h in v.hosts if h.host == "gpu02"]
     assert "ringtrain 1.3.9 (the launcher's 1.4.0)" in two.warnings
+
+
+def test_a_real_gpu_hosts_capture_names_its_ringtrain_and_passes() -> None:
+    """The probe run on a real H100 (driver 580, golden h100_real_idle.out): its ringtrain
+    lines read back, and the launcher of that version and protocol accepts the host."""
+    text = (GOLDEN_DIR / "probe" / "h100_real_idle.out").read_text()
+    seen = parse_probe_output("vm", text)
+    assert (seen.versions.ringtrain, seen.versions.ringtrain_protocol) == ("0.1.0", 1)
+    assert seen.gpu.gpus[0].name == "NVIDIA H100 80GB HBM3"
+    v = evaluate(Inventory((Host("vm", 1),)), ProbeReport((seen,)),
+                 PreflightPolicy(ringtrain=("0.1.0", 1), require_same_versions=False))
+    assert all(not any("ringtrain" in p for p in h.problems) for h in v.hosts)
+    newer = evaluate(Inventory((Host("vm", 1),)), ProbeReport((seen,)),
+                     PreflightPolicy(ringtrain=("0.2.0", 2)))
+    assert any("speaks control protocol 1, the launcher 2" in p for p in newer.hosts[0].problems)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ringtrain.hostfile import parse_host_spec
 from ringtrain.launch.hostrest import HostRest
 from ringtrain.launch.outcome import decide
@@ -59,10 +61,12 @@ def test_a_host_that_frees_its_gpus_is_waited_for_and_kept() -> None:
     clock = Clock({2.0: lambda: remote.on("gpu02", NVIDIA_SMI_ARGV, stdout=_rows(0, 2))})
     notes: list[str] = []
     found = recheck(remote, hosts, 15.0, notes.append, clock=clock, sleep=clock.sleep)
-    assert found.waited == (("gpu02", 2.0),) and not found.left_out and found.hosts == 2
+    # looks after 0.1, 0.2, 0.4, 0.6 s, then every 0.5 s: the one at 2.1 s finds it freed
+    assert [h for h, _ in found.waited] == ["gpu02"] and not found.left_out and found.hosts == 2
+    assert found.waited[0][1] == pytest.approx(2.1)
     assert notes[0] == ("re-check: waiting up to 15 s for the GPUs of gpu02 to be freed "
                         "(gpu02: GPU 0 busy (31000 MiB used, 0% utilization))")
-    assert notes[-1] == "re-check: gpu02 freed its GPUs after 2.0 s"
+    assert notes[-1] == "re-check: gpu02 freed its GPUs after 2.1 s"
     asked = [hosts for hosts, _, _ in remote.calls]
     assert asked[0] == ("gpu01", "gpu02") and set(asked[1:]) == {("gpu02",)}  # only the busy
 
@@ -110,7 +114,7 @@ def test_a_stop_during_the_wait_ends_it() -> None:
     asked: list[str] = []
     found = recheck(remote, hosts, 60.0, asked.append, clock=clock, sleep=clock.sleep,
                     stopped=lambda: clock.now >= 2.0)
-    assert clock.now == 2.0 and not found.left_out and not found.waited
+    assert clock.now == pytest.approx(2.1) and not found.left_out and not found.waited
 
 
 def test_a_host_whose_processes_outlived_the_teardown_is_left_out() -> None:
@@ -125,3 +129,18 @@ def test_a_host_whose_processes_outlived_the_teardown_is_left_out() -> None:
     assert decision.suspect == ("gpu03",) and "avoiding gpu03" in decision.reason
     clean = JobResult(JobState.FAILED, 1, Path("/r"), 1.0, teardown=teardown[:1])
     assert decide(clean, 1, RestartPolicy(max_restarts=2)).exclude == ()
+
+
+def test_the_first_looks_come_quickly_then_every_half_second() -> None:
+    """A killed rank's memory is freed within a quarter second on a real GPU: the first
+    look after the one that found it busy comes 0.1 s later, not 0.5 s."""
+    hosts = parse_host_spec("gpu01:1").hosts
+    remote = FakeRemote().on("gpu01", NVIDIA_SMI_ARGV, stdout=_rows(31000))
+    clock = Clock({0.1: lambda: remote.on("gpu01", NVIDIA_SMI_ARGV, stdout=_rows(0))})
+    found = recheck(remote, hosts, 15.0, lambda _: None, clock=clock, sleep=clock.sleep)
+    assert found.waited == (("gpu01", 0.1),) and len(remote.calls) == 2
+    pauses: list[float] = []
+    stuck = FakeRemote().on("gpu01", NVIDIA_SMI_ARGV, stdout=_rows(31000))
+    recheck(stuck, hosts, 3.0, lambda _: None, clock=clock, sleep=pauses.append,
+            stopped=lambda: len(pauses) >= 7)
+    assert pauses == [0.1, 0.1, 0.2, 0.2, 0.5, 0.5, 0.5]
