@@ -290,3 +290,29 @@ def test_a_console_nobody_reads_never_delays_supervision(tmp_path: Path) -> None
     assert result["failed_rank"] == 1
     log = (_run_dir(tmp_path) / "attempt-1" / "rank.0.log").read_text()
     assert "line 019999" in log  # every line is in the log, shown or not
+
+
+@pytest.mark.parametrize("backend", ["mpirun", "horovodrun"])
+def test_the_shells_gpu_list_and_launcher_settings_reach_no_rank(tmp_path: Path,
+                                                                  backend: str) -> None:
+    """Each rank takes the GPU of its local rank: the launching shell's CUDA_VISIBLE_DEVICES
+    (``0`` would hide GPUs 1-7 from local ranks 1-7) reaches no rank, not even through the
+    environment mpirun's or horovodrun's local ranks inherit; nor do ringtrain's settings.
+    ``--env CUDA_VISIBLE_DEVICES`` sends it."""
+    script = tmp_path / "view.py"
+    script.write_text("import os\nprint('VIEW', repr(os.environ.get('CUDA_VISIBLE_DEVICES')), "
+                      "repr(os.environ.get('RINGTRAIN_STALL_TIMEOUT')), "
+                      "bool(os.environ.get('RINGTRAIN_RUN_ID')), flush=True)\n")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "RINGTRAIN_STALL_TIMEOUT": "600"}
+
+    def views(*extra: str) -> list[str]:
+        proc = subprocess.run(
+            [*RINGTRAIN, "launch", "--runs-dir", str(tmp_path / "runs"), "--backend", backend,
+             "-H", "localhost:2", *extra, str(script)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False, env=env)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return sorted(line.split("VIEW ", 1)[1] for line in proc.stdout.splitlines()
+                      if "VIEW " in line)
+
+    assert views() == ["None None True"] * 2
+    assert views("--env", "CUDA_VISIBLE_DEVICES") == ["'0' None True"] * 2
