@@ -106,8 +106,10 @@ def report_error(err: RingtrainError) -> None:
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ringtrain")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Only warnings and errors from ringtrain (the job's own output still shows).")
 @click.pass_context
-def cli(ctx: click.Context, verbose: int) -> None:
+def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """Launch and supervise Horovod ring all-reduce training across GPU hosts.
 
     \b
@@ -119,6 +121,7 @@ def cli(ctx: click.Context, verbose: int) -> None:
     """
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(verbosity.level_from(os.environ, verbose))  # LOGLEVEL, -v
+    verbosity.set_quiet(quiet)  # as the sub-command's -q (cli/verbosity.py)
     _apply_config(ctx)
 
 
