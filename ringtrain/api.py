@@ -30,7 +30,15 @@ import os
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from ringtrain.assembly import LaunchOptions, build_spec, prepare, settings, write_plan
+from ringtrain.assembly import (
+    KEYWORD_SPELLING,
+    LaunchOptions,
+    build_spec,
+    check_host_source,
+    prepare,
+    settings,
+    write_plan,
+)
 from ringtrain.errors import JobFailed, UsageError
 from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.reporter import NullReporter, Reporter
@@ -106,6 +114,8 @@ def _options(script: str, args: tuple[str, ...], given: dict[str, Any],
                 f"use one of: {', '.join(public)}",
             )
         values[name] = _coerce(name, value)
+    check_host_source(values.get("hosts_file"), values.get("host_spec"),
+                      values.get("hosts_format"), KEYWORD_SPELLING)  # in keyword words, not flags
     return LaunchOptions(script=script, script_args=tuple(args),
                          **settings.layered(values, layers))
 

@@ -14,5 +14,8 @@ flags and draws; ``ringtrain.run()`` (api.py) maps keyword arguments; both hand 
 from ringtrain.assembly import settings
 from ringtrain.assembly.launch_spec import LaunchOptions, build_spec
 from ringtrain.assembly.prepare import prepare, write_plan
+from ringtrain.hostfile.load import PYTHON as KEYWORD_SPELLING  # ringtrain.run()'s words
+from ringtrain.hostfile.load import check_host_source
 
-__all__ = ["LaunchOptions", "build_spec", "prepare", "settings", "write_plan"]
+__all__ = ["KEYWORD_SPELLING", "LaunchOptions", "build_spec", "check_host_source", "prepare",
+           "settings", "write_plan"]

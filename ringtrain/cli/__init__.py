@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from ringtrain import __version__
-from ringtrain.cli import jsonout, verbosity
+from ringtrain.cli import foreign_flags, jsonout, verbosity
 from ringtrain.errors import RingtrainError
 
 # command name -> its module under ringtrain.cli. Modules load only when their command runs
@@ -56,6 +56,8 @@ class _Group(click.Group):
         name, command, rest = super().resolve_command(ctx, args)
         if name is not None and command is not None:
             jsonout.remember(ctx, name, command, rest)
+            if not ctx.resilient_parsing:  # completion and --help's resolution parse leniently
+                _refuse_foreign(ctx, name, command, rest)
         return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -65,6 +67,34 @@ class _Group(click.Group):
             report_error(err)
             jsonout.report_error(ctx, err)  # --json: the error object on stdout
             ctx.exit(err.exit_code)
+        except click.UsageError as err:  # click's own (no such option, a bad value): it prints
+            jsonout.report_click_error(ctx, err)  # the usage lines; --json adds the object
+            raise
+
+
+def _refuse_foreign(ctx: click.Context, name: str, command: click.Command,
+                    args: list[str]) -> None:
+    """Another launcher's flag among the sub-command's options (torchrun's --nproc_per_node,
+    mpirun's -x): refused naming its tool, ringtrain's equivalent and the corrected command
+    line (cli/foreign_flags.py), before click's own parser would misread it (``-mca`` as
+    ``-m ca``) or answer it with a look-alike."""
+    takes: dict[str, int] = {}
+    helps: set[str] = set()
+    for param in command.get_params(ctx):
+        if not isinstance(param, click.Option):
+            continue
+        flag = param.is_flag or param.count
+        for opt in param.opts:
+            takes[opt] = 0 if flag else param.nargs
+        for opt in param.secondary_opts:
+            takes[opt] = 0
+        if param.is_eager and param.expose_value is False and param.name == "help":
+            helps.update(param.opts)
+    interspersed = command.context_settings.get(
+        "allow_interspersed_args", not isinstance(command, click.Group))
+    found = foreign_flags.find(args, takes, interspersed=interspersed, helps=frozenset(helps))
+    if found is not None:
+        raise foreign_flags.refusal(found, name, args, takes)
 
 
 def report_error(err: RingtrainError) -> None:
@@ -76,8 +106,10 @@ def report_error(err: RingtrainError) -> None:
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ringtrain")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Only warnings and errors from ringtrain (the job's own output still shows).")
 @click.pass_context
-def cli(ctx: click.Context, verbose: int) -> None:
+def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """Launch and supervise Horovod ring all-reduce training across GPU hosts.
 
     \b
@@ -89,6 +121,7 @@ def cli(ctx: click.Context, verbose: int) -> None:
     """
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(verbosity.level_from(os.environ, verbose))  # LOGLEVEL, -v
+    verbosity.set_quiet(quiet)  # as the sub-command's -q (cli/verbosity.py)
     _apply_config(ctx)
 
 

@@ -3,12 +3,14 @@ same layers: assembly/settings.py). The variables for the ranks show by name, ne
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from typing import Any
 
 import click
 
-from ringtrain.assembly import settings
+from ringtrain.assembly import LaunchOptions, settings
 from ringtrain.assembly.layers import shown
 from ringtrain.cli import defaults
 
@@ -29,6 +31,28 @@ Example ringtrain.toml:
 """
 
 
+# what a key's built-in default does where it is no value (LaunchOptions' None or nothing)
+_UNSET = {
+    "hosts": "Slurm/PBS, else local",
+    "hosts_format": "detected",
+    "ssh_config": "~/.ssh/config",
+    "known_hosts": "~/.ssh/known_hosts",
+    "trust_groups": "none",
+    "python": "this one",
+    "network_interface": "chosen by the probe",
+    "checkpoint": "none",
+    "stall_timeout": "600 once progress shows",
+    "env_file": "none",
+}
+
+
+def _built_in(value: Any) -> str | None:
+    """The built-in default as the table shows it; None where it is no value."""
+    if value is None or value is dataclasses.MISSING or value == ():
+        return None
+    return shown(value)
+
+
 @click.command("config", epilog=_EPILOG)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 @click.pass_context
@@ -36,10 +60,11 @@ def command(ctx: click.Context, as_json: bool) -> None:
     """Show the defaults in effect: each key, its value and where it came from."""
     loaded = defaults.load(ctx)
     found = loaded.settings
+    built_in = {f.name: f.default for f in dataclasses.fields(LaunchOptions)}
     rows = [
-        {"key": key, "value": shown(found[key].value) if key in found else None,
-         "source": found[key].source if key in found else "built-in default",
-         "means": spec.means}
+        {"key": key, "value": shown(found[key].value) if key in found else _built_in(
+            built_in.get(spec.param)), "source": found[key].source if key in found
+         else "built-in default", "means": spec.means}
         for key, spec in settings.KEYS.items() if key != "env"
     ]
     rows += [{"key": f"env.{e.spec.name}", "value": e.masked(), "source": e.source,
@@ -49,7 +74,7 @@ def command(ctx: click.Context, as_json: bool) -> None:
         return
     width = max(len(str(r["key"])) for r in rows)
     for row in rows:
-        value = row["value"] if row["value"] is not None else "-"
+        value = row["value"] if row["value"] is not None else f"({_UNSET[str(row['key'])]})"
         click.echo(f"{row['key']:<{width}}  {value:<28}  {row['source']}")
     project = loaded.project
     click.echo(f"\nproject file: {project or 'none (' + settings.PROJECT_FILE + ' not found)'}")

@@ -5,6 +5,7 @@ config error), the error as an object::
     {"error": {"code": "inventory", "message": "...", "fix": "...", "exit_code": 2}}
 
 with the same exit code as without ``--json``; stderr keeps the ``error:``/``fix:`` lines.
+click's own usage errors (no such option, a bad value) are such an object too, code ``usage``.
 A command whose report is already out (``check --json`` that refuses, ``launch --json`` of a
 failed job: result.json) adds nothing: stdout stays one document.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import click
 
-from ringtrain.errors import RingtrainError
+from ringtrain.errors import RingtrainError, UsageError
 
 _PENDING = "ringtrain.cli.pending"  # ctx.meta: (name, command, args) of the sub-command
 _WRITTEN = "ringtrain.cli.json_written"  # ctx.meta: the command wrote its JSON document
@@ -48,9 +49,22 @@ def report_error(ctx: click.Context, err: RingtrainError) -> None:
         click.echo(json.dumps(error_object(err), indent=2))
 
 
+def report_click_error(ctx: click.Context, err: click.UsageError) -> None:
+    """The same for click's own usage errors (no such option, a bad value): the object says
+    what click says, with code ``usage`` and click's exit code (2)."""
+    if ctx.meta.get(_WRITTEN) or not _asked(ctx):
+        return
+    where = err.ctx.command_path if err.ctx is not None else ctx.command_path
+    error = error_object(UsageError(err.format_message(), f"see '{where} --help'"))
+    error["error"]["exit_code"] = err.exit_code
+    click.echo(json.dumps(error, indent=2))
+
+
 def _asked(ctx: click.Context) -> bool:
     """Whether the sub-command's --json is on: its arguments parsed again, leniently (every
-    value, config defaults included, as the command saw them; nothing is run)."""
+    value, config defaults included, as the command saw them; nothing is run). A command
+    whose options may follow its arguments (``check``, ``hosts``) also counts a --json
+    that a bad option before it kept the lenient parse from reaching."""
     pending = ctx.meta.get(_PENDING)
     if pending is None:
         return False
@@ -58,6 +72,9 @@ def _asked(ctx: click.Context) -> bool:
     flag = next((p for p in command.params if "--json" in p.opts), None)
     if flag is None or flag.name is None:
         return False
+    if command.context_settings.get("allow_interspersed_args", True) and "--json" in (
+            args[:args.index("--")] if "--" in args else args):
+        return True
     try:
         sub = command.make_context(name, list(args), parent=ctx, resilient_parsing=True)
     except (click.exceptions.ClickException, click.exceptions.Exit, RingtrainError):

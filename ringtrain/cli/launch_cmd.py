@@ -46,7 +46,8 @@ Examples:
 Everything after SCRIPT is passed to the script. Per-rank logs, the hostfile, plan.json and
 result.json go to RUNS_DIR/<run id>/. Exit code: the job's own (a rank's exit code, or
 128+N when it was killed by signal N); a fault ringtrain detected: 20 start-up hang, 21 host
-lost, 22 one rank silent, 23 stall, 24 Open MPI daemon lost; ringtrain's own errors use 2-8.
+lost, 22 one rank silent, 23 stall, 24 Open MPI daemon lost, 25 a straggler left out
+(--on-straggler restart-without); ringtrain's own errors use 2-8.
 """
 
 

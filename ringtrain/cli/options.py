@@ -30,7 +30,8 @@ def host_source_options(hosts_help: str = "Inventory file (hostfile, YAML, TOML,
     """Where the hosts come from: ``--hosts FILE`` or ``-H h1:N,...`` (one of them; a
     configured ``hosts`` gives way to either), and the inventory's format."""
     return stacked(
-        click.option("--hosts", "--hostfile", "hosts_file", metavar="SOURCE", help=hosts_help),
+        click.option("--hosts", "--hostfile", "-hostfile", "hosts_file", metavar="SOURCE",
+                     help=hosts_help),
         click.option("-H", "host_spec", metavar="h1:N,h2:N",
                      help="Hosts inline, horovodrun style."),
         click.option("--hosts-format", type=click.Choice(FORMATS),
@@ -165,9 +166,9 @@ def restart_options() -> Callable[[F], F]:
     return stacked(
         click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Restart a failed job this many times, from its newest checkpoint."),
-        click.option("--min-np", type=click.IntRange(min=1),
+        click.option("--min-np", "--min-num-proc", "min_np", type=click.IntRange(min=1),
                      help="After excluding failed hosts, restart with fewer ranks, down to "
-                     "this."),
+                     "this (--min-num-proc as horovodrun spells it)."),
         click.option("--stall-restarts", type=click.IntRange(min=0), default=3,
                      show_default=True,
                      help="Stop instead of restarting after this many restarts in a row that "
@@ -188,8 +189,9 @@ def elastic_options() -> Callable[[F], F]:
                      "from ringtrain's pre-flight): when a rank or host is lost the others "
                      "keep their processes and go on from their last commit, down to "
                      "--min-np ranks (default 1). The script uses hvd.elastic (see README)."),
-        click.option("--max-np", type=click.IntRange(min=1),
-                     help="--elastic: grow up to this many ranks when hosts come back."),
+        click.option("--max-np", "--max-num-proc", "max_np", type=click.IntRange(min=1),
+                     help="--elastic: grow up to this many ranks when hosts come back "
+                     "(--max-num-proc as horovodrun spells it)."),
         click.option("--elastic-timeout", type=click.IntRange(min=1), default=600,
                      show_default=True, metavar="SECONDS",
                      help="--elastic: how long to wait for --min-np slots after a loss."),

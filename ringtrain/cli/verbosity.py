@@ -1,7 +1,7 @@
 """``-v``/``-q`` on every sub-command, where users type them (``ringtrain launch -v ...``), as
-well as before it (``ringtrain -v launch``). Added by the command group to each command it
-loads; a command that already uses ``-q`` for something else (``pbs submit -q QUEUE``, qsub's
-own spelling) keeps it and gets ``--quiet`` alone.
+well as before it (``ringtrain -v launch``, ``ringtrain -q launch``). Added by the command
+group to each command it loads; a command that already uses ``-q`` for something else
+(``pbs submit -q QUEUE``, qsub's own spelling) keeps it and gets ``--quiet`` alone.
 
 Without -v/-q, ``LOGLEVEL`` (torchrun's variable: DEBUG, INFO, WARNING, ERROR or CRITICAL, any
 case) sets ringtrain's own log level; -v/-q on the command line win over it. A value that is
@@ -48,10 +48,17 @@ def _verbose(_ctx: click.Context, _param: click.Parameter, count: int) -> None:
         logging.getLogger().setLevel(max(logging.WARNING - 10 * count, logging.DEBUG))
 
 
+def set_quiet(value: bool) -> None:
+    """``-q`` before the sub-command (``ringtrain -q launch``; the group sets it either way, so
+    one command line's -q does not outlive it) or on it."""
+    _state["quiet"] = value
+    if value:
+        logging.getLogger().setLevel(logging.ERROR)
+
+
 def _quiet(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
-        _state["quiet"] = True
-        logging.getLogger().setLevel(logging.ERROR)
+        set_quiet(True)
 
 
 def add_to(command: click.Command) -> click.Command:

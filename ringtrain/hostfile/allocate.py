@@ -22,6 +22,7 @@ the last rank back to rank 0 included).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, replace
 
 from ringtrain.errors import AllocationError
@@ -165,6 +166,10 @@ def _why(reasons: list[str]) -> str:
     return " (" + "; ".join(reasons[:6]) + more + ")"
 
 
+# DeepSpeed's --include/--exclude: worker-0@worker-1:0,2 (hosts joined by @, GPU indices)
+_DEEPSPEED_SPEC = re.compile(r"[^@:]+(:\d+(,\d+)*)?(@[^@:]+(:\d+(,\d+)*)?)*")
+
+
 def _patterns(texts: tuple[str, ...], flag: str, inventory: Inventory) -> list[HostPattern]:
     patterns = []
     for text in texts:
@@ -176,6 +181,12 @@ def _patterns(texts: tuple[str, ...], flag: str, inventory: Inventory) -> list[H
             ) from None
         if not any(pattern.matches(h.name) for h in inventory.hosts):
             names = ", ".join(inventory.names[:8]) + (", ..." if len(inventory.names) > 8 else "")
+            if flag != "--slots" and ("@" in text or ":" in text) and (
+                    _DEEPSPEED_SPEC.fullmatch(text)):
+                raise AllocationError(
+                    f"{flag} {text!r} is DeepSpeed's NODE_SPEC (host@host:slot,...), which "
+                    "ringtrain does not read", f"pass one host glob or list a flag ({flag} "
+                    f"gpu01 {flag} gpu02); ringtrain picks the slots itself. Hosts: {names}")
             raise AllocationError(
                 f"{flag} {text!r} matches no host in {inventory.source}",
                 f"check the spelling; hosts are: {names}",

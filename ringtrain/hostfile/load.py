@@ -15,6 +15,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ringtrain import trust
@@ -118,6 +119,52 @@ def _gc_paused() -> Iterator[None]:
 _HOST_LIST_RE = re.compile(r"[A-Za-z0-9_.\-\[\]]+(?::\d+)?(?:,[A-Za-z0-9_.\-\[\]]+(?::\d+)?)*")
 
 
+@dataclass(frozen=True, slots=True)
+class Spelling:
+    """How the caller names the host options in its errors: the command line's flags
+    (``CLI``), or ``ringtrain.run()``'s keyword arguments (``PYTHON``)."""
+
+    host_spec: str
+    hosts_file: str
+    hosts_format: str
+    keywords: bool = False
+
+    def given(self, option: str, value: str) -> str:
+        """``-H gpu.txt`` on the command line, ``hosts='gpu.txt'`` from Python."""
+        return f"{option}{value!r}" if self.keywords else f"{option} {value}"
+
+
+CLI = Spelling("-H", "--hosts", "--hosts-format")
+PYTHON = Spelling("hosts=", "hostfile=", "hosts_format=", keywords=True)
+
+
+def check_host_source(hosts_file: str | None, host_spec: str | None, fmt: str | None,
+                      spelling: Spelling = CLI) -> None:
+    """Refuse what names the hosts twice or in the wrong place, in the caller's words:
+    ``-H hostfile`` (DeepSpeed's ``-H``) where the file exists, and a ``--hosts-format``
+    that an inline host list cannot have."""
+    s, inline = spelling, "gpu01:4,gpu02:4"
+    if hosts_file is not None and host_spec is not None:
+        raise UsageError(f"{s.hosts_file} and {s.host_spec} both name hosts",
+                         f"pass either {s.given(s.hosts_file, 'FILE')} or "
+                         f"{s.given(s.host_spec, inline)}")
+    if host_spec is not None and not any(c in host_spec for c in ":,") and (
+            Path(host_spec).is_file()):
+        raise UsageError(
+            f"{s.given(s.host_spec, host_spec)}: {s.host_spec} takes hosts inline "
+            f"({repr(inline) if s.keywords else inline}), and {host_spec} is a file",
+            f"pass {s.given(s.hosts_file, host_spec)}" + (
+                "" if s.keywords else " (DeepSpeed's -H/--hostfile is ringtrain's --hosts; "
+                "--hostfile works too)"))
+    if host_spec is not None and fmt not in (None, "horovod", "nodelist"):
+        raise UsageError(
+            f"{s.host_spec} takes host:slots lists, not "
+            f"{s.given(s.hosts_format, fmt)}",
+            f"drop {s.hosts_format}, or put the hosts in a file and pass "
+            f"{s.given(s.hosts_file, 'FILE')}",
+        )
+
+
 def resolve_hosts(
     hosts_file: str | None,
     host_spec: str | None,
@@ -130,27 +177,15 @@ def resolve_hosts(
 
     Habits from other launchers, each said in a ``note``: ``--hosts a:2,b:2`` (horovodrun's
     long ``-H``) with no such file is that host list; ``-H hostfile`` (DeepSpeed's ``-H``) where
-    the file exists is refused with the flag to use."""
-    if hosts_file is not None and host_spec is not None:
-        raise UsageError(
-            "--hosts and -H both name hosts", "pass either --hosts FILE or -H gpu01:4,gpu02:4"
-        )
+    the file exists is refused with the flag to use (``check_host_source``)."""
+    check_host_source(hosts_file, host_spec, fmt)
     if hosts_file is not None and _HOST_LIST_RE.fullmatch(hosts_file) and (
             ":" in hosts_file or "," in hosts_file) and not Path(hosts_file).exists():
         note(f"--hosts {hosts_file}: no such file; taken as a host list, as horovodrun's "
              "--hosts (-H) takes it")
         hosts_file, host_spec = None, hosts_file
-    elif host_spec is not None and not any(c in host_spec for c in ":,") and (
-            Path(host_spec).is_file()):
-        raise UsageError(f"-H {host_spec}: -H takes hosts inline (gpu01:4,gpu02:4), and "
-                         f"{host_spec} is a file", f"pass --hosts {host_spec} (DeepSpeed's "
-                         "-H/--hostfile is ringtrain's --hosts; --hostfile works too)")
+        check_host_source(hosts_file, host_spec, fmt)
     if host_spec is not None:
-        if fmt not in (None, "horovod", "nodelist"):
-            raise UsageError(
-                f"-H takes host:slots lists, not --hosts-format {fmt}",
-                "drop --hosts-format, or put the hosts in a file and pass --hosts FILE",
-            )
         return parse_nodelist(host_spec, "-H") if fmt == "nodelist" else parse_host_spec(host_spec)
     if hosts_file is not None:
         return load_inventory(hosts_file, fmt, discovery_timeout=discovery_timeout)

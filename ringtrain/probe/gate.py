@@ -21,7 +21,7 @@ import psutil
 from ringtrain.hostfile import Inventory
 from ringtrain.probe import baselines, names
 from ringtrain.probe.hostprobe import probe
-from ringtrain.probe.netif import NetworkChoice
+from ringtrain.probe.netif import NetworkChoice, choose_network
 from ringtrain.probe.probe_parse import GpuStatus, ProbeReport
 from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict, evaluate
 from ringtrain.probe.versiondiff import script_imports
@@ -99,7 +99,11 @@ def run_gate(
     """Probe ``inventory`` and return what the attempt may use, or raise ProbeError."""
     if not spec.preflight.enabled:
         reporter.note("pre-flight probe skipped (--no-probe)")
-        return Preflight(inventory, control_host=control_host(inventory, None, reporter.note))
+        # --network-interface's names still reach NCCL and Gloo as with a probe (its CIDRs
+        # need the probed interfaces to become names; Open MPI takes them as they are)
+        net = choose_network({}, spec.network_interface) if spec.network_interface else None
+        return Preflight(inventory, env=net.env if net is not None else (),
+                         control_host=control_host(inventory, net, reporter.note))
     report = probe(inventory, remote, python=spec.python, timeout=spec.preflight.timeout_s)
     policy = gpu_rule(spec.preflight.gpus, report, policy_for(spec, need), reporter.note)
     verdict = evaluate_remembering(inventory, report, policy)
