@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -134,6 +135,12 @@ def _coerce(name: str, value: Any) -> Any:
             EnvSpec.parse(v) if isinstance(v, str) else EnvSpec(str(v[0]), str(v[1]))
             for v in items
         )
+    if name in ("mpi_args", "srun_args") and isinstance(value, str):  # as --srun-args
+        try:
+            value = tuple(shlex.split(value))
+        except ValueError as err:
+            raise UsageError(f"{name}={value!r}: {err}", "quote each word with blanks once, "
+                             "or pass a list of words") from None
     if name in ("include", "exclude", "trust_groups") and isinstance(value, str):
         return (value,)
     if name == "slots" and isinstance(value, dict):

@@ -18,6 +18,7 @@ from ringtrain.checkpoint.location import Location
 from ringtrain.errors import UsageError
 from ringtrain.hostfile.allocate import AllocationPolicy
 from ringtrain.hvd_tuning import HorovodTuning
+from ringtrain.slurm_options import check_srun_args
 
 SPEC_VERSION = 1
 
@@ -209,6 +210,7 @@ class LaunchSpec:
     script_args: tuple[str, ...] = ()
     entry: Entry = Entry.SCRIPT
     mpi_args: tuple[str, ...] = ()  # passed to mpirun as they are (--mpi-arg)
+    srun_args: tuple[str, ...] = ()  # srun's own options, the user's (--srun-args)
     hosts_file: str | None = None
     host_spec: str | None = None
     hosts_format: str | None = None
@@ -250,16 +252,14 @@ class LaunchSpec:
         if self.np is not None and self.np < 1:
             raise UsageError(f"-np {self.np}: need at least one rank", "pass -np 1 or more")
         if self.mpi_args and (self.launcher is Backend.SRUN or self.gloo):
-            raise UsageError(
-                "--mpi-arg is for mpirun (and horovodrun --mpi); "
-                + ("Gloo takes none" if self.gloo else "srun takes none"),
-                "drop --mpi-arg, or use --backend mpirun",
-            )
+            raise UsageError("--mpi-arg is for mpirun (and horovodrun --mpi); "
+                             + ("Gloo takes none" if self.gloo else "srun takes none"),
+                             "drop --mpi-arg, or use --backend mpirun")
+        check_srun_args(self.srun_args, None if self.backend in (None, Backend.SRUN)
+                        else self.backend.value)  # the launcher is chosen later: prepare()
         if self.gloo and self.backend is not Backend.HOROVODRUN:
-            raise UsageError(
-                "--gloo needs the horovodrun backend (mpirun always uses MPI)",
-                "add --backend horovodrun, or drop --gloo",
-            )
+            raise UsageError("--gloo needs the horovodrun backend (mpirun always uses MPI)",
+                             "add --backend horovodrun, or drop --gloo")
 
         if self.strategy is not Strategy.HOROVOD and (
                 self.backend is Backend.HOROVODRUN or self.gloo):

@@ -45,6 +45,7 @@ class LaunchOptions:
     script_args: tuple[str, ...] = ()
     module: str | None = None
     mpi_args: tuple[str, ...] = ()
+    srun_args: tuple[str, ...] = ()  # --srun-args, split into words
     hosts_file: str | None = None
     host_spec: str | None = None
     hosts_format: str | None = None
@@ -130,6 +131,7 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
         script_args=script_args,
         entry=entry,
         mpi_args=opts.mpi_args,
+        srun_args=opts.srun_args,
         hosts_file=opts.hosts_file,
         host_spec=opts.host_spec,
         hosts_format=opts.hosts_format,

@@ -24,6 +24,7 @@ from ringtrain.launch.plan import LaunchPlan
 from ringtrain.launch.reporter import Reporter
 from ringtrain.launch.session import Session
 from ringtrain.remote import Remote
+from ringtrain.slurm_options import check_srun_args
 from ringtrain.spec import Backend, LaunchSpec
 
 
@@ -50,6 +51,8 @@ def prepare(
         reporter.note(note)
     if spec.backend is None and found.scheduler is not None:
         spec = replace(spec, backend=found.scheduler.default_backend)
+    if spec.launcher is not Backend.SRUN:  # no scheduler chose srun: --srun-args has none
+        check_srun_args(spec.srun_args, spec.launcher.value)
     if spec.launcher is Backend.SRUN and "SLURM_JOB_ID" not in environ and not dry_run:
         raise UsageError(
             "--backend srun needs a Slurm allocation",

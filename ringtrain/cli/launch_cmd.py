@@ -40,6 +40,8 @@ Examples:
   ringtrain launch --backend horovodrun --gloo -H localhost:2 train.py
   ringtrain launch --strategy tf-multiworker --hosts gpu.txt mwms_train.py
   ringtrain launch --strategy tf-ps --ps 2 --hosts gpu.txt ps_train.py
+  ringtrain launch --srun-args="--cpu-bind=cores --gpus-per-task=1" train.py
+                                          inside a Slurm job: srun's own options for the step
   ringtrain launch --dry-run -H localhost:2 train.py   print the plan; run nothing
   ringtrain launch --from runs/20261124-010203-ab12   launch again what that run ran
 
@@ -153,6 +155,17 @@ def _env_specs(
     callback=lambda _ctx, _param, value: launch_entry.split_mpi_args(value),
     help='mpirun arguments in one string, as horovodrun takes them: --mpi-args="-mca btl '
     '^openib" (split as a shell would, after any --mpi-arg).',
+)
+@click.option(
+    "--srun-args",
+    "srun_args",
+    multiple=True,
+    metavar='"ARGS"',
+    callback=lambda _ctx, _param, values: launch_entry.split_srun_args(values),
+    help='srun options for the step, split as a shell would, after ringtrain\'s own: '
+    '--srun-args="--cpu-bind=cores --gpus-per-task=1" (repeatable). Your --mpi=TYPE replaces '
+    "ringtrain's --mpi (SLURM_MPI_TYPE, else pmix). Refused: the options ringtrain sets "
+    "(--nodes, --ntasks, --nodelist, --distribution, --export, --label, --output, ...).",
 )
 @click.option(
     "--checkpoint",

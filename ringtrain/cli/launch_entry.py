@@ -50,7 +50,7 @@ def spec_from_run(ctx: click.Context, run_dir: Path) -> LaunchSpec:
     return spec
 
 
-def split_mpi_args(value: str | None) -> tuple[str, ...]:
+def split_mpi_args(value: str | None, option: str = "--mpi-args") -> tuple[str, ...]:
     """``--mpi-args "-mca btl ^openib"`` -> its words, split as a shell would (horovodrun's
     one-string form); quotes that do not close are a clear error, not a guess."""
     if value is None:
@@ -59,4 +59,9 @@ def split_mpi_args(value: str | None) -> tuple[str, ...]:
         return tuple(shlex.split(value))
     except ValueError as err:
         raise click.BadParameter(f"{value!r}: {err} (quote each argument that has spaces "
-                                 "once)", param_hint="--mpi-args") from None
+                                 "once)", param_hint=option) from None
+
+
+def split_srun_args(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Each ``--srun-args "--cpu-bind=cores --gpus-per-task=1"``, split as a shell would."""
+    return tuple(w for value in values for w in split_mpi_args(value, "--srun-args"))

@@ -24,9 +24,13 @@ Examples:
   ringtrain slurm render ... --launch-arg=--max-restarts=2 --setup 'module load cuda'
   ringtrain slurm submit --requeue --launch-arg=--checkpoint=file:///shared/ckpt train.py
                      preempted: commit at once, back to the queue, resume from the checkpoint
+  ringtrain slurm submit --qos high --constraint 'a100&ib' --mem 200G --exclusive \\
+      --sbatch-arg=--mail-type=END --launch-arg=--srun-args=--cpu-bind=cores train.py
+                     the job's shape, and srun's own options for the step
 
 Inside the job, `ringtrain launch train.py` (what the script runs) reads the allocation from
-SLURM_JOB_NODELIST / SLURM_TASKS_PER_NODE and starts one rank per task with srun --mpi=pmix.
+SLURM_JOB_NODELIST / SLURM_TASKS_PER_NODE and starts one rank per task with srun --mpi=pmix
+(SLURM_MPI_TYPE when set; `ringtrain launch --srun-args` adds srun options of yours).
 """
 
 
@@ -105,16 +109,37 @@ def preemption_options(fn: click.decorators.FC) -> click.decorators.FC:
     )(fn)
 
 
+def shape_options(fn: click.decorators.FC) -> click.decorators.FC:
+    """The batch job's shape beyond nodes and GPUs: Slurm's own words, as #SBATCH lines."""
+    return stacked(
+        click.option("--qos", help="Quality of service (#SBATCH --qos)."),
+        click.option("--constraint", "-C", metavar="FEATURES",
+                     help="Node features, with Slurm's &, | and [...]: 'a100&ib'."),
+        click.option("--mem", metavar="SIZE",
+                     help="Memory per node: MB, or with a unit (64G; 0: all of it)."),
+        click.option("--reservation", help="Run in this reservation."),
+        click.option("--exclusive", is_flag=True, help="No other job on the nodes."),
+        click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="--NAME[=VALUE]",
+                     help="Any other sbatch option, one #SBATCH line each; repeatable: "
+                     "--sbatch-arg=--mail-type=END --sbatch-arg=--gres=gpu:a100:4. Those "
+                     "written above are refused: use their own option."),
+    )(fn)
+
+
 def slurm_job(opts: dict[str, Any]) -> BatchJob:
     lead = opts.pop("signal_lead")
     requeue = opts.pop("requeue")
+    shape = {k: opts.pop(k) for k in ("qos", "constraint", "mem", "reservation", "exclusive")}
+    extra = tuple(opts.pop("sbatch_args"))
     job = make_batch_job(opts, opts.pop("partition"))
-    return replace(job, signal_lead_s=lead or None, requeue=requeue)
+    return replace(job, signal_lead_s=lead or None, requeue=requeue, sbatch_args=extra,
+                   **shape)
 
 
 @command.command("render", epilog=_EPILOG,
                  context_settings={"allow_interspersed_args": False})
 @preemption_options
+@shape_options
 @batch_options
 def render_cmd(**opts: Any) -> None:
     """Print the sbatch script that runs SCRIPT with ringtrain launch."""
@@ -126,6 +151,7 @@ def render_cmd(**opts: Any) -> None:
 @click.option("--script-out", type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the sbatch script (default: WORKDIR/ringtrain-JOBNAME.sbatch).")
 @preemption_options
+@shape_options
 @batch_options
 def submit_cmd(script_out: Path | None, **opts: Any) -> None:
     """Write the sbatch script and submit it; print the job id."""

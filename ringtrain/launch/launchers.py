@@ -23,6 +23,7 @@ from typing import Protocol
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_horovod_hosts
 from ringtrain.rank import envvars, isolated
+from ringtrain.slurm_options import DEFAULT_MPI
 from ringtrain.spec import Backend, ElasticPolicy, Entry
 
 # Variables forwarded to every rank when the launcher has them. Prefixes forward whole families.
@@ -96,6 +97,8 @@ class LaunchContext:
     user_btl: bool = False
     entry: Entry = Entry.SCRIPT
     mpi_args: tuple[str, ...] = ()
+    srun_args: tuple[str, ...] = ()  # --srun-args: srun's own options, the user's
+    srun_mpi: str | None = DEFAULT_MPI  # srun's --mpi (slurm_options.srun_mpi); None: theirs
     launcher_path: str = "/usr/bin:/bin"  # the launcher's PATH (horovodrun's finds the shim)
     elastic: ElasticPolicy | None = None  # --elastic: horovodrun's elastic driver
     # mpirun, horovodrun: the secret variables (secretvars.by_file), and the file (the same
@@ -252,6 +255,8 @@ def by_file(argv: tuple[str, ...], delta: dict[str, str], ctx: LaunchContext) ->
 
 class SrunBackend:
     """``srun --mpi=pmix`` inside a Slurm allocation: Slurm starts, wires up and tracks the ranks.
+    The MPI plugin: ``SLURM_MPI_TYPE`` when the launcher has it, or the user's own ``--mpi``
+    among their srun options (``--srun-args``, after ringtrain's, before the rank command).
 
     Placement follows the allocation exactly: ``--ntasks-per-node`` when every host runs the same
     number of ranks, else ``--distribution=arbitrary`` with one node name per rank. Variables go
@@ -260,7 +265,8 @@ class SrunBackend:
 
     def build(self, alloc: Allocation, ctx: LaunchContext) -> Command:
         names = [h.name for h in alloc.hosts]
-        argv = ["srun", "--mpi=pmix", f"--nodes={len(names)}", f"--ntasks={alloc.np}"]
+        argv = ["srun", *([f"--mpi={ctx.srun_mpi}"] if ctx.srun_mpi else []),
+                f"--nodes={len(names)}", f"--ntasks={alloc.np}"]
         counts = {h.slots for h in alloc.hosts}
         if len(counts) == 1:
             argv += [f"--ntasks-per-node={counts.pop()}", "--nodelist=" + ",".join(names)]
@@ -268,6 +274,7 @@ class SrunBackend:
             per_rank = [r.host for r in sorted(alloc.ranks, key=lambda r: r.rank)]
             argv += ["--distribution=arbitrary", "--nodelist=" + ",".join(per_rank)]
         argv += ["--kill-on-bad-exit=1", "--label", "--export=" + ",".join(("ALL", *ctx.forward))]
+        argv += ctx.srun_args  # checked: none of the options above (slurm_options.py)
         argv += rank_argv(ctx, mpi=True)
         env = dict(ctx.env_delta)
         if ctx.tcp_include:

@@ -29,6 +29,7 @@ from ringtrain.launch.launchers import (
 from ringtrain.launch.secretvars import REDACTED, by_file, is_secret, redact_env
 from ringtrain.rank import envvars, secretfile
 from ringtrain.remote.sshconf import render_ssh_config
+from ringtrain.slurm_options import srun_mpi
 from ringtrain.spec import Backend, Entry, LaunchSpec, Strategy
 
 PLAN_SCHEMA = 1  # plan.json's layout; the recorded spec has its own version
@@ -262,6 +263,9 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         user_btl="OMPI_MCA_btl" in inputs.environ,
         entry=spec.entry,
         mpi_args=spec.mpi_args,
+        srun_args=spec.srun_args,
+        srun_mpi=srun_mpi(spec.srun_args, inputs.environ)
+        if spec.launcher is Backend.SRUN else None,
         secrets=hidden,
         secrets_file=secretfile.path_for(inputs.run_id, inputs.attempt),
     )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from ringtrain.errors import UsageError
+from ringtrain.slurm_options import check_sbatch_arg
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")
 _LIST_RE = re.compile(r"^[A-Za-z0-9_.@-]+(?:,[A-Za-z0-9_.@-]+)*\Z")
@@ -27,6 +28,19 @@ _SLURM_TIME_RE = re.compile(
     r"|UNLIMITED|INFINITE)$"
 )
 _PBS_TIME_RE = re.compile(r"^\d+(?::\d{1,2}){0,2}\Z")
+_MEM_RE = re.compile(r"^\d{1,12}[KMGT]?\Z")  # sbatch --mem: MB, or with a unit (0: all)
+_FEATURES_RE = re.compile(r"^[A-Za-z0-9_.,:&|*!\[\]()-]{1,512}\Z")  # --constraint a100&ib
+# each sbatch option ringtrain slurm writes itself -> the option of ours that sets it
+SBATCH_OWNED = {
+    "job-name": "--job-name", "nodes": "--nodes", "ntasks-per-node": "--ntasks-per-node",
+    "ntasks": "--nodes and --ntasks-per-node", "gpus-per-node": "--gpus-per-node",
+    "cpus-per-task": "--cpus-per-task", "partition": "--partition", "time": "--time",
+    "account": "--account", "chdir": "--workdir", "output": "--output",
+    "signal": "--signal-lead", "requeue": "--requeue", "open-mode": "--requeue",
+    "qos": "--qos", "constraint": "--constraint", "mem": "--mem",
+    "reservation": "--reservation", "exclusive": "--exclusive",
+    "wrap": "SCRIPT (the job runs ringtrain launch SCRIPT)",
+}
 MAX_COUNT = 100_000
 
 
@@ -56,6 +70,15 @@ class BatchJob:
     # after it and resumes from that checkpoint (ringtrain launch --requeue)
     signal_lead_s: int | None = 120
     requeue: bool = False
+    # Slurm: the batch job's shape beyond the nodes: --qos, --constraint (node features, e.g.
+    # a100&ib), --mem (per node, e.g. 64G), --reservation, --exclusive; and any other sbatch
+    # option (--sbatch-arg), one #SBATCH line each (slurm_options.check_sbatch_arg)
+    qos: str | None = None
+    constraint: str | None = None
+    mem: str | None = None
+    reservation: str | None = None
+    exclusive: bool = False
+    sbatch_args: tuple[str, ...] = ()
 
     @property
     def ntasks_per_node(self) -> int:
@@ -73,13 +96,19 @@ def render_sbatch(job: BatchJob) -> str:
     """The sbatch script for ``job``."""
     _check_common(job)
     _check(job.time, _SLURM_TIME_RE, "--time", "a Slurm time such as 30, 4:00:00 or 1-12:00:00")
+    _check(job.qos, _NAME_RE, "--qos", "a QOS name such as normal or high")
+    _check(job.reservation, _LIST_RE, "--reservation", "a reservation name such as maint")
+    _check(job.constraint, _FEATURES_RE, "--constraint",
+           "node features with Slurm's operators and no blanks, such as a100&ib or [r1|r2]")
+    _check(job.mem, _MEM_RE, "--mem", "the memory per node in MB, or with a unit: 64G")
+    extra = [check_sbatch_arg(arg, SBATCH_OWNED) for arg in job.sbatch_args]
     if job.signal_lead_s is not None and not 1 <= job.signal_lead_s <= 65535:
         raise UsageError(f"--signal-lead {job.signal_lead_s} is out of range",
                          "pass the seconds before the end Slurm should warn at (e.g. 120)")
     if job.requeue and job.signal_lead_s is None:
         raise UsageError("--requeue needs the preemption signal",
                          "leave --signal-lead at its default, or pass --signal-lead SECONDS")
-    lines = ["#!/bin/bash", *_sbatch_directives(job)]
+    lines = ["#!/bin/bash", *_sbatch_directives(job), *(f"#SBATCH {arg}" for arg in extra)]
     lines += [
         "# Rendered by `ringtrain slurm render`. ringtrain launch reads the allocation from",
         "# SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE and starts one rank per task with",
@@ -112,6 +141,11 @@ def _sbatch_directives(job: BatchJob) -> list[str]:
         out.append(f"--time={job.time}")
     if job.account:
         out.append(f"--account={job.account}")
+    out += [f"--{name}={value}" for name, value in (
+        ("qos", job.qos), ("constraint", job.constraint), ("mem", job.mem),
+        ("reservation", job.reservation)) if value]
+    if job.exclusive:
+        out.append("--exclusive")
     out.append(f"--chdir={_directive_path(job.working_dir, 'working directory')}")
     out.append(f"--output={job.output or '%x-%j.out'}")
     if job.signal_lead_s is not None:  # B: to the batch shell, which exec'd ringtrain launch

@@ -40,6 +40,17 @@ c = MPI.COMM_WORLD
 print("RANK", c.rank, c.size, os.environ.get("SLURMD_NODENAME"), c.allreduce(c.rank), flush=True)
 """
 
+# what each rank was told: torchrun's names (set by the rank entry) and srun's own
+TOLD = """\
+import os
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+e = os.environ
+told = [e.get(n) for n in ("SLURMD_NODENAME", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                           "SLURM_CPU_BIND_TYPE", "SLURM_MPI_TYPE")]
+print("RANK", c.rank, c.size, *told, c.allreduce(1), flush=True)
+"""
+
 LOOP = """\
 import time
 from mpi4py import MPI
@@ -55,11 +66,11 @@ while True:
 
 
 def _submit(cluster: slurm_sim.SlurmSim, tmp_path: Path, name: str, script: Path,
-            *args: str, script_args: tuple[str, ...] = ()) -> str:
+            *args: str, script_args: tuple[str, ...] = (), **env: str) -> str:
     argv = [sys.executable, "-m", "ringtrain", "slurm", "submit", "--workdir", str(tmp_path),
             "--job-name", name, f"--launch-arg=--runs-dir={tmp_path / 'runs'}", *args,
             str(script), *script_args]
-    done = subprocess.run(argv, capture_output=True, text=True, env=job_env(cluster),
+    done = subprocess.run(argv, capture_output=True, text=True, env=job_env(cluster, **env),
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.strip()
@@ -150,8 +161,9 @@ def test_uneven_tasks_per_node_place_ranks_as_slurm_did(slurm_cluster: slurm_sim
                                                          tmp_path: Path) -> None:
     """sbatch --nodes 2 --ntasks 3: SLURM_TASKS_PER_NODE=2,1 (not expressible with
     `ringtrain slurm submit`, which asks for tasks per node); srun places 2 ranks on gpu01 and
-    1 on gpu02, the way ringtrain read the allocation."""
-    where = _script(tmp_path, WHERE)
+    1 on gpu02, the way ringtrain read the allocation; each rank's LOCAL_WORLD_SIZE is its
+    node's count."""
+    where = _script(tmp_path, TOLD)
     batch = tmp_path / "uneven.sh"
     batch.write_text(
         "#!/bin/bash\n"
@@ -165,7 +177,30 @@ def test_uneven_tasks_per_node_place_ranks_as_slurm_did(slurm_cluster: slurm_sim
     assert state == "COMPLETED", out
     assert "SLURM_TASKS_PER_NODE=2,1" in out, out
     ranks = sorted(line.split("RANK ", 1)[1] for line in out.splitlines() if "RANK " in line)
-    assert ranks == ["0 3 gpu01 3", "1 3 gpu01 3", "2 3 gpu02 3"], out
+    assert ranks == ["0 3 gpu01 0 2 None pmix 3", "1 3 gpu01 1 2 None pmix 3",
+                     "2 3 gpu02 0 1 None pmix 3"], out
+
+
+def test_the_users_sbatch_and_srun_options_are_in_force(slurm_cluster: slurm_sim.SlurmSim,
+                                                        tmp_path: Path) -> None:
+    """slurm submit's --exclusive --mem --sbatch-arg reach the job, launch's --srun-args the
+    step (srun's --cpu-bind=none: SLURM_CPU_BIND_TYPE in every rank), and SLURM_MPI_TYPE in
+    the submitting shell picks srun's MPI plugin (pmix_v4, not ringtrain's default pmix)."""
+    job_id = _submit(slurm_cluster, tmp_path, "opts", _script(tmp_path, TOLD), "--nodes", "2",
+                     "--ntasks-per-node", "2", "--exclusive", "--mem", "1",
+                     "--sbatch-arg=--comment=ringtrain-opts", "--launch-arg=--no-probe",
+                     "--launch-arg=--srun-args=--cpu-bind=none", SLURM_MPI_TYPE="pmix_v4")
+    state = wait_job(slurm_cluster, job_id, timeout=120)
+    out = (tmp_path / f"opts-{job_id}.out").read_text()
+    assert state == "COMPLETED", out
+    ranks = sorted(line.split("RANK ", 1)[1] for line in out.splitlines() if "RANK " in line)
+    assert ranks == [f"{r} 4 gpu0{r // 2 + 1} {r % 2} 2 none pmix_v4 4" for r in range(4)], out
+    shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
+                           env=slurm_cluster.environ(), check=True, timeout=30).stdout
+    assert "Comment=ringtrain-opts" in shown and "OverSubscribe=NO" in shown
+    assert "MinMemoryNode=1M" in shown, shown
+    plan = json.loads(next((tmp_path / "runs").glob("*/attempt-1/plan.json")).read_text())
+    assert plan["argv"][:2] == ["srun", "--mpi=pmix_v4"] and "--cpu-bind=none" in plan["argv"]
 
 
 def test_tf_multiworker_under_srun_gives_each_slurm_task_its_tf_config(

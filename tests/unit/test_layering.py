@@ -57,14 +57,16 @@ LAYERS: dict[str, set[str]] = {
     "hostfile": {"errors", "trust"},
     "hvd_tuning": set(),
     "hvd_driver": set(),  # horovodrun under --elastic: Horovod's own code and one rule
-    "spec": {"errors", "hostfile", "checkpoint", "hvd_tuning"},
+    "slurm_options": {"errors"},  # the user's srun and sbatch options, read as they read them
+    "spec": {"errors", "hostfile", "checkpoint", "hvd_tuning", "slurm_options"},
     "remote": {"errors", "hostfile"},
     "checkpoint": {"errors"},
-    "schedulers": {"errors", "hostfile", "remote", "spec"},
+    "schedulers": {"errors", "hostfile", "remote", "spec", "slurm_options"},
     # the pre-flight group: probe, verdict, network, names, the gate of an attempt
     "probe": {"errors", "hostfile", "remote", "rank", "spec"},  # rank: its variable names
+    # trust: the run directory's way down judged (rundir.py)
     "launch": {"errors", "hostfile", "remote", "rank", "spec", "checkpoint", "schedulers",
-               "probe", "trust"},  # trust: the run directory's way down judged (rundir.py)
+               "probe", "trust", "slurm_options"},
     "keras": {"errors", "checkpoint", "rank"},
     "models": {"errors", "checkpoint", "rank", "keras"},
     "sim": {"errors", "checkpoint", "rank"},
@@ -75,7 +77,7 @@ LAYERS: dict[str, set[str]] = {
     # the assembly of a launch, below both doors: the ring pre-check runs a ringcheck job
     # and the config layers both doors read (rank: the RINGTRAIN_ prefix)
     "assembly": {"errors", "hostfile", "remote", "spec", "launch", "ringcheck", "probe",
-                 "checkpoint", "hvd_tuning", "trust", "rank"},
+                 "checkpoint", "hvd_tuning", "trust", "rank", "slurm_options"},
     "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
             "bench", "sim", "rank", "ringcheck", "trust", "assembly", "probe"},
     "api": {"errors", "remote", "spec", "launch", "assembly"},
