@@ -4,7 +4,11 @@
 #      otherwise a message naming what to install.
 #   2. A virtualenv in .venv (or $RINGTRAIN_VENV) with TensorFlow 2.15.1 first, then Horovod
 #      0.28.1 compiled against it (--no-build-isolation; MPI + Gloo + TensorFlow), then ringtrain
-#      and its pinned dependencies (requirements/constraints.txt).
+#      and its pinned dependencies (requirements/constraints.txt). Horovod is ringtrain's
+#      0.28.1+ringtrain.1: PyPI's sdist with scripts/horovod-0.28.1-ringtrain.patch applied (a
+#      peer lost while an elastic ring forms fails hvd.init() instead of std::terminate in every
+#      survivor). Its wheel is kept in ~/.cache/ringtrain/wheels/<cpu|gpu> (or
+#      $RINGTRAIN_WHEELS) and, like one on PIP_FIND_LINKS, installed instead of a new build.
 #      On a machine where nvidia-smi lists a GPU: TensorFlow's GPU build with its CUDA 12 wheels
 #      (tensorflow[and-cuda]) and Horovod built with HOROVOD_GPU_OPERATIONS=NCCL (NCCL from
 #      those wheels, nvcc from the CUDA toolkit). Elsewhere tensorflow-cpu. RINGTRAIN_TF=cpu or
@@ -21,9 +25,12 @@ VENV="${RINGTRAIN_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 CONSTRAINTS=requirements/constraints.txt
 APT_PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 procps make
-              slurm-wlm munge libpmix-dev g++ python3-dev python3-venv)
+              slurm-wlm munge libpmix-dev g++ patch python3-dev python3-venv)
 EXTRAS="s3,hdfs,demo,bench,dev"
 STAMP="$VENV/.ringtrain-bootstrap"
+HOROVOD=0.28.1
+HOROVOD_OURS="$HOROVOD+ringtrain.1"  # keep in step with the patch's horovod/__init__.py
+HOROVOD_PATCH=scripts/horovod-0.28.1-ringtrain.patch
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 die() { printf 'bootstrap: error: %s\n' "$1" >&2; [ $# -gt 1 ] && printf '  fix: %s\n' "$2" >&2; exit 1; }
@@ -59,7 +66,8 @@ EOF
 }
 
 stamp_value() {
-    cat setup.cfg pyproject.toml "$CONSTRAINTS" scripts/bootstrap.sh | sha256sum | cut -d' ' -f1
+    cat setup.cfg pyproject.toml "$CONSTRAINTS" scripts/bootstrap.sh "$HOROVOD_PATCH" |
+        sha256sum | cut -d' ' -f1
     "$PYTHON" -V 2>&1
     echo "tf=$FLAVOUR"
 }
@@ -95,7 +103,7 @@ plan() {
         local cuda
         cuda=$(cuda_home)
         if [ -n "$cuda" ]; then
-            say "  Horovod 0.28.1 with HOROVOD_GPU_OPERATIONS=NCCL: nvcc of $cuda, NCCL of the nvidia-nccl-cu12 wheel"
+            say "  Horovod $HOROVOD_OURS with HOROVOD_GPU_OPERATIONS=NCCL: nvcc of $cuda, NCCL of the nvidia-nccl-cu12 wheel"
             local major
             major=$("$cuda/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p' || true)
             [ "$major" = 12 ] || say "  warning: that toolkit is CUDA ${major:-of unknown version}; TensorFlow 2.15 is built for CUDA 12 (set HOROVOD_CUDA_HOME to a CUDA 12 toolkit)"
@@ -104,7 +112,7 @@ plan() {
             say "  (install the CUDA 12 toolkit, or set RINGTRAIN_TF=cpu for a CPU build)"
         fi
     else
-        say "  tensorflow-cpu==2.15.1; Horovod 0.28.1 without GPU operations"
+        say "  tensorflow-cpu==2.15.1; Horovod $HOROVOD_OURS without GPU operations"
     fi
 }
 
@@ -133,9 +141,36 @@ if os.environ["FLAVOUR"] == "gpu":
 missing = [name for name, ok in need if not ok]
 if missing:
     sys.exit(f"Horovod was built without {', '.join(missing)}")
-print("bootstrap: Horovod 0.28.1: TensorFlow yes, " + ", ".join(f"{n} yes" for n, _ in need),
+import horovod
+print(f"bootstrap: Horovod {horovod.__version__}: TensorFlow yes, " + ", ".join(f"{n} yes" for n, _ in need),
       file=sys.stderr)
 EOF
+}
+
+# ringtrain's Horovod: a wheel already built (ours, or one on PIP_FIND_LINKS), else PyPI's
+# sdist of 0.28.1, patched, built into the wheel folder and installed from there
+install_horovod() {
+    local wheels="${RINGTRAIN_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/ringtrain/wheels}/$FLAVOUR"
+    local links=("$wheels" ${PIP_FIND_LINKS:-}) work
+    mkdir -p "$wheels"
+    if "$@" --no-deps --only-binary horovod --find-links "$wheels" "horovod==$HOROVOD_OURS" 2>/dev/null; then
+        say "installed Horovod $HOROVOD_OURS from a wheel built before (${links[*]})"
+        return 0
+    fi
+    say "building Horovod $HOROVOD_OURS against TensorFlow: PyPI's $HOROVOD with $HOROVOD_PATCH (first time on a machine: 4-15 minutes; the wheel is kept in $wheels)"
+    work=$(mktemp -d)
+    "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps \
+        --no-binary horovod -d "$work" "horovod==$HOROVOD" ||
+        die "could not download Horovod $HOROVOD's sdist from the package index" "check the network or PIP_INDEX_URL"
+    tar -xzf "$work/horovod-$HOROVOD.tar.gz" -C "$work"
+    patch -d "$work/horovod-$HOROVOD" -p1 --quiet < "$HOROVOD_PATCH" ||
+        die "$HOROVOD_PATCH does not apply to Horovod $HOROVOD's sdist" "rm -rf $work and report it"
+    env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+        HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 MAKEFLAGS="-j$(nproc)" "${HVD_GPU_ENV[@]}" \
+        "$VENV/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps \
+        --no-build-isolation -w "$wheels" "$work/horovod-$HOROVOD"
+    rm -rf "$work"
+    "$@" --no-deps --no-index --find-links "$wheels" "horovod==$HOROVOD_OURS"
 }
 
 install_venv() {
@@ -148,11 +183,8 @@ install_venv() {
     "${pip[@]}" pip setuptools wheel cmake
     "${pip[@]}" "$tf"
     if [ "$FLAVOUR" = gpu ]; then horovod_gpu_env; fi
-    if ! "$VENV/bin/python" -c "import importlib.metadata as m; assert m.version('horovod') == '0.28.1'" 2>/dev/null; then
-        say "installing Horovod 0.28.1, built against TensorFlow (first time on a machine: 4-15 minutes; pip reuses that wheel after)"
-        env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-            HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 MAKEFLAGS="-j$(nproc)" "${HVD_GPU_ENV[@]}" \
-            "${pip[@]}" --no-build-isolation horovod
+    if ! "$VENV/bin/python" -c "import importlib.metadata as m; assert m.version('horovod') == '$HOROVOD_OURS'" 2>/dev/null; then
+        install_horovod "${pip[@]}"
     fi
     say "installing ringtrain[$extra,$EXTRAS]"
     "${pip[@]}" --no-build-isolation -e ".[$extra,$EXTRAS]"

@@ -349,7 +349,8 @@ def reset(exc: BaseException) -> bool:
     # Gloo's timeout), and hvd.shutdown() waits for it: end the ring's connections first, so
     # it and the peers that wait on this rank fail now (rank/abort.py)
     shut = abort.abort()
-    sys.stderr.write(f"ringtrain: elastic: rank {rank} (pid {os.getpid()}): {why}; forming "
+    who = "?" if rank is None else rank  # no rank: its hvd.init() failed (a re-form's fault)
+    sys.stderr.write(f"ringtrain: elastic: rank {who} (pid {os.getpid()}): {why}; forming "
                      f"the ring again and running the script again in this process (reset "
                      f"{MEMORY.resets}, last memory commit: epoch {MEMORY.commit.epoch} step "
                      f"{MEMORY.commit.batch}; {shut} ring connection(s) shut down)\n")

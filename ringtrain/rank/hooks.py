@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -71,13 +73,40 @@ def wrap_init(
         with contextlib.suppress(Exception):
             on_begin()
         before = abort.open_sockets()
-        result = original(self, *args, **kwargs)
+        try:
+            result = original(self, *args, **kwargs)
+        except ValueError as exc:
+            raise ring_not_formed(exc) from exc
         with contextlib.suppress(Exception):
             abort.remember(before, abort.open_sockets())  # the ring's sockets (rank/abort.py)
             on_init(self)
         return result
 
     basics.init = init
+
+
+# What hvd.init() raises when its background thread could not set up the ring; with ringtrain's
+# Horovod (scripts/horovod-0.28.1-ringtrain.patch) that includes a peer lost while the Gloo
+# contexts formed, which without the patch ended every survivor in std::terminate
+INIT_FAILED = "Horovod initialization failed"
+
+
+def ring_not_formed(exc: ValueError) -> Exception:
+    """``hvd.init()``'s failure under Horovod's elastic driver (``HOROVOD_ELASTIC=1``) as
+    Horovod's internal error, the one an elastic reset answers (ringtrain.keras.memory,
+    ``hvd.elastic.run``), so the survivors of a fault during a re-form try the next round;
+    any other ValueError, and every failure outside the elastic driver, as it was."""
+    if os.environ.get("HOROVOD_ELASTIC") != "1" or INIT_FAILED not in str(exc):
+        return exc
+    try:  # Horovod is imported (its init ran); named here, never imported by this module
+        errors = importlib.import_module("horovod.common.exceptions")
+    except ImportError:
+        return exc
+    internal = getattr(errors, "HorovodInternalError", None)
+    if not (isinstance(internal, type) and issubclass(internal, Exception)):
+        return exc
+    return internal("the ring could not be formed again (a peer was lost while it formed; "
+                    "see Horovod's log line above)")
 
 
 TF_BINDINGS = "tensorflow.python.pywrap_tfe"

@@ -7,11 +7,11 @@ must then find that venv up to date and run ruff, mypy and pytest. The suite is 
 second time from inside itself: ``make test`` gets one unit test file through
 ``PYTEST_ADDOPTS``.
 
-Horovod is compiled from source by the root bootstrap this suite was started by; pip keeps
-that wheel in root's cache, and the user's pip is pointed at a copy of it (a user with their
-own cache gets the same on their second venv). Without it the user's bootstrap compiles
-Horovod itself, which is slower but tests the same thing. TensorFlow comes from the index, as
-a user's would.
+Horovod is compiled from source by the root bootstrap this suite was started by; it keeps
+that wheel in root's ~/.cache/ringtrain/wheels, and the user's pip is pointed at a copy of it
+(a user's own bootstrap keeps theirs the same way for their second venv). Without it the
+user's bootstrap compiles Horovod itself, which is slower but tests the same thing.
+TensorFlow comes from the index, as a user's would.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import pwd
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,16 +37,11 @@ PASSED_ON = ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CERT
 
 
 def _built_horovod_wheels() -> list[Path]:
-    """Root's cached Horovod wheels, newest first for each file name (a CPU and a NCCL build
-    share one)."""
-    done = subprocess.run([sys.executable, "-m", "pip", "cache", "list", "horovod",
-                           "--format=abspath"], capture_output=True, text=True, timeout=60,
-                          check=False)
-    found = [Path(line) for line in done.stdout.split() if line.endswith(".whl")]
-    newest: dict[str, Path] = {}
-    for wheel in sorted(found, key=lambda p: p.stat().st_mtime):
-        newest[wheel.name] = wheel
-    return list(newest.values()) if done.returncode == 0 else []
+    """The Horovod wheels root's bootstrap built (ringtrain's, patched: scripts/bootstrap.sh
+    keeps them in ~/.cache/ringtrain/wheels/<flavour>, or $RINGTRAIN_WHEELS)."""
+    base = os.environ.get("RINGTRAIN_WHEELS") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ringtrain" / "wheels")
+    return sorted(Path(base, "cpu").glob("horovod-*.whl"))
 
 
 @pytest.fixture(scope="module")
