@@ -367,5 +367,6 @@ def _report_init(line: RankAgent | relay.RelaySender) -> None:
 
     hooks.on_import(hooks.HOROVOD_BASICS,
                     lambda module: hooks.wrap_init(module, report_init, report_begin))
+    hooks.on_import(hooks.HOROVOD_ELASTIC, hooks.wrap_elastic_run)
     if os.environ.get(envvars.TF_CLUSTER):
         hooks.on_import(hooks.TF_BINDINGS, lambda module: hooks.wrap_tf_join(module, line.send))

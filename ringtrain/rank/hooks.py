@@ -109,6 +109,38 @@ def ring_not_formed(exc: ValueError) -> Exception:
                     "see Horovod's log line above)")
 
 
+HOROVOD_ELASTIC = "horovod.common.elastic"  # run_fn: hvd.elastic.run of every framework
+RESET_TRIES = 5  # a reset whose ring cannot form (a fault in each round) is tried this often
+
+
+def wrap_elastic_run(module: ModuleType) -> None:
+    """``hvd.elastic.run`` (Horovod's ``run_fn``) with its reset tried again when the ring
+    cannot form (``ring_not_formed``): Horovod calls ``reset()`` outside its handler, so a
+    fault during the re-form ended the worker. Wrapped before the framework bindings import
+    ``run_fn`` by name."""
+    original = getattr(module, "run_fn", None)
+    internal = getattr(module, "HorovodInternalError", None)
+    if original is None or not (isinstance(internal, type) and issubclass(internal, Exception)):
+        return
+
+    def run_fn(func: Callable[..., Any], reset: Callable[[], Any]) -> Any:
+        def reset_again() -> Any:
+            for attempt in range(1, RESET_TRIES + 1):
+                try:
+                    return reset()
+                except internal:
+                    if attempt == RESET_TRIES:
+                        raise
+                    sys.stderr.write(f"ringtrain: elastic: the ring could not be formed again "
+                                     f"(try {attempt} of {RESET_TRIES}); joining the next "
+                                     "round\n")
+            return None
+
+        return original(func, reset_again)
+
+    module.run_fn = run_fn  # type: ignore[attr-defined]
+
+
 TF_BINDINGS = "tensorflow.python.pywrap_tfe"
 # The C calls where a task joins its TensorFlow cluster and waits for every other task:
 # collective ops (MultiWorkerMirroredStrategy) or a server def (the parameter-server

@@ -44,3 +44,34 @@ def test_the_wrapped_init_raises_it_from_the_original(monkeypatch: pytest.Monkey
     with pytest.raises(HorovodInternalError) as raised:
         Basics().init()
     assert raised.value.__cause__ is FAILED and began == [True]
+
+
+def _elastic_module() -> ModuleType:
+    module = ModuleType("horovod.common.elastic")
+    module.HorovodInternalError = HorovodInternalError  # type: ignore[attr-defined]
+    module.run_fn = lambda func, reset: (lambda: (reset(), func())[1])  # type: ignore[attr-defined]
+    return module
+
+
+def test_hvd_elastic_runs_reset_again_when_the_ring_cannot_form(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Horovod's run_fn calls reset() outside its handler: a re-form's fault ended the
+    worker. Wrapped, the reset is tried again, up to RESET_TRIES, then the error stands."""
+    module = _elastic_module()
+    hooks.wrap_elastic_run(module)
+    tries: list[int] = []
+
+    def flaky(fails: int):  # type: ignore[no-untyped-def]
+        def reset() -> None:
+            tries.append(1)
+            if len(tries) <= fails:
+                raise HorovodInternalError("the ring could not be formed again")
+        return reset
+
+    assert module.run_fn(lambda: "trained", flaky(2))() == "trained"
+    assert len(tries) == 3
+    assert "could not be formed again (try 2 of 5)" in capsys.readouterr().err
+    tries.clear()
+    with pytest.raises(HorovodInternalError):
+        module.run_fn(lambda: "trained", flaky(hooks.RESET_TRIES))()
+    assert len(tries) == hooks.RESET_TRIES
