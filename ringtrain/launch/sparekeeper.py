@@ -22,6 +22,12 @@ from ringtrain.remote import Remote
 from ringtrain.spec import LaunchSpec
 
 SPARE_DELAY_S = 5.0
+# A lost host leaves the published list once the survivors train again, not at once: Horovod's
+# driver has blacklisted it by then (for its cooldown), so its removal changes nothing Horovod
+# uses. Published at once, it reached the driver as "hosts updated (removed only)" after its
+# failure round had begun, and every survivor reset a second time (issue 38 item 2). Held at
+# most half of the cooldown's low end (Horovod re-admits the host after that), or this long.
+REMOVAL_HOLD_S = 30.0
 
 
 class SpareKeeper:
@@ -30,7 +36,8 @@ class SpareKeeper:
     A spare that takes a lost host's place is held out of the published list until the
     survivors train again (``release``, from ElasticWatch), or SPARE_DELAY_S at most, so their
     new ring never waits for a process still starting; it joins at the next commit (Horovod's
-    hosts-updated reset), while the others train."""
+    hosts-updated reset), while the others train. The lost host's removal waits for the same
+    moment (REMOVAL_HOLD_S)."""
 
     def __init__(self, pool: Pool, cooldown_range: tuple[int, int],
                  publish: Callable[[str], None], check: Callable[[str], str | None],
@@ -44,6 +51,8 @@ class SpareKeeper:
         self._lock = threading.Lock()
         self._checking: threading.Thread | None = None
         self._held: tuple[frozenset[str], float] | None = None  # spares not yet offered
+        self._stale: float | None = None  # since when a loss is not published
+        self._hold_s = min(REMOVAL_HOLD_S, cooldown_range[0] / 2)
         if warm is not None:
             warm(pool.spares)
 
@@ -55,19 +64,21 @@ class SpareKeeper:
             if joined:
                 held = self._held[0] if self._held else frozenset()
                 self._held = (held | joined, self._clock())
-            text = self._text()
+            if said is not None and self._stale is None:
+                self._stale = self._clock()
         if said is not None:
             self._note(said)
-            self._publish(text)
 
     def release(self) -> None:
         """Offer the held spares now: the survivors train again (or the wait is over)."""
         with self._lock:
             held, self._held = self._held, None
+            stale, self._stale = self._stale, None
             text = self._text()
         if held is not None:
             self._note(f"elastic: {', '.join(sorted(held[0]))} offered to Horovod's driver: "
                        "joins at the next commit")
+        if held is not None or stale is not None:
             self._publish(text)
 
     def _text(self) -> str:
@@ -76,7 +87,9 @@ class SpareKeeper:
                        if name not in held)
 
     def tick(self) -> None:
-        if self._held is not None and self._clock() - self._held[1] >= SPARE_DELAY_S:
+        now = self._clock()
+        if ((self._held is not None and now - self._held[1] >= SPARE_DELAY_S)
+                or (self._stale is not None and now - self._stale >= self._hold_s)):
             self.release()
         if self._checking is not None and self._checking.is_alive():
             return
@@ -93,6 +106,8 @@ class SpareKeeper:
             self.pool, said = readmit(self.pool, host, problem is None, self._clock(),
                                       self.range, problem or "")
             text = self._text()
+            if text != before:
+                self._stale = None  # published now, with any loss still held
         self._note(said)
         if text != before:
             self._publish(text)

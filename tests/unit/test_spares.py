@@ -84,8 +84,10 @@ def test_warm_processes_carry_the_run_id_for_the_reaper() -> None:
 
 def test_a_spare_is_offered_once_the_survivors_train_again_or_after_the_delay() -> None:
     """Held back, the survivors form their new ring alone and the spare joins at the next
-    commit; offered anyway after SPARE_DELAY_S when they have not trained again by then."""
-    from ringtrain.launch.sparekeeper import SPARE_DELAY_S, SpareKeeper
+    commit; offered anyway after SPARE_DELAY_S when they have not trained again by then. The
+    lost host's removal waits for the same moment: Horovod has blacklisted it by then, so it
+    is no second "hosts updated" reset (issue 38 item 2)."""
+    from ringtrain.launch.sparekeeper import REMOVAL_HOLD_S, SPARE_DELAY_S, SpareKeeper
 
     published: list[str] = []
     said: list[str] = []
@@ -93,16 +95,41 @@ def test_a_spare_is_offered_once_the_survivors_train_again_or_after_the_delay() 
     keeper = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), published.append,
                          lambda _: None, said.append, lambda: clock[0])
     keeper.lost("gpu02")
-    assert published == ["gpu01:2\n"]  # gpu03 (the spare) held back for now
+    assert published == []  # gpu02's removal and gpu03 (the spare) held back for now
     keeper.release()  # the survivors report progress again
-    assert published[-1] == "gpu01:2\ngpu03:2\n"
+    assert published == ["gpu01:2\ngpu03:2\n"]
     assert said[-1] == "elastic: gpu03 offered to Horovod's driver: joins at the next commit"
-    keeper.lost("gpu01")  # no spare left: nothing held
+    keeper.lost("gpu01")  # no spare left: only the removal, held
+    assert len(published) == 1
+    clock[0] += REMOVAL_HOLD_S - 1
+    keeper.tick()
+    assert len(published) == 1
+    clock[0] += 1  # nobody trained again in time: published anyway
+    keeper.tick()
     assert published[-1] == "gpu03:2\n"
+    keeper.release()  # nothing held any more: nothing published again
+    assert len(published) == 2
     other = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), published.append,
                         lambda _: None, said.append, lambda: clock[0])
     other.lost("gpu01")
-    assert published[-1] == "gpu02:2\n"
     clock[0] += SPARE_DELAY_S  # nobody trained again in time: offered anyway
     other.tick()
     assert published[-1] == "gpu02:2\ngpu03:2\n"
+
+
+def test_a_short_cooldown_holds_the_removal_for_half_of_it() -> None:
+    """Horovod re-admits a blacklisted host after its cooldown: the removal must reach it
+    before then."""
+    from ringtrain.launch.sparekeeper import SpareKeeper
+
+    published: list[str] = []
+    clock = [0.0]
+    keeper = SpareKeeper(spares.pool_of(HOSTS, ()), (2, 4), published.append,
+                         lambda _: None, lambda _: None, lambda: clock[0])
+    keeper.lost("gpu03")
+    clock[0] = 0.9
+    keeper.tick()
+    assert published == []
+    clock[0] = 1.0
+    keeper.tick()
+    assert published == ["gpu01:2\ngpu02:2\n"]
