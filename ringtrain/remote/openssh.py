@@ -42,6 +42,7 @@ from ringtrain.remote.sshcli import (
     path_problem,
     ssh_argv,
 )
+from ringtrain.remote.sshg import layered
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # per stream, as SshRemote keeps (remote/ssh.py)
 _CHUNK = 4096  # at most PIPE_BUF: a write to a pipe select() calls writable never blocks
@@ -75,8 +76,9 @@ class OpenSshRemote(FanRemote):
                                                                 "known_hosts")):
             raise RemoteError(problem, "pass --known-hosts a path without quotes or "
                               "backslashes")
-        self.client = SshClient(ssh_config, known_hosts, accept_new_host_keys,
-                                connect_timeout, program)
+        # -F the user's config then the system's, as mpirun's ssh reads them (sshg.layered)
+        self.client = SshClient(layered(ssh_config) if ssh_config is not None else None,
+                                known_hosts, accept_new_host_keys, connect_timeout, program)
         self.concurrency = concurrency
         self.ssh_localhost = ssh_localhost
         self.local = local or LocalRemote()

@@ -286,6 +286,17 @@ def _exec(transport: paramiko.Transport, command: str, deadline: float,
         chan.close()
 
 
+def _auth_failed(exc: paramiko.AuthenticationException, target: SshTarget) -> str:
+    who = f"{target.user or 'the current user'}@{target.alias}"
+    allowed = [str(t) for t in getattr(exc, "allowed_types", None) or ()]
+    if allowed and not {"publickey", "password"} & set(allowed):
+        # hostbased, GSSAPI (Kerberos), keyboard-interactive: paramiko cannot answer them here
+        return (f"authentication failed for {who}: the host accepts only "
+                f"{', '.join(allowed[:4])}, which ringtrain's paramiko transport does not do; "
+                "pass --ssh-transport openssh (the system's ssh)")
+    return f"authentication failed for {who}: check IdentityFile, ssh-agent and authorized_keys"
+
+
 def describe_error(  # noqa: PLR0911 - one return per kind of failure
     exc: BaseException, target: SshTarget, timeout: float
 ) -> str:
@@ -296,8 +307,7 @@ def describe_error(  # noqa: PLR0911 - one return per kind of failure
     if isinstance(exc, paramiko.BadHostKeyException):  # pragma: no cover - policy decides
         return f"host key for {target.alias} CHANGED (possible MITM): fix known_hosts"
     if isinstance(exc, paramiko.AuthenticationException):
-        return (f"authentication failed for {target.user or 'the current user'}@{target.alias}:"
-                " check IdentityFile, ssh-agent and authorized_keys")
+        return _auth_failed(exc, target)
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         return f"connection refused by {where} (is sshd running?)"
     if isinstance(exc, ConnectionRefusedError):

@@ -60,6 +60,17 @@ def render_ssh_config(
     return "\n".join(lines) + "\n"
 
 
+def render_layered(base: Path) -> str:
+    """The file ``ssh -F`` reads for ``--ssh-config base`` on ringtrain's own connections
+    (the probe's ``ssh -G`` and, with ``--ssh-transport openssh``, its commands): ``base``,
+    then the system's, as a plain ssh reads them and as mpirun's per-run file includes them
+    (``render_ssh_config``). ``-F base`` alone skips /etc/ssh/ssh_config, so the probe read
+    other settings than the job's ssh (issue 42 item 6)."""
+    return ("# Written by ringtrain: --ssh-config, then the system's (-F alone skips it)\n"
+            f'Include "{_checked(str(base.absolute()), "ssh config")}"\n'
+            f'Include "{SYSTEM_CONFIG}"\n')
+
+
 def _checked(value: str, what: str) -> str:
     if any(c in _BAD for c in value):
         raise UsageError(

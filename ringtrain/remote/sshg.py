@@ -12,11 +12,17 @@ host, in parallel (bounded), once per host per run (cached), its answer handed t
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import subprocess
+import tempfile
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from ringtrain.remote.sshconf import render_layered
 
 CONCURRENCY = 16
 TIMEOUT_S = 10.0
@@ -42,6 +48,23 @@ def parse(text: str) -> dict[str, Any]:
     return out
 
 
+_LAYERED: dict[Path, Path] = {}
+_LAYERED_LOCK = threading.Lock()
+
+
+def layered(path: Path) -> Path:
+    """The file to give ``ssh -F`` for ``--ssh-config path`` (sshconf.render_layered: it,
+    then the system's ssh_config), written once per process in a private folder."""
+    with _LAYERED_LOCK:
+        if path not in _LAYERED:
+            folder = Path(tempfile.mkdtemp(prefix="ringtrain-ssh-"))  # 0700, ours
+            atexit.register(shutil.rmtree, folder, True)
+            file = folder / "ssh_config"
+            file.write_text(render_layered(path))
+            _LAYERED[path] = file
+        return _LAYERED[path]
+
+
 class OpenSshConfig:
     """``lookup(host)`` from ``ssh -G``, cached; ``prefetch(hosts)`` asks for many at once."""
 
@@ -51,7 +74,7 @@ class OpenSshConfig:
         self._cache: dict[str, dict[str, Any] | str] = {}
 
     def argv(self, host: str) -> tuple[str, ...]:
-        config = ("-F", str(self.path)) if self.path is not None else ()
+        config = ("-F", str(layered(self.path))) if self.path is not None else ()
         return (self.ssh, *config, "-G", "--", host)
 
     def prefetch(self, hosts: Sequence[str]) -> None:
@@ -73,12 +96,14 @@ class OpenSshConfig:
         return answer
 
     def _ask(self, host: str) -> dict[str, Any] | str:
+        # said with the user's config, not the file that layers it with the system's
+        shown = " ".join((self.ssh, *(("-F", str(self.path)) if self.path else ()), "-G", host))
         try:
             done = subprocess.run(self.argv(host), capture_output=True, text=True,
                                   stdin=subprocess.DEVNULL, timeout=TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as err:
-            return f"`{' '.join(self.argv(host))}` failed: {err}"
+            return f"`{shown}` failed: {err}"
         if done.returncode != 0:
             said = " ".join(done.stderr.split())[:300] or f"exit status {done.returncode}"
-            return f"`{' '.join(self.argv(host))}`: {said}"
+            return f"`{shown}`: {said}"
         return parse(done.stdout)

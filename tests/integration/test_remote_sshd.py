@@ -158,3 +158,39 @@ def test_probe_over_ssh(sshd: Sshd) -> None:
     assert ok.reachable and ok.error is None, ok.error
     assert ok.versions.mpi == "Open MPI 4.1.4" and ok.hostname == os.uname().nodename
     assert not report.result("h-closed").reachable
+
+
+def test_a_host_that_wants_hostbased_authentication_is_told_to_use_openssh(
+        sshd: Sshd) -> None:
+    """paramiko cannot do hostbased authentication: the error says which methods the host
+    accepts and names --ssh-transport openssh, not the key and agent checks (issue 42 item 6).
+    A second sshd, the same keys, only hostbased allowed."""
+    sshd.trust()
+    port = loopback_sshd.free_port()
+    config = sshd.dir / "sshd_hostbased_config"
+    config.write_text((sshd.dir / "sshd_config").read_text().replace(
+        f"Port {sshd.port}\n", f"Port {port}\n").replace(
+        f"PidFile {sshd.dir}/sshd.pid", f"PidFile {sshd.dir}/sshd_hb.pid")
+        + "HostbasedAuthentication yes\nPubkeyAuthentication no\n"
+          "AuthenticationMethods hostbased\n")
+    (sshd.dir / "ssh_config_hb").write_text(
+        sshd.config.read_text().replace(f"Port {sshd.port}\n", f"Port {port}\n"))
+    with (sshd.dir / "known_hosts").open("a") as known:
+        known.write(f"[h-ok]:{port},[127.0.0.1]:{port} {sshd.host_pub}\n")
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "sshd did not start"
+                time.sleep(0.05)
+        r = SshRemote(sshd.dir / "ssh_config_hb").run([Host("h-ok", 1)], ["true"], 20)["h-ok"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert r.error is not None and "the host accepts only hostbased" in r.error, r.error
+    assert r.error.endswith("pass --ssh-transport openssh (the system's ssh)")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -295,3 +297,27 @@ def test_fan_out_results_have_a_failed_view() -> None:
     assert isinstance(results, HostResults) and list(results) == ["a", "b", "c"]
     assert list(results.failed) == ["b", "c"] and list(results.succeeded) == ["a"]
     assert "OSError: boom" in (results.failed["b"].error or "")
+
+
+def test_ssh_g_with_a_config_reads_the_systems_after_it_as_mpiruns_ssh_does(
+        tmp_path: Path) -> None:
+    """``ssh -F CONFIG`` skips /etc/ssh/ssh_config, which a plain ssh (and mpirun's per-run
+    file, sshconf.render_ssh_config) reads after the user's: ringtrain's own ``ssh -G`` gets
+    both, the user's first. Real OpenSSH answers; the system file here sets SendEnv (Debian's
+    default) and HashKnownHosts."""
+    from ringtrain.remote.sshconf import SYSTEM_CONFIG
+    from ringtrain.remote.sshg import OpenSshConfig
+
+    ssh = shutil.which("ssh")
+    system = Path(SYSTEM_CONFIG)
+    if ssh is None or not system.is_file() or "SendEnv" not in system.read_text():
+        pytest.skip("needs OpenSSH's ssh and a system ssh_config with SendEnv")
+    mine = tmp_path / "my_config"
+    mine.write_text("Host gpu*\n    User trainer\n    Port 2222\n    HashKnownHosts no\n")
+    seen = OpenSshConfig(mine, ssh).lookup("gpu07")
+    assert (seen["user"], seen["port"]) == ("trainer", "2222")  # the user's, first
+    assert seen["hashknownhosts"] == "no"  # the user's value wins over the system's yes
+    assert any("LANG" in v for v in seen["sendenv"])  # the system's, which -F alone skips
+    alone = subprocess.run([ssh, "-F", str(mine), "-G", "gpu07"], capture_output=True,
+                           text=True, check=True).stdout
+    assert "sendenv" not in alone.lower()  # what the probe read before
