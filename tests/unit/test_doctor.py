@@ -430,7 +430,7 @@ def test_only_hosts_without_a_fatal_finding_are_remembered() -> None:
 
 
 def test_the_readme_table_is_the_checks() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "PREFLIGHT.md").read_text()
     for c in CHECKS:
         default = "exclude or fail" if c.severity == "fatal" else "warn"
         row = f"| `{c.code}` | {default} | {c.what} | {c.threshold} | {c.source} |"
