@@ -153,7 +153,7 @@ def horovod_tuning_options() -> Callable[[F], F]:
         click.option("--gloo-timeout-seconds", type=click.IntRange(min=1), metavar="S",
                      help="How long a Gloo operation waits for a peer before it fails "
                      "(HOROVOD_GLOO_TIMEOUT_SECONDS; Horovod's default 30). Under --elastic "
-                     "it bounds how long survivors wait on a lost rank: see the README."),
+                     "it bounds how long survivors wait on a lost rank: see docs/ELASTIC.md."),
         click.option("--output-filename", metavar="DIR",
                      help="horovodrun writes each rank's output under DIR; ringtrain already "
                      "keeps every rank's output in runs/<id>/attempt-N/rank.<N>.log and says "
@@ -188,7 +188,8 @@ def elastic_options() -> Callable[[F], F]:
                      help="Run under Horovod's elastic driver (horovodrun --gloo, the hosts "
                      "from ringtrain's pre-flight): when a rank or host is lost the others "
                      "keep their processes and go on from their last commit, down to "
-                     "--min-np ranks (default 1). The script uses hvd.elastic (see README)."),
+                     "--min-np ranks (default 1). The script uses hvd.elastic "
+                     "(see docs/ELASTIC.md)."),
         click.option("--max-np", "--max-num-proc", "max_np", type=click.IntRange(min=1),
                      help="--elastic: grow up to this many ranks when hosts come back "
                      "(--max-num-proc as horovodrun spells it)."),

@@ -14,7 +14,7 @@ over the corpus in tests/unit/test_hostfile_openmpi_corpus.py. What Open MPI doe
 * names are matched as Open MPI matches them: without their domain (``gpu01.a`` is ``gpu01``),
   and ``localhost``, ``127.0.0.1`` and ``::1`` are all the launching machine.
 
-Deliberate differences, listed in README.md ("Inventories") with the reasons: refused here but
+Deliberate differences, listed in docs/INVENTORIES.md with the reasons: refused here but
 read by Open MPI: ``slots=0``, words that are not ``key=value`` (Open MPI ignores them, so
 ``gpu01 4`` is 1 slot), ``max_slots`` below the slots in any order or after a repeated line, a
 key given twice on one line, one host written two ways (``gpu01.a`` and ``gpu01.b``), two users

@@ -43,7 +43,7 @@ class FailureKind(enum.Enum):
         )
 
 
-# One exit status per fault ringtrain detects or reads from mpirun (README: "Exit status"),
+# One exit status per fault ringtrain detects or reads from mpirun (docs/ELASTIC.md: "Exit status"),
 # outside ringtrain's own errors (2-8) and the signals' 128+N.
 FAULT_EXIT_CODES = {
     FailureKind.START_TIMEOUT: 20,

@@ -116,7 +116,8 @@ def usage_warnings(
         out.append(
             "--checkpoint was given but no rank used ringtrain's checkpoint API, so nothing "
             "was checkpointed there; add ringtrain.keras.resume(model) and "
-            "ringtrain.keras.callbacks() to the script (README: 'Your own training script')"
+            "ringtrain.keras.callbacks() to the script "
+            "(docs/SCRIPTS.md: 'Your own training script')"
         )
     if policy.stall_timeout is not None and snap.progress is None:
         out.append(

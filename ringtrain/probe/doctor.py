@@ -4,7 +4,8 @@ Each finding has a stable code, the GPU or port it is about, the value measured 
 expected, a fix, and a severity: ``fatal`` findings are problems (the host is refused or
 excluded under ``--on-bad-host``), ``warn`` findings are warnings. ``--on-bad-host CODE=ACTION``
 moves one code to another action (``verdict`` applies it). The thresholds and their sources are
-in ``CHECKS`` (the README's table is generated from the same words and a test keeps them equal).
+in ``CHECKS`` (docs/PREFLIGHT.md's table is generated from the same words and a test keeps
+them equal).
 
 "Since the last check" needs what the last check saw: ``Baseline`` (boot id, kernel time of the
 check, PCIe replays and link-downed counters). Without one, Xid lines count since boot and

@@ -10,7 +10,8 @@ Host keys are checked the way OpenSSH's ``StrictHostKeyChecking yes`` does: the 
 a known_hosts file under the HostKeyAlias, else the HostName (``[name]:port`` off port 22).
 ``accept_new_host_keys`` is OpenSSH's ``accept-new``: a host with no known key is trusted on
 first use and appended to the user's known_hosts; a *changed* key is refused, always. Fabric is
-not used for connections: Fabric 3's Connection sets AutoAddPolicy on every client (README).
+not used for connections: Fabric 3's Connection sets AutoAddPolicy on every client
+(docs/PREFLIGHT.md).
 """
 
 from __future__ import annotations

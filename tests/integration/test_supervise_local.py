@@ -113,7 +113,7 @@ time.sleep(600)
     )
     proc, elapsed = _launch(tmp_path, script, "--start-timeout", "12")
     result = run_result(tmp_path)
-    assert proc.returncode == 20  # README: one exit status per detected fault
+    assert proc.returncode == 20  # docs/ELASTIC.md: one exit status per detected fault
     assert result["fault_kind"] == "start-timeout" and result["failed_rank"] == 1
     assert "ranks 1 on localhost have not reached hvd.init()" in proc.stderr
     assert elapsed < 12 + 60  # start timeout + generous teardown: not hung

@@ -315,7 +315,7 @@ def test_on_bad_host_per_code() -> None:
         assert "pcie-width" in (err.value.hint or "")
 
 
-def test_every_check_has_words_for_the_readme() -> None:
+def test_every_check_has_words_for_the_docs_table() -> None:
     assert len(CHECKS) == len(BY_CODE) >= 12
     for c in CHECKS:
         assert c.severity in ("fatal", "warn") and c.what and c.threshold and c.source and c.fix
@@ -429,9 +429,9 @@ def test_only_hosts_without_a_fatal_finding_are_remembered() -> None:
         "gpu01": Baseline("b", 50.0, {"3b:00": 1}, {})}
 
 
-def test_the_readme_table_is_the_checks() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_preflight_page_table_is_the_checks() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "PREFLIGHT.md").read_text()
     for c in CHECKS:
         default = "exclude or fail" if c.severity == "fatal" else "warn"
         row = f"| `{c.code}` | {default} | {c.what} | {c.threshold} | {c.source} |"
-        assert row in readme, row
+        assert row in page, row

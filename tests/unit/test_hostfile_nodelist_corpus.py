@@ -3,8 +3,8 @@
 ``SLURM`` is scontrol's output (Slurm 22.05), or None when scontrol refuses the list.
 tests/integration/test_inventory_oracles.py checks every entry against scontrol itself and
 ringtrain against scontrol directly; these unit tests pin ringtrain's side without Slurm.
-Where ringtrain deliberately differs, ``ringtrain`` says how and ``why`` says why (README.md,
-"Inventories", lists the same differences).
+Where ringtrain deliberately differs, ``ringtrain`` says how and ``why`` says why
+(docs/INVENTORIES.md lists the same differences).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ Names are compared as Open MPI shows them: without their domain (``n1.rack.inval
 and the launching machine as ``localhost``. The addresses are 127.0.0.2 and up (not this
 machine's to Open MPI, never looked up in DNS) and 2001:db8::/32 (documentation range).
 
-Where ringtrain deliberately differs, ``ringtrain`` says how and ``why`` says why; README.md
-("Inventories") lists the same differences.
+Where ringtrain deliberately differs, ``ringtrain`` says how and ``why`` says why;
+docs/INVENTORIES.md lists the same differences.
 """
 
 from __future__ import annotations
