@@ -19,15 +19,20 @@ class StepTimes:
     at: float
     total_compute: float = 0.0
     total_steps: int = 0
+    total_wall: float = 0.0  # whole-step seconds, over the steps that reported one
+    wall_steps: int = 0
 
     def then(self, msg: dict[str, Any], now: float) -> StepTimes:
         compute, wall = _seconds(msg.get("compute")), _seconds(msg.get("wall"))
         n = msg.get("n")
         n = n if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 1_000_000 else 1
         if compute is None:
-            return StepTimes(None, wall, now, self.total_compute, self.total_steps)
+            return StepTimes(None, wall, now, self.total_compute, self.total_steps,
+                             self.total_wall, self.wall_steps)
+        walls = (self.total_wall + wall * n, self.wall_steps + n) if wall is not None else (
+            self.total_wall, self.wall_steps)
         return StepTimes(
-            compute, wall, now, self.total_compute + compute * n, self.total_steps + n
+            compute, wall, now, self.total_compute + compute * n, self.total_steps + n, *walls
         )
 
 

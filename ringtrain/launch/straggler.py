@@ -35,6 +35,10 @@ from ringtrain.spec import StragglerAction, StragglerPolicy
 
 FRESH_S = 5.0
 SCORE_EVERY_S = 1.0
+# A rank is a straggler only when its lag costs the job this share of a whole step: a rank at
+# 9.9 ms against a 5.1 ms median is 1.9x, yet where every step takes a second (the job waits
+# on storage, the input pipeline, a slow all-reduce) its lag is noise (issue 38 item 6)
+MIN_SHARE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +49,12 @@ class RankScore:
     others_median_s: float
     vs_median: float
     vs_best: float | None
+    share: float | None = None  # its lag over the job's whole step (the ranks' median)
+
+    @property
+    def slow(self) -> bool:
+        """Over the threshold, and its lag a measurable share of the job's step."""
+        return self.share is None or self.share >= MIN_SHARE
 
 
 def leave_one_out_median(values: list[float], value: float) -> float:
@@ -62,7 +72,8 @@ def leave_one_out_median(values: list[float], value: float) -> float:
 
 @dataclass
 class _Track:
-    samples: deque[tuple[float, float, int]] = field(default_factory=deque)  # at, totals
+    # at, then the totals: compute, steps, whole-step seconds, steps with a whole step
+    samples: deque[tuple[float, float, int, float, int]] = field(default_factory=deque)
     best: float | None = None  # the lowest window-long mean seen
     named: Straggler | None = None
 
@@ -86,13 +97,16 @@ class StragglerWatch:
         """Record the snapshot's totals; a score for every fresh rank with a full window,
         when at least two ranks have one."""
         means: dict[int, float] = {}
+        walls: list[float] = []
         for r in snap.ranks:
-            mean = self._window_mean(r, snap.now)
-            if mean is not None:
-                means[r.rank] = mean
+            seen = self._window_mean(r, snap.now)
+            if seen is not None:
+                means[r.rank] = seen[0]
+                walls += [seen[1]] if seen[1] is not None else []
         if len(means) < 2:
             return []
         values = sorted(means.values())
+        step = sorted(walls)[len(walls) // 2] if walls else None  # the job's whole step
         out = []
         for rank, mean in means.items():
             track = self._tracks[rank]
@@ -105,26 +119,30 @@ class StragglerWatch:
                 others_median_s=median,
                 vs_median=mean / median if median > 0 else 1.0,
                 vs_best=mean / track.best if track.best else None,
+                share=(mean - median) / step if step else None,
             ))
         return out
 
-    def _window_mean(self, r: RankState, now: float) -> float | None:
+    def _window_mean(self, r: RankState, now: float) -> tuple[float, float | None] | None:
+        """The rank's mean compute over the window, and its mean whole step (None where it
+        reported none)."""
         steps = r.steps
         if steps is None or not steps.total_steps or not r.connected or r.done:
             return None
         track = self._tracks.setdefault(r.rank, _Track())
         samples = track.samples
         if not samples or samples[-1][0] != steps.at:
-            samples.append((steps.at, steps.total_compute, steps.total_steps))
+            samples.append((steps.at, steps.total_compute, steps.total_steps, steps.total_wall,
+                            steps.wall_steps))
         window = self.policy.window_s
         while len(samples) > 2 and samples[1][0] <= now - window:
             samples.popleft()  # keep one sample at or before the window's start
         if now - steps.at > FRESH_S:
             return None
-        (t0, c0, n0), (t1, c1, n1) = samples[0], samples[-1]
+        (t0, c0, n0, w0, m0), (t1, c1, n1, w1, m1) = samples[0], samples[-1]
         if t1 - t0 < window - 1.0 or n1 <= n0:  # a window's worth, give or take a report
             return None
-        return (c1 - c0) / (n1 - n0)
+        return (c1 - c0) / (n1 - n0), (w1 - w0) / (m1 - m0) if m1 > m0 else None
 
     def update(self, snap: Snapshot) -> tuple[list[Straggler], list[Straggler]]:
         """(newly named, newly cleared) after this snapshot. Ranks report once a second and
@@ -137,7 +155,7 @@ class StragglerWatch:
         self._scored_at = snap.now
         for s in self.scores(snap):
             track = self._tracks[s.rank]
-            if s.vs_median >= self.policy.threshold:
+            if s.vs_median >= self.policy.threshold and s.slow:
                 if track.named is None:
                     track.named = _straggler(s, self.policy.window_s)
                     named.append(track.named)

@@ -53,8 +53,8 @@ def test_step_totals_add_up_and_bad_numbers_are_ignored() -> None:
 class _Ranks:
     """Four ranks reporting every second; ``slow`` maps rank -> factor on its compute."""
 
-    def __init__(self, base: float = 0.01) -> None:
-        self.base = base
+    def __init__(self, base: float = 0.01, wall: float = 0.05) -> None:
+        self.base, self.wall = base, wall
         self.states = {r: RankState(rank=r, host=f"node{r}", pid=100 + r) for r in range(4)}
         self.now = 0.0
 
@@ -66,7 +66,7 @@ class _Ranks:
             noise = 1.0 + (rng.uniform(-jitter, jitter) if rng else 0.0)
             compute = self.base * factor * noise
             steps = (st.steps or StepTimes(None, None, 0.0)).then(
-                {"n": 20, "compute": compute, "wall": 0.05}, self.now)
+                {"n": 20, "compute": compute, "wall": self.wall}, self.now)
             self.states[r] = replace(st, steps=steps)
         return Snapshot(tuple(self.states.values()), None, self.now)
 
@@ -203,3 +203,22 @@ def test_straggler_json_and_result_carry_it() -> None:
     assert s.to_json()["host"] == "gpu03"
     result = JobResult(JobState.SUCCEEDED, 0, Path("/r"), 1.0, stragglers=(s,))
     assert result.to_json()["stragglers"][0]["vs_median"] == 1.9
+
+
+def test_a_lag_that_costs_the_job_no_measurable_share_of_a_step_names_nobody() -> None:
+    """During an S3 outage three ranks were named at 9.9 ms against a 5.1 ms median: 1.9x, but
+    each whole step took about a second, so their lag cost the job under 1% of it. A rank is
+    named only when its lag is at least MIN_SHARE of the job's whole step."""
+    from ringtrain.launch.straggler import MIN_SHARE
+
+    for wall, named_expected in ((1.0, False), (0.02, True)):
+        ranks, watch = _Ranks(base=0.0051, wall=wall), _watch()
+        named: list[object] = []
+        for _ in range(30):
+            named += watch.update(ranks.second({2: 9.9 / 5.1}))[0]
+        assert bool(named) is named_expected, (wall, named)
+        (score,) = [x for x in watch.scores(Snapshot(tuple(ranks.states.values()), None,
+                                                      ranks.now)) if x.rank == 2]
+        assert score.vs_median == pytest.approx(9.9 / 5.1, rel=0.01)
+        assert score.share == pytest.approx((0.0099 - 0.0051) / wall, rel=0.01)
+        assert (score.share >= MIN_SHARE) is named_expected
