@@ -83,3 +83,27 @@ def test_the_ledgers_stages_are_read_from_result_json(tmp_path: Path) -> None:
 def test_the_command_refuses_a_world_too_small_to_lose_a_rank() -> None:
     result = CliRunner().invoke(cli, ["bench", "recovery", "--ranks", "2,8"])
     assert result.exit_code == 2 and "world sizes of at least 3" in result.output
+
+
+def test_the_stage_table_splits_each_reset_and_projects_each_phase() -> None:
+    """Issue 38 item 5: per world size the median of each phase of a reset (the ledger's
+    reset, ring formed, restored and the TTTA), then a line per phase projected to 512 and
+    4,096 ranks."""
+    from ringtrain.bench.launcher.recovery import Outcome, fit_line, phases, stage_table
+
+    def run(ranks: int, formed: float, ttta: float) -> Outcome:
+        return Outcome("memory", ttta, 0, 0.5, None, 0, 60.0, ranks=ranks, killed="gpu03",
+                       resets=1, stages=(0.1, formed, formed + 1.0))
+    assert phases(run(8, 5.0, 9.0)) == pytest.approx((0.1, 4.9, 1.0, 3.0))
+    assert fit_line([(4, 2.0), (8, 4.0), (16, 8.0)]) == pytest.approx((0.0, 0.5))
+    assert fit_line([(8, 1.0), (8, 2.0)]) is None  # one size: no line
+    rows = stage_table([run(4, 2.0, 5.0), run(8, 4.0, 7.0), run(8, 4.2, 7.2),
+                        Outcome("restart", 40.0, 5, 0.3, None, 0, 90.0, ranks=8)])
+    text = "\n".join(rows)
+    assert "detect->reset" in text and "first step" in text
+    (eight,) = [r for r in rows if r.split()[:1] == ["8"]]
+    assert eight.split()[1:] == ["0.1", "4.0", "1.0", "2.0", "7.1"]  # medians of the two
+    (far,) = [r for r in rows if r.startswith("  ~512")]
+    # re-form 1.9 s at 4, 4.0 s at 8: -0.2 + 0.525 x ranks -> 268.6 s at 512
+    assert far.split()[2] == "268.6"
+    assert stage_table([Outcome("restart", 40.0, 5, 0.3, None, 0, 90.0)]) == []
