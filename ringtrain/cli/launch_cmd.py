@@ -26,8 +26,7 @@ from ringtrain.cli.options import (
     ssh_options,
 )
 from ringtrain.errors import JobFailed
-from ringtrain.launch.milestones import incidents
-from ringtrain.launch.result import JobState
+from ringtrain.launch.result import JobState, incidents
 from ringtrain.launch.session import Session
 from ringtrain.spec import Backend, EnvSpec, StragglerAction, Strategy
 

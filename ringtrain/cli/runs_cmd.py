@@ -15,8 +15,7 @@ from rich.table import Table
 
 from ringtrain.checkpoint.location import Location
 from ringtrain.errors import UsageError
-from ringtrain.launch.milestones import incidents
-from ringtrain.launch.result import JobResult, JobState, ResumePoint
+from ringtrain.launch.result import JobResult, JobState, ResumePoint, incidents
 from ringtrain.rank import procfs
 
 _STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "no result": "cyan",

@@ -11,14 +11,11 @@ the headline figure of a restart, as in arXiv 2410.21680 and FlashRecovery.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ringtrain.launch.control import Snapshot
-    from ringtrain.launch.result import JobResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,18 +98,3 @@ class Incident:
                 "ttta_s": None if self.ttta_s is None else round(self.ttta_s, 3),
                 "stages_s": {k: None if v is None else round(v, 3) for k, v in self.stages()},
                 "resumed_step": self.resumed_step, "recheck": self.recheck}
-
-
-def incidents(attempts: Sequence[JobResult]) -> tuple[Incident, ...]:
-    """Every restart of a run, in order."""
-    out = []
-    for before, after in itertools.pairwise(attempts):
-        marks = after.milestones or Milestones()
-        fault = before.failure.message if before.failure is not None else before.state.value
-        resumed = before.resume_point.step if before.resume_point is not None else None
-        check = before.recheck
-        found = check.describe() if check and (check.waited or check.left_out) else None
-        out.append(Incident(before.attempt, fault, before.detected_at, before.torn_down_at,
-                            marks.started, marks.arrived, marks.initialized, marks.training,
-                            resumed, check.finished if check else None, found))
-    return tuple(out)

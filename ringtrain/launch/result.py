@@ -11,13 +11,15 @@ decided after each (a restart, the hosts it left out), the newest committed chec
 from __future__ import annotations
 
 import enum
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ringtrain.launch.elastic import Absorbed
 from ringtrain.launch.failure import FAULT_EXIT_CODES, Failure, FailureKind, RankFailure
-from ringtrain.launch.milestones import Milestones, incidents
+from ringtrain.launch.milestones import Incident, Milestones
 from ringtrain.launch.recheck import Recheck
 
 __all__ = [
@@ -324,3 +326,18 @@ class JobResult:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+def incidents(attempts: Sequence[JobResult]) -> tuple[Incident, ...]:
+    """Every restart of a run, in order."""
+    out = []
+    for before, after in itertools.pairwise(attempts):
+        marks = after.milestones or Milestones()
+        fault = before.failure.message if before.failure is not None else before.state.value
+        resumed = before.resume_point.step if before.resume_point is not None else None
+        check = before.recheck
+        found = check.describe() if check and (check.waited or check.left_out) else None
+        out.append(Incident(before.attempt, fault, before.detected_at, before.torn_down_at,
+                            marks.started, marks.arrived, marks.initialized, marks.training,
+                            resumed, check.finished if check else None, found))
+    return tuple(out)

@@ -211,9 +211,9 @@ def main(argv: list[str]) -> None:
     _off_path()
     warm_run = os.environ.get(envvars.WARM)
     if warm_run and not os.environ.get(envvars.WARM_TAKEN):
-        from ringtrain.rank import warm  # noqa: PLC0415 - standard library only
+        from ringtrain.rank import warmstand  # noqa: PLC0415 - standard library only
 
-        status = warm.handoff(warm_run, argv)
+        status = warmstand.handoff(warm_run, argv)
         if status is not None:  # a warm process on this host ran the rank
             os._exit(status)
     for stream in (sys.stdout, sys.stderr):

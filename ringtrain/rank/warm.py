@@ -31,7 +31,6 @@ import os
 import select
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
@@ -39,78 +38,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ringtrain.rank import envvars
+from ringtrain.rank.warmstand import LEN, MAX_HEADER, MAX_SLOTS, address, peer_uid, recv_exact
 
-MAX_SLOTS = 16
-MAX_HEADER = 1 << 20  # argv + environment, as JSON
 DEFAULT_IMPORTS = ("tensorflow", "horovod.tensorflow.keras")
-_LEN = struct.Struct("!I")
-
-
-def address(run_id: str, slot: int) -> bytes:
-    return f"\0ringtrain-warm-{os.getuid()}-{run_id}-{slot}".encode()
-
-
-def _peer_uid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])  # pid, uid, gid
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
-
-
-def _recv_msg(sock: socket.socket) -> Any:
-    """One length-prefixed JSON message (at most 64 KiB: an ack or an exit status)."""
-    size = _LEN.unpack(_recv_exact(sock, 4))[0]
-    if size > 65536:
-        raise ValueError("message too long")
-    return json.loads(_recv_exact(sock, size))
-
-
-# ---- the stand-in: ringtrain.rank.entry, on a host with a warm process ----
-
-def handoff(run_id: str, argv: list[str], timeout: float = 5.0) -> int | None:
-    """Hand this rank to a warm process of ``run_id`` on this host and wait for it: its exit
-    status (128+9 if it was killed). None when no warm process took it: start cold."""
-    for slot in range(MAX_SLOTS):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(address(run_id, slot))
-            if _peer_uid(sock) != os.getuid():
-                sock.close()
-                continue
-            header = json.dumps({"argv": argv, "env": dict(os.environ),
-                                 "cwd": os.getcwd()}).encode()
-            sock.sendmsg([_LEN.pack(len(header)) + header],
-                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
-            pid = int(_recv_msg(sock)["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            sock.close()
-            continue
-        return _stand_in(sock, pid)
-    return None
-
-
-def _stand_in(sock: socket.socket, pid: int) -> int:
-    def pass_on(signum: int, _frame: Any) -> None:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
-        signal.signal(sig, pass_on)
-    sock.settimeout(None)
-    try:
-        status = int(_recv_msg(sock)["exit"])
-    except (OSError, ValueError, KeyError, TypeError):
-        status = 128 + signal.SIGKILL  # the rank went without a word: killed
-    return status if 0 <= status <= 255 else 1
 
 
 # ---- the warm process ----
@@ -118,7 +48,7 @@ def _stand_in(sock: socket.socket, pid: int) -> int:
 def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
     data = json.dumps(obj).encode()
     with contextlib.suppress(OSError):
-        sock.sendall(_LEN.pack(len(data)) + data)
+        sock.sendall(LEN.pack(len(data)) + data)
 
 
 def _take(conn: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
@@ -131,12 +61,12 @@ def _take(conn: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
     try:
         if len(msg) < 4 or len(fds) != 3:
             raise ValueError("no header, or not three descriptors")
-        size = _LEN.unpack(msg[:4])[0]
+        size = LEN.unpack(msg[:4])[0]
         if size > MAX_HEADER:
             raise ValueError("header too long")
         body = msg[4:]
         if len(body) < size:
-            body += _recv_exact(conn, size - len(body))
+            body += recv_exact(conn, size - len(body))
         header = json.loads(body[:size])
         if not _valid(header):
             raise ValueError("bad header")
@@ -179,7 +109,7 @@ def wait_for_rank(run_id: str, slot: int, idle_timeout: float | None
             conn, _ = listener.accept()
             conn.settimeout(5.0)
             try:
-                if _peer_uid(conn) == os.getuid() and (taken := _take(conn)) is not None:
+                if peer_uid(conn) == os.getuid() and (taken := _take(conn)) is not None:
                     return conn, *taken
             except OSError:
                 pass

@@ -89,7 +89,8 @@ def test_the_stage_table_splits_each_reset_and_projects_each_phase() -> None:
     """Issue 38 item 5: per world size the median of each phase of a reset (the ledger's
     reset, ring formed, restored and the TTTA), then a line per phase projected to 512 and
     4,096 ranks."""
-    from ringtrain.bench.launcher.recovery import Outcome, fit_line, phases, stage_table
+    from ringtrain.bench.launcher.recovery import Outcome
+    from ringtrain.bench.launcher.recovery_stages import fit_line, phases, stage_table
 
     def run(ranks: int, formed: float, ttta: float) -> Outcome:
         return Outcome("memory", ttta, 0, 0.5, None, 0, 60.0, ranks=ranks, killed="gpu03",

@@ -83,8 +83,9 @@ def test_the_recovery_ledger_times_each_restart_from_its_detection(tmp_path: Pat
     from types import SimpleNamespace
 
     from ringtrain.launch.control import Progress, RankState, Snapshot
-    from ringtrain.launch.milestones import Milestones, incidents, observe
+    from ringtrain.launch.milestones import Milestones, observe
     from ringtrain.launch.recheck import Recheck
+    from ringtrain.launch.result import incidents
 
     marks = Milestones(started=102.0)
     ranks = (RankState(0, "h", 1), RankState(1, "h", 2))
