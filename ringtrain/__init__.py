@@ -6,7 +6,9 @@ API for training scripts. Importing ``ringtrain`` itself stays cheap: the ranks 
 
 from typing import Any
 
-__version__ = "0.1.0"
+from ringtrain.version import __version__
+
+__all__ = ["__version__", "run"]
 
 
 def __getattr__(name: str) -> Any:

@@ -17,9 +17,9 @@ from typing import Any
 
 import click
 
-from ringtrain import __version__
 from ringtrain.cli import foreign_flags, jsonout, verbosity
 from ringtrain.errors import RingtrainError
+from ringtrain.version import __version__
 
 # command name -> its module under ringtrain.cli. Modules load only when their command runs
 # (or for --help), so `ringtrain launch` does not pay for paramiko, matplotlib or TensorBoard.

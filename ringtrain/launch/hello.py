@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ringtrain import __version__
 from ringtrain.rank.events import (
     PROTOCOL,
     count,
@@ -21,6 +20,7 @@ from ringtrain.rank.events import (
     rank_proof,
     same,
 )
+from ringtrain.version import __version__
 
 MAX_NAME = 255
 

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ringtrain import __version__
 from ringtrain.errors import ProbeError
 from ringtrain.hostfile.model import Host, Inventory
 from ringtrain.probe.doctor import Baseline, Finding
@@ -22,6 +21,7 @@ from ringtrain.probe.netif import NetworkChoice, choose_network
 from ringtrain.probe.probe_parse import Gpu, GpuStatus, ProbeReport, ProbeResult
 from ringtrain.probe.versiondiff import launcher_diff, version_diff
 from ringtrain.rank.events import PROTOCOL
+from ringtrain.version import __version__
 
 
 @dataclass(frozen=True, slots=True)
