@@ -52,6 +52,7 @@ IMPURE = {
 # bench sit on top, rank and errors at the bottom.
 LAYERS: dict[str, set[str]] = {
     "errors": set(),
+    "version": set(),  # the release, named without the package's face
     "rank": set(),
     "trust": set(),
     "hostfile": {"errors", "trust"},
@@ -63,10 +64,10 @@ LAYERS: dict[str, set[str]] = {
     "checkpoint": {"errors"},
     "schedulers": {"errors", "hostfile", "remote", "spec", "slurm_options"},
     # the pre-flight group: probe, verdict, network, names, the gate of an attempt
-    "probe": {"errors", "hostfile", "remote", "rank", "spec"},  # rank: its variable names
+    "probe": {"errors", "hostfile", "remote", "rank", "spec", "version"},  # rank: its variables
     # trust: the run directory's way down judged (rundir.py)
     "launch": {"errors", "hostfile", "remote", "rank", "spec", "checkpoint", "schedulers",
-               "probe", "trust", "slurm_options"},
+               "probe", "trust", "slurm_options", "version"},
     "keras": {"errors", "checkpoint", "rank"},
     "models": {"errors", "checkpoint", "rank", "keras"},
     "sim": {"errors", "checkpoint", "rank"},
@@ -79,7 +80,7 @@ LAYERS: dict[str, set[str]] = {
     "assembly": {"errors", "hostfile", "remote", "spec", "launch", "ringcheck", "probe",
                  "checkpoint", "hvd_tuning", "trust", "rank", "slurm_options"},
     "cli": {"errors", "hostfile", "remote", "spec", "checkpoint", "schedulers", "launch",
-            "bench", "sim", "rank", "ringcheck", "trust", "assembly", "probe"},
+            "bench", "sim", "rank", "ringcheck", "trust", "assembly", "probe", "version"},
     "api": {"errors", "remote", "spec", "launch", "assembly"},
     "__main__": {"cli"},
 }
