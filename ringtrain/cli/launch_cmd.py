@@ -145,7 +145,9 @@ def _env_specs(
     multiple=True,
     metavar="ARG",
     help="Pass ARG to mpirun as it is, before the rank command (repeat for each word, e.g. "
-    "--mpi-arg=-mca --mpi-arg=btl_tcp_if_exclude --mpi-arg=docker0).",
+    "--mpi-arg=-mca --mpi-arg=btl_tcp_if_exclude --mpi-arg=docker0,lo). An MCA parameter you "
+    "set (-mca NAME VALUE, or OMPI_MCA_NAME in the environment) replaces ringtrain's own "
+    "(pml ob1, btl ^openib, the probe's btl/oob_tcp_if_include); --dry-run says which.",
 )
 @click.option(
     "--mpi-args",

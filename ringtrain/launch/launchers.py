@@ -22,6 +22,7 @@ from typing import Protocol
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_horovod_hosts
+from ringtrain.launch import mca
 from ringtrain.rank import envvars, isolated
 from ringtrain.slurm_options import DEFAULT_MPI
 from ringtrain.spec import Backend, ElasticPolicy, Entry
@@ -94,7 +95,8 @@ class LaunchContext:
     tcp_include: str | None = None
     network_interface: str | None = None
     gloo: bool = False
-    user_btl: bool = False
+    # the MCA parameters the user's mpi_args and the launcher's OMPI_MCA_* set: theirs win
+    user_mca: mca.UserMca = field(default_factory=mca.UserMca)
     entry: Entry = Entry.SCRIPT
     mpi_args: tuple[str, ...] = ()
     srun_args: tuple[str, ...] = ()  # --srun-args: srun's own options, the user's
@@ -180,23 +182,40 @@ class OpenMpiBackend:
             argv.append("--allow-run-as-root")
         argv += ["--hostfile", str(ctx.hostfile), "-np", str(alloc.np)]
         argv += ["-bind-to", "none", "-map-by", "slot", "--tag-output"]
-        argv += ["-mca", "pml", "ob1"]
-        if not ctx.user_btl:  # a user's OMPI_MCA_btl (e.g. self,tcp inside Slurm) wins
-            argv += ["-mca", "btl", "^openib"]
-        if not alloc.is_local_only and ctx.ssh_config is not None:
-            agent = f"ssh -F {_check_path(ctx.ssh_config, 'ssh config')}"
-            # Open MPI's own spawn (plm_rsh_no_tree_spawn turned off mpirun's notice of a
-            # daemon or ssh session lost mid-run): past OMPI_TREE_RADIX hosts, daemons run
-            # this ssh on the hosts, so make_plan names the config by its path there
-            argv += ["-mca", "plm_rsh_agent", agent]
-        if ctx.tcp_include:
-            argv += ["-mca", "btl_tcp_if_include", ctx.tcp_include]
-            argv += ["-mca", "oob_tcp_if_include", ctx.tcp_include]
+        # each parameter once (mpirun refuses one named twice): the user's or the site's
+        # own (mca.choose) in place of ringtrain's
+        argv += mca.kept_argv(mpirun_mca(alloc, ctx))
         for name in ctx.forward:
             argv += ["-x", name]
-        argv += ctx.mpi_args  # --mpi-arg: the user's, last, so they win over ours
+        argv += ctx.mpi_args  # --mpi-arg: the user's, as they are
         argv += rank_argv(ctx, mpi=True)
         return by_file(tuple(argv), dict(ctx.env_delta), ctx)
+
+
+def mpirun_mca(alloc: Allocation, ctx: LaunchContext) -> tuple[mca.Choice, ...]:
+    """ringtrain's ``-mca`` settings for mpirun, each kept or left out for the user's own."""
+    ours = [("pml", "ob1"), ("btl", "^openib")]
+    if not alloc.is_local_only:
+        mca.check_loopback(ctx.user_mca)
+    if not alloc.is_local_only and ctx.ssh_config is not None:
+        # Open MPI's own spawn (plm_rsh_no_tree_spawn turned off mpirun's notice of a
+        # daemon or ssh session lost mid-run): past OMPI_TREE_RADIX hosts, daemons run
+        # this ssh on the hosts, so make_plan names the config by its path there
+        ours.append((mca.RSH_AGENT, f"ssh -F {_check_path(ctx.ssh_config, 'ssh config')}"))
+    if ctx.tcp_include:  # the network the probe chose (or --network-interface)
+        ours += [("btl_tcp_if_include", ctx.tcp_include),
+                 ("oob_tcp_if_include", ctx.tcp_include)]
+    return mca.choose(ours, ctx.user_mca)
+
+
+def mca_notes(backend: Backend, alloc: Allocation, ctx: LaunchContext) -> tuple[str, ...]:
+    """The plan's lines on MCA parameters set outside ringtrain (mca.describe)."""
+    if backend is Backend.MPIRUN:
+        return tuple(mca.describe(mpirun_mca(alloc, ctx), "mpirun"))
+    if backend is Backend.HOROVODRUN and not ctx.gloo:
+        _, notes = _horovodrun_mpi_args(alloc, ctx)
+        return tuple(mca.describe(notes, "horovodrun"))
+    return ()
 
 
 HVD_DRIVER = "ringtrain.hvd_driver"  # horovodrun under --elastic
@@ -234,23 +253,47 @@ class HorovodrunBackend:
             delta[envvars.LAUNCHER_BIN] = shim  # horovodrun's PATH reaches every rank: off it
         if ctx.network_interface and not alloc.is_local_only and ctx.elastic is None:
             argv += ["--network-interface", ctx.network_interface]
-        if ctx.mpi_args:
-            argv += ["--mpi-args", shlex.join(ctx.mpi_args)]
+        unset: tuple[str, ...] = ()
+        if not ctx.gloo:
+            words, notes = _horovodrun_mpi_args(alloc, ctx)
+            if words:
+                argv += ["--mpi-args", shlex.join(words)]
+            # its mpirun's ssh is the shim on PATH: a site's agent would bypass it
+            unset = tuple(v for c in notes if c.name == mca.RSH_AGENT
+                          for v in ctx.user_mca.env_vars(c.name))
         argv += rank_argv(ctx, mpi=not ctx.gloo)
         # Gloo puts `env K=V ...` for its whole environment into every rank's command line,
         # MPI `-x K` for each into its mpirun's: the secrets go by file
-        return by_file(tuple(argv), delta, ctx)
+        return by_file(tuple(argv), delta, ctx, unset=unset)
 
 
-def by_file(argv: tuple[str, ...], delta: dict[str, str], ctx: LaunchContext) -> Command:
+def _horovodrun_mpi_args(alloc: Allocation, ctx: LaunchContext,
+                         ) -> tuple[tuple[str, ...], tuple[mca.Choice, ...]]:
+    """horovodrun --mpi's ``--mpi-args`` words and the notes on them (mca.for_horovodrun),
+    with ringtrain's ssh kept over a site's OMPI_MCA_plm_rsh_agent (left out of horovodrun's
+    environment: its mpirun then runs the shim, ``ssh`` on PATH)."""
+    remote = not alloc.is_local_only
+    nics = ctx.network_interface if remote and ctx.elastic is None else None
+    words, notes = mca.for_horovodrun(ctx.mpi_args, ctx.user_mca, remote=remote, nics=nics)
+    site = ctx.user_mca.setter(mca.RSH_AGENT)
+    if remote and ctx.ssh_config is not None and site is not None:
+        notes += (mca.Choice(mca.RSH_AGENT, f"ssh (ringtrain's {SHIM_DIR}/ssh on PATH; the "
+                             "variable unset for horovodrun)", kept=True, by=site),)
+    return words, notes
+
+
+def by_file(argv: tuple[str, ...], delta: dict[str, str], ctx: LaunchContext, *,
+            unset: tuple[str, ...] = ()) -> Command:
     """The command, its secrets (``ctx.secrets``) out of its environment and in the file
-    ``RINGTRAIN_ENV_FILE`` names (written on every host before the start: deliver.py)."""
+    ``RINGTRAIN_ENV_FILE`` names (written on every host before the start: deliver.py);
+    ``unset``: more of the launcher's variables the command must not see."""
     if not ctx.secrets:
-        return Command(argv=argv, env=tuple(sorted(delta.items())))
+        return Command(argv=argv, env=tuple(sorted(delta.items())), unset=unset)
     hidden = tuple(name for name, _ in ctx.secrets)
     env = [(k, v) for k, v in delta.items() if k not in hidden]
     env.append((envvars.ENV_FILE, ctx.secrets_file))
-    return Command(argv=argv, env=tuple(sorted(env)), unset=hidden, secrets=ctx.secrets)
+    return Command(argv=argv, env=tuple(sorted(env)), unset=(*hidden, *unset),
+                   secrets=ctx.secrets)
 
 
 class SrunBackend:
@@ -277,7 +320,8 @@ class SrunBackend:
         argv += ctx.srun_args  # checked: none of the options above (slurm_options.py)
         argv += rank_argv(ctx, mpi=True)
         env = dict(ctx.env_delta)
-        if ctx.tcp_include:
+        # the launcher's own OMPI_MCA_btl_tcp_if_include (or _exclude) wins, as under mpirun
+        if ctx.tcp_include and ctx.user_mca.setter(*mca.YIELDS_TO["btl_tcp_if_include"]) is None:
             env.setdefault("OMPI_MCA_btl_tcp_if_include", ctx.tcp_include)
         return Command(argv=tuple(argv), env=tuple(sorted(env.items())))
 

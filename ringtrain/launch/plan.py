@@ -23,9 +23,11 @@ from ringtrain.launch.launchers import (
     LaunchContext,
     backend_for,
     forwarded_names,
+    mca_notes,
     ssh_shim,
     withheld_names,
 )
+from ringtrain.launch.mca import UserMca
 from ringtrain.launch.secretvars import REDACTED, by_file, is_secret, redact_env
 from ringtrain.rank import envvars, secretfile
 from ringtrain.remote.sshconf import render_ssh_config
@@ -56,6 +58,9 @@ class LaunchPlan:
     # run). ``command`` is what is shown and recorded; ``started`` is what runs.
     reach: Path | None = None
     reached_command: Command | None = None
+    # MCA parameters set outside ringtrain (--mpi-arg, OMPI_MCA_*): which of the launcher's
+    # own gave way (launch/mca.py), one line each
+    mca_notes: tuple[str, ...] = ()
 
     @property
     def attempt_dir(self) -> Path:
@@ -129,6 +134,7 @@ class LaunchPlan:
         if self.command.withheld:
             out.append("kept from the ranks (set in this shell; --env NAME sends one): "
                        + " ".join(self.command.withheld))
+        out += self.mca_notes
         if self.command.secrets:
             where = dict(self.command.env)[envvars.ENV_FILE]
             out.append(f"secrets to the ranks by file ({where}, 0600 on every host while the "
@@ -143,8 +149,8 @@ class LaunchPlan:
 
     def to_json(self) -> dict[str, Any]:
         data = self._json()
-        if self.command.unset:  # by file: names only, as everywhere in plan.json
-            data["secrets_by_file"] = list(self.command.unset)
+        if self.command.secrets:  # by file: names only, as everywhere in plan.json
+            data["secrets_by_file"] = [k for k, _ in self.command.secrets]
         if self.command.withheld:
             data["withheld"] = list(self.command.withheld)
         return data
@@ -260,7 +266,7 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         tcp_include=spec.network_interface or inputs.tcp_include,
         network_interface=spec.network_interface,
         gloo=spec.gloo,
-        user_btl="OMPI_MCA_btl" in inputs.environ,
+        user_mca=UserMca.read(spec.mpi_args, inputs.environ),
         entry=spec.entry,
         mpi_args=spec.mpi_args,
         srun_args=spec.srun_args,
@@ -285,6 +291,7 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
     if near.ssh_config is not None and spec.launcher is Backend.HOROVODRUN:
         shim = ssh_shim(inputs.ssh_program, near.ssh_config)
     return LaunchPlan(
+        mca_notes=mca_notes(spec.launcher, alloc, ctx),
         reach=inputs.reach,
         reached_command=replace(backend.build(alloc, near), withheld=withheld)
         if inputs.reach is not None else None,

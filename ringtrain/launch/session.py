@@ -220,10 +220,10 @@ class Session:
         delivery: Delivery | None = None
         try:
             plan = make_plan(self.spec, alloc, self._inputs(attempt, control, checked))
-            self.reporter.note(
-                f"attempt {attempt}: {alloc.np} ranks on {len(alloc.hosts)} host(s); "
-                f"logs in {plan.attempt_dir}"
-            )
+            self.reporter.note(f"attempt {attempt}: {alloc.np} ranks on {len(alloc.hosts)} "
+                               f"host(s); logs in {plan.attempt_dir}")
+            for line in plan.mca_notes if attempt == 1 else ():  # --mpi-arg, OMPI_MCA_*
+                self.reporter.note(line)
             job, delivery = start_with_secrets(self.remote, plan, self._python, self.reporter.line,
                                                self.env.environ, self.open_run_dir())
             self._live = (job, control)
