@@ -18,6 +18,7 @@ from ringtrain.rank.events import (
     PROTOCOL,
     count,
     encode,
+    identity,
     is_nonce,
     launcher_proof,
     rank_proof,
@@ -29,7 +30,8 @@ MAX_NAME = 255
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """What a rank said of itself, its fields checked; ``nonce`` is its fresh random hex."""
+    """What a rank said of itself, its fields checked; ``nonce`` is its fresh random hex;
+    ``who``: its identity fields as received (events.identity), what the proofs cover."""
 
     rank: int
     host: str
@@ -39,6 +41,7 @@ class Hello:
     ppid: int | None = None
     parent: str = ""
     parent_start: int | None = None
+    who: str = ""
 
 
 def read_hello(msg: dict[str, Any]) -> Hello | str:
@@ -71,6 +74,7 @@ def read_hello(msg: dict[str, Any]) -> Hello | str:
         ppid=count(msg.get("ppid")),
         parent=str(msg.get("parent", "")),
         parent_start=count(msg.get("parent_start")),
+        who=identity(msg),
     )
 
 
@@ -109,10 +113,11 @@ def claim(hello: Hello, held: RankState | None, elastic: bool, fresh: int) -> in
 def challenge(token: str, hello: Hello, launcher_nonce: str) -> bytes:
     """The launcher's first line to a rank: its nonce and its proof for the rank's."""
     return encode("challenge", nonce=launcher_nonce,
-                  proof=launcher_proof(token, hello.nonce, launcher_nonce))
+                  proof=launcher_proof(token, hello.nonce, launcher_nonce, hello.who))
 
 
 def authentic(token: str, hello: Hello, launcher_nonce: str, msg: dict[str, Any]) -> bool:
-    """The rank's ``auth`` proves the token for both nonces of this connection."""
+    """The rank's ``auth`` proves the token for both nonces of this connection and for the
+    identity its hello arrived with."""
     return msg.get("t") == "auth" and same(
-        msg.get("proof"), rank_proof(token, hello.nonce, launcher_nonce))
+        msg.get("proof"), rank_proof(token, hello.nonce, launcher_nonce, hello.who))

@@ -22,6 +22,7 @@ from ringtrain.rank.events import (
     RANK_EVENTS,
     decode,
     encode,
+    identity,
     launcher_proof,
     rank_proof,
 )
@@ -68,7 +69,8 @@ def test_a_rank_with_the_token_is_heard_one_without_is_dropped() -> None:
         bad = _connect(server)  # a peer that guesses: its auth is refused
         nonce = say_hello(bad, rank=1, host="h", pid=43)
         theirs = json.loads(read_line(bad))["nonce"]
-        bad.sendall(encode("auth", proof=rank_proof("guess", nonce, theirs)))
+        bad.sendall(encode("auth", proof=rank_proof("guess", nonce, theirs,
+                                                    identity({"rank": 1, "host": "h", "pid": 43}))))
         assert _closed_by_peer(bad, 5)
         old_style = _connect(server)  # the token itself, in the hello, is not an auth
         old_style.sendall(encode("hello", token=server.token, rank=2, host="h", pid=44,
@@ -301,11 +303,12 @@ def test_the_launcher_proves_the_token_first_and_each_proof_fits_one_connection(
         line = read_line(sock)
         challenge = decode(line)
         assert challenge is not None and challenge["t"] == "challenge"
-        assert challenge["proof"] == launcher_proof(server.token, nonce, challenge["nonce"])
+        who = identity({"rank": 0, "host": "h", "pid": 42})
+        assert challenge["proof"] == launcher_proof(server.token, nonce, challenge["nonce"], who)
         assert server.token.encode() not in line
         time.sleep(0.2)
         assert server.snapshot().ranks == ()  # not a rank before its auth
-        auth = encode("auth", proof=rank_proof(server.token, nonce, challenge["nonce"]))
+        auth = encode("auth", proof=rank_proof(server.token, nonce, challenge["nonce"], who))
         sock.sendall(auth)
         assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
         replay = _connect(server)  # what was seen on the wire, said again
@@ -315,6 +318,29 @@ def test_the_launcher_proves_the_token_first_and_each_proof_fits_one_connection(
         replay.sendall(auth)
         assert _closed_by_peer(replay, 5)
         assert [r.rank for r in server.snapshot().ranks] == [0]
+    finally:
+        server.close()
+
+
+def test_a_hello_relabelled_on_its_way_is_refused_at_the_auth(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 40 item 4: a relay without the token changed the hello's rank and PID and passed
+    the rank's auth on; the launcher took the rank as the one the relay named. Now the rank's
+    proof covers what it said itself: the launcher refuses it for the relabelled hello."""
+    server = ControlServer()
+    try:
+        sock = _connect(server)
+        said = {"rank": 0, "host": "gpu01", "pid": 42, "start": 7}
+        relabelled = {**said, "rank": 1, "pid": 4242}
+        nonce = "d" * 32
+        sock.sendall(encode("hello", nonce=nonce, proto=PROTOCOL, **relabelled))
+        theirs = json.loads(read_line(sock))["nonce"]
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+            sock.sendall(encode("auth", proof=rank_proof(server.token, nonce, theirs,
+                                                         identity(said))))
+            assert _closed_by_peer(sock, 5)
+        assert server.snapshot().ranks == ()
+        assert "without the job's token (its hello said rank 1" in caplog.text
     finally:
         server.close()
 
