@@ -205,8 +205,9 @@ class Seal:
             :MAC_HEX].encode()
 
     def seal(self, kind: str, **fields: Any) -> bytes:
+        """One message: ``seq`` and ``t`` are the seal's, whatever ``fields`` say."""
         self._n += 1
-        body = json.dumps({"t": kind, "seq": self._n, **fields}, separators=(",", ":")).encode()
+        body = json.dumps({**fields, "t": kind, "seq": self._n}, separators=(",", ":")).encode()
         return body + b"\t" + self._mac(body) + b"\n"
 
     def open(self, line: bytes) -> dict[str, Any] | None:
