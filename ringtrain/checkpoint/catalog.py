@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ringtrain.checkpoint.location import MANIFEST_DIR
 from ringtrain.checkpoint.manifest import (
+    MAX_MANIFEST_BYTES,
     Manifest,
     from_json,
     step_of_manifest,
@@ -52,8 +53,9 @@ def manifest_names(store: Store) -> tuple[tuple[int, str], ...]:
 
 
 def load_manifest(store: Store, name: str) -> Manifest:
-    """Read and validate one manifest (CheckpointError if invalid or unreadable)."""
-    return from_json(store.read_bytes(manifest_rel(name)), name)
+    """Read and validate one manifest (CheckpointError if invalid or unreadable). At most
+    ``MAX_MANIFEST_BYTES + 1`` bytes are read: a bigger one is refused unread."""
+    return from_json(store.read_bytes(manifest_rel(name), limit=MAX_MANIFEST_BYTES), name)
 
 
 def check_sizes(store: Store, manifest: Manifest) -> tuple[str, ...]:

@@ -16,8 +16,21 @@ _RPC = re.compile(r'RPCError\("(?P<cls>[\w.$]+)", "(?P<msg>.*)', re.S)
 # A read whose block no DataNode served: hdfs-native's DataTransferError("All DataNodes failed:
 # [DatanodeInfoProto { id: DatanodeIdProto { ip_addr: \"10.0.0.5\", ..., xfer_port: 9866, ...
 _DATANODES = re.compile(r'DataTransferError\("All DataNodes failed')
-_DATANODE = re.compile(r'ip_addr: \\?"([^"\\]+)\\?".*?xfer_port: (\d+)', re.S)
+_IP_ADDR = re.compile(r'ip_addr: \\?"([^"\\]{1,255})\\?"')
+_XFER_PORT = re.compile(r"xfer_port: (\d{1,5})")
 DATANODES_FAILED = "DataNodesFailed"  # not a Java class: the client's own verdict
+
+
+def datanodes(text: str) -> list[tuple[str, str]]:
+    """(ip, transfer port) of each DataNode an error names, in one pass (an ip_addr, then the
+    first xfer_port after it; one pattern with a wildcard between them read the rest of the
+    text again from each ip_addr)."""
+    out, pos = [], 0
+    while (ip := _IP_ADDR.search(text, pos)) and (port := _XFER_PORT.search(text, ip.end())):
+        out.append((ip.group(1), port.group(1)))
+        pos = port.end()
+    return out
+
 
 TRANSIENT = frozenset({"SafeModeException", "StandbyException", "RetriableException",
                        "ObserverRetryOnActiveException", DATANODES_FAILED})
@@ -52,7 +65,7 @@ def remote(err: BaseException) -> tuple[str, str] | None:
     ``err`` is not an error the NameNode or a DataNode returned."""
     text = str(err)
     if _DATANODES.search(text):
-        nodes = sorted({f"{ip}:{port}" for ip, port in _DATANODE.findall(text)})
+        nodes = sorted({f"{ip}:{port}" for ip, port in datanodes(text)})
         return DATANODES_FAILED, "all DataNodes holding the block failed" + (
             f" ({', '.join(nodes[:5])})" if nodes else "")
     match = _RPC.search(text)

@@ -147,7 +147,7 @@ def _files(raw: Any, name: str) -> tuple[FileEntry, ...]:
 def from_json(data: bytes, name: str) -> Manifest:
     """Parse and validate a manifest; ``name`` is its file name (checked against the step)."""
     if len(data) > MAX_MANIFEST_BYTES:
-        raise _bad(name, f"{len(data)} bytes, more than a manifest ever holds")
+        raise _bad(name, f"over {MAX_MANIFEST_BYTES} bytes, more than a manifest ever holds")
     try:
         body = json.loads(data.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

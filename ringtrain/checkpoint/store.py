@@ -182,9 +182,21 @@ class Store:
         )
 
     # -- reading ---------------------------------------------------------------------------
-    def read_bytes(self, rel: str) -> bytes:
-        data: bytes = self._run("get", rel, lambda: self.fs.cat_file(self.abspath(rel)))
-        return data
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
+        """The file's bytes; with ``limit``, at most ``limit + 1`` of them (more than ``limit``
+        means too big: a caller with a cap never reads a whole planted file)."""
+        if limit is None:
+            data: bytes = self._run("get", rel, lambda: self.fs.cat_file(self.abspath(rel)))
+            return data
+        return self._run("get", rel, lambda: self._read_head(self.abspath(rel), limit + 1))
+
+    def _read_head(self, path: str, want: int) -> bytes:
+        out = bytearray()
+        block = None if self.is_hdfs else self.chunk_bytes  # hdfs-native: see _stream_hash
+        with self.fs.open(path, "rb", block_size=block) as src:
+            while len(out) < want and (chunk := src.read(min(self.chunk_bytes, want - len(out)))):
+                out += chunk
+        return bytes(out)
 
     def hash_file(self, rel: str, copy_to: Path | None = None) -> tuple[int, str]:
         """(size, sha256) of a stored file, streamed; optionally saved to ``copy_to`` meanwhile."""

@@ -12,9 +12,9 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from ringtrain.checkpoint import Listed, list_checkpoints, open_store
+from ringtrain.cli.plain import cell
 from ringtrain.errors import CheckpointError
 
 _EPILOG = """\b
@@ -47,7 +47,7 @@ def _row(item: Listed) -> dict[str, Any]:
 
 
 def _table(items: tuple[Listed, ...], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = Table(title=cell(title), title_justify="left")
     for col in ("step", "epoch", "files", "size"):
         table.add_column(col, justify="right")
     table.add_column("created")
@@ -62,14 +62,10 @@ def _table(items: tuple[Listed, ...], title: str) -> Table:
             str(m.epoch) if m else "?",
             str(len(m.files)) if m else "?",
             f"{m.total_bytes / 1e6:.2f} MB" if m else "?",
-            Text(_printable(m.created)) if m else "?",
-            Text(_printable(state)),
+            cell(m.created) if m else "?",
+            cell(state),
         )
     return table
-
-
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _resume_line(items: tuple[Listed, ...]) -> str:

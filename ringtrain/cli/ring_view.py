@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ringtrain.cli.plain import cell
 from ringtrain.cli.verdict_view import print_verdict
 from ringtrain.launch.reporter import NullReporter
 from ringtrain.ringcheck.intra import describe_intra
@@ -30,9 +31,9 @@ def show_ring_check(check: RingCheck, *, stderr: bool = False) -> None:
         worst = min(own, key=lambda p: p.bandwidth_Bps) if own else None
         lat = statistics.median(p.latency_s for p in own) if own else None
         peer = (v.hosts[worst.b if worst.a == i else worst.a]) if worst else "-"
-        table.add_row(
-            s.host, rate(s.median_Bps) if own else "-",
-            f"{rate(worst.bandwidth_Bps)} ({peer})" if worst else "-",
+        table.add_row(  # host names from the inventory's file: text, never markup
+            cell(s.host), rate(s.median_Bps) if own else "-",
+            cell(f"{rate(worst.bandwidth_Bps)} ({peer})") if worst else "-",
             f"{s.slow_pairs}/{s.pairs}", f"{lat * 1e6:.0f} us" if lat is not None else "-",
             "SLOW" if s.slow else "ok", style="red" if s.slow else None,
         )

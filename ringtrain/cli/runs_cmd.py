@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ringtrain.checkpoint.location import Location
+from ringtrain.cli.plain import cell, echo
 from ringtrain.errors import UsageError
 from ringtrain.launch.result import JobResult, JobState, ResumePoint, incidents
 from ringtrain.rank import procfs
@@ -122,7 +123,7 @@ def command(ctx: click.Context, runs_dir: Path, as_json: bool, last: int) -> Non
     if not runs:
         click.echo(f"no runs in {runs_dir}/ (ringtrain launch writes them there)")
         return
-    table = Table(title=f"runs in {runs_dir}/", header_style="bold")
+    table = Table(title=cell(f"runs in {runs_dir}/"), header_style="bold")
     for col in ("RUN", "STARTED", "HOSTS", "NP", "ATTEMPTS", "OUTCOME", "DURATION", "CHECKPOINT"):
         table.add_column(col)
     for r in runs:
@@ -130,19 +131,20 @@ def command(ctx: click.Context, runs_dir: Path, as_json: bool, last: int) -> Non
             f" +{len(r['hosts']) - 3}" if len(r["hosts"]) > 3 else ""
         )
         state = r["state"]
-        outcome = f"[{_STYLE.get(state, 'white')}]{state}[/]"
+        outcome = str(state)
         if state not in ("succeeded", "no result", "running", "launcher killed"):
             outcome += f" ({r.get('exit_code')})"
         duration = f"{r['duration_s']:.1f} s" if "duration_s" in r else "-"
+        # every cell from the run's files: text, never markup (plain.py)
         table.add_row(
-            r["run_id"],
-            r["started"],
-            hosts or "-",
-            str(r.get("np") or "-"),
+            cell(r["run_id"]),
+            cell(r["started"]),
+            cell(hosts or "-"),
+            cell(r.get("np") or "-"),
             str(len(r.get("attempts", [])) or "-"),
-            outcome,
+            cell(outcome, _STYLE.get(state, "white")),
             duration,
-            r["last_checkpoint"] or "-",
+            cell(r["last_checkpoint"] or "-"),
         )
     console = Console()
     if not console.is_terminal:
@@ -163,15 +165,15 @@ def show(runs_dir: Path, run_id: str, as_json: bool) -> None:
         raise UsageError(f"no run {run_id!r} in {runs_dir}/", f"pick one of: {known}")
     r = _load(run_dir)
     if as_json:
-        click.echo(json.dumps(r, indent=2, default=str))
+        click.echo(json.dumps(r, indent=2, default=str))  # JSON: escaped
         return
-    click.echo(f"run {r['run_id']}  started {r['started']}  state {r['state']}")
+    echo(f"run {r['run_id']}  started {r['started']}  state {r['state']}")
     strategy = r.get("strategy", "horovod")
-    click.echo(f"dir {run_dir}  hosts {','.join(r['hosts'])}  ranks {r.get('np')}"
+    echo(f"dir {run_dir}  hosts {','.join(r['hosts'])}  ranks {r.get('np')}"
                + ("" if strategy == "horovod" else f"  strategy {strategy}")
                + (f" (ps {r['ps']})" if r.get("ps") else ""))
     if r["state"] == "launcher killed":
-        click.echo(
+        echo(
             f"the launcher was killed before it wrote result.json; last event: "
             f"{_last_event(run_dir) or '-'}; its ranks ended themselves once they stopped "
             "hearing from it (heartbeat timeout + 2 s)"
@@ -183,13 +185,13 @@ def show(runs_dir: Path, run_id: str, as_json: bool) -> None:
         _show_attempt(a)
     ledger = incidents(result.attempts)
     if ledger:
-        click.echo("\nrecovery ledger (seconds after the fault was detected):")
+        echo("\nrecovery ledger (seconds after the fault was detected):")
         for incident in ledger:
-            click.echo(f"  {incident.describe()}")
+            echo(f"  {incident.describe()}")
     if result.state is not JobState.SUCCEEDED:
-        click.echo(f"\n{result.what_ringtrain_did()}")
+        echo(f"\n{result.what_ringtrain_did()}")
     elif r["last_checkpoint"]:
-        click.echo(f"\nlast checkpoint: {r['last_checkpoint']}")
+        echo(f"\nlast checkpoint: {r['last_checkpoint']}")
 
 
 def _result(run_dir: Path) -> JobResult | None:
@@ -201,23 +203,23 @@ def _result(run_dir: Path) -> JobResult | None:
 
 
 def _show_attempt(a: JobResult) -> None:
-    click.echo(f"\nattempt {a.attempt}: {a.state.value} (exit {a.exit_code}) "
+    echo(f"\nattempt {a.attempt}: {a.state.value} (exit {a.exit_code}) "
                f"in {a.duration_s:.1f} s")
     f = a.failure
     if f is not None and f.kind.detected:
-        click.echo(f"  fault: {f.message}")
+        echo(f"  fault: {f.message}")
     root = f.root if f is not None else None
     if root is not None:
         how = root.signal_name or a.signal_name or f"exit code {a.exit_code}"
         task = f", TensorFlow task {a.failed_task}" if a.failed_task else ""
-        click.echo(f"  first failing rank: {root.rank}{task} on {root.host} ({how})")
+        echo(f"  first failing rank: {root.rank}{task} on {root.host} ({how})")
         for line in root.log_tail[-10:]:
-            click.echo(f"    | {line}")
+            echo(f"    | {line}")
     for s in a.stragglers:
-        click.echo(f"  straggler: {s.host} rank {s.rank}: {s.vs_median:.1f}x the median "
+        echo(f"  straggler: {s.host} rank {s.rank}: {s.vs_median:.1f}x the median "
                    f"(peak {s.peak:.1f}x)" + (", caught up" if s.cleared else ""))
     for t in a.teardown:
         status = "clean" if t.clean else (t.error or "LEFT: " + "; ".join(t.left))
-        click.echo(f"  teardown {t.host}: ended {t.killed} process(es); {status}")
+        echo(f"  teardown {t.host}: ended {t.killed} process(es); {status}")
     if a.decision and a.state is not JobState.SUCCEEDED:
-        click.echo(f"  then: {a.decision}")
+        echo(f"  then: {a.decision}")

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ringtrain import sim
+from ringtrain.cli.plain import cell
 from ringtrain.sim import gpufaults
 from ringtrain.sim.config import DEFAULT_MODEL, DEFAULT_NAME
 from ringtrain.sim.gpus import parse_count
@@ -135,17 +136,17 @@ def status_cmd(as_json: bool, name: str, state_dir: Path | None) -> None:
             if st.leftovers else ""
         click.echo(f"sim {name}: down{extra}")
         return
-    table = Table(title=f"sim {name} on {st.subnet} ({st.state_dir})")
+    table = Table(title=cell(f"sim {name} on {st.subnet} ({st.state_dir})"))
     for col in ("host", "address", "link", "sshd", "GPUs", "model", "driver", "fake versions"):
         table.add_column(col)
     for h in st.hosts:
-        table.add_row(
-            h.name, h.address,
-            "up" if h.link_up else "[red]down[/]",
-            str(h.sshd_pid) if h.sshd_pid else "[red]stopped[/]",
-            str(h.gpus), h.gpu_model,
-            "ok" if h.gpu_mode == "ok" else f"[red]{h.gpu_mode}[/]",
-            " ".join(f"{k}={v}" for k, v in h.versions),
+        table.add_row(  # from the sim's state file: text, never markup (plain.py)
+            cell(h.name), cell(h.address),
+            "up" if h.link_up else cell("down", "red"),
+            str(h.sshd_pid) if h.sshd_pid else cell("stopped", "red"),
+            str(h.gpus), cell(h.gpu_model),
+            "ok" if h.gpu_mode == "ok" else cell(h.gpu_mode, "red"),
+            cell(" ".join(f"{k}={v}" for k, v in h.versions)),
         )
     Console().print(table)
 

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ringtrain.cli.plain import cell, printable
 from ringtrain.hostfile import Inventory
 from ringtrain.probe.hostprobe import GpuStatus, ProbeReport, ProbeResult
 from ringtrain.probe.verdict import HostStatus, HostVerdict, PreflightPolicy, PreflightVerdict
@@ -25,7 +26,7 @@ def print_verdict(inventory: Inventory, report: ProbeReport, verdict: PreflightV
     console = Console(soft_wrap=False, stderr=stderr)
     if not console.is_terminal:
         console.width = max(console.width, 160)  # logs and pipes: do not fold every cell
-    table = Table(title=f"ringtrain check: {inventory.source} ({len(inventory.hosts)} hosts)",
+    table = Table(title=cell(f"ringtrain check: {inventory.source} ({len(inventory.hosts)} hosts)"),
                   show_lines=False, header_style="bold")
     for col in ("HOST", "STATUS", "GPUS", "MODEL", "MEMORY", "VERSIONS", "PROBLEMS"):
         table.add_column(col, overflow="fold")
@@ -49,7 +50,7 @@ def print_verdict(inventory: Inventory, report: ProbeReport, verdict: PreflightV
 def host_row(hv: HostVerdict, r: ProbeResult, policy: PreflightPolicy) -> tuple[Any, ...]:
     status = Text(hv.status.value, style=_STYLE[hv.status])
     if not r.reachable:
-        return (hv.host, status, "-", "-", "-", "-", _notes(hv))
+        return (cell(hv.host), status, "-", "-", "-", "-", _notes(hv))
     gpus = r.gpu.healthy
     seen = f"{len(gpus)}/{hv.slots_asked}" if policy.require_gpus else str(len(gpus))
     models = ", ".join(dict.fromkeys(g.name for g in gpus)) or _NO_GPU.get(r.gpu.status, "-")
@@ -64,18 +65,18 @@ def host_row(hv: HostVerdict, r: ProbeResult, policy: PreflightPolicy) -> tuple[
     parts = [("py", v.python), ("tf", v.tensorflow), ("hvd", v.horovod), ("", mpi),
              ("drv", r.driver_version), ("rt", v.ringtrain or None)]
     versions = " ".join(f"{k} {val}".strip() for k, val in parts if val) or "-"
-    # Text, not str: a GPU name or version printed by a host is never rich markup ("[/x]" would
-    # end `ringtrain check` with a MarkupError)
-    return (hv.host, status, *map(Text, (seen, models, memory, versions)), _notes(hv))
+    # cells, not str: a GPU name or version printed by a host is never rich markup ("[/x]"
+    # would end `ringtrain check` with a MarkupError) nor an escape sequence (plain.py)
+    return (cell(hv.host), status, *map(cell, (seen, models, memory, versions)), _notes(hv))
 
 
 def _notes(hv: HostVerdict) -> Text:
     text = Text()
     for p in hv.problems:
-        text.append(("\n" if text else "") + p, style="red")
+        text.append(("\n" if text else "") + printable(p), style="red")
     for w in hv.warnings:
         if w not in " ".join(hv.problems):
-            text.append(("\n" if text else "") + w, style="yellow")
+            text.append(("\n" if text else "") + printable(w), style="yellow")
     return text
 
 
@@ -130,19 +131,20 @@ def print_doctor(inventory: Inventory, verdict: PreflightVerdict) -> None:
     console = Console(soft_wrap=False)
     if not console.is_terminal:
         console.width = max(console.width, 160)
-    table = Table(title=f"ringtrain doctor: {inventory.source} ({len(inventory.hosts)} hosts)",
+    table = Table(title=cell(f"ringtrain doctor: {inventory.source} ({len(inventory.hosts)} "
+                             "hosts)"),
                   header_style="bold")
     for col in ("HOST", "CODE", "GPU", "MEASURED", "EXPECTED", "ACTION", "FIX"):
         table.add_column(col, overflow="fold")
     for hv in verdict.hosts:
         if not hv.findings:
             said = "ok" if hv.usable else (hv.problems[0] if hv.problems else hv.status.value)
-            table.add_row(hv.host, "-", "-", Text(said), "", "", "")
+            table.add_row(cell(hv.host), "-", "-", cell(said), "", "", "")
         for j in hv.findings:
             f = j.finding
             style = "bold red" if j.action in ("fail", "exclude") else "yellow"
-            table.add_row(hv.host, Text(f.code, style=style), "-" if f.gpu is None else str(f.gpu),
-                          Text(f.measured), Text(f.expected), j.action, Text(f.check.fix))
+            table.add_row(cell(hv.host), cell(f.code, style), "-" if f.gpu is None else str(f.gpu),
+                          cell(f.measured), cell(f.expected), j.action, cell(f.check.fix))
     console.print(table)
     sick = sum(bool(hv.findings) for hv in verdict.hosts)
     console.print(Text(f"{sick} of {len(verdict.hosts)} hosts with findings", style=(

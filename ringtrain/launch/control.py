@@ -19,7 +19,8 @@ never started); ``max_per_source`` is above the ranks of the busiest host (``per
 one peer flooding the port cannot keep a rank out: the rank's agent connects again when its
 connection is closed before the handshake's end (rank/agent.py). A connection speaks for its
 own hello's rank only; a second one for a rank (host and PID) still connected is refused,
-never let take over.
+never let take over; nor one for a rank outside the job (``world``), nor a process claiming a
+number another checked in with first (``hello.claim``). Each refusal is logged with the peer.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any
 
 from ringtrain.launch.admission import IDLE_S, PER_SOURCE, Admission
 from ringtrain.launch.controlstate import Progress, RankState, Restored, Snapshot
-from ringtrain.launch.hello import Hello, authentic, challenge, read_hello
+from ringtrain.launch.hello import Hello, authentic, challenge, claim, outside, read_hello
 from ringtrain.launch.steptimes import StepTimes
 from ringtrain.rank.events import (
     HEARTBEAT_S,
@@ -63,6 +64,7 @@ MAX_PENDING = 64
 class _Conn:
     sock: socket.socket
     opened: float = 0.0
+    peer: str = "?"  # the address it connected from (for the log)
     rank: int | None = None  # set once the handshake is done: the rank it speaks for
     hello: Hello | None = None  # what it said in its hello, before its auth
     nonce: str = ""  # the launcher's nonce in this connection's challenge
@@ -82,8 +84,11 @@ class ControlServer:
         hello_timeout: float = HELLO_TIMEOUT_S,
         ranks: int = 0,
         per_host: int | None = None,
+        elastic_world: int | None = None,  # --elastic: the most ranks (--max-np)
     ) -> None:
         self.hello_timeout = hello_timeout
+        # a hello may name ranks 0 .. world-1 (0: not known, any)
+        self.world, self.elastic = elastic_world or ranks, elastic_world is not None
         self.max_pending = max(MAX_PENDING, ranks + 8)
         # the most ranks one host runs (None: all of them may be on one)
         self.max_per_source = max(PER_SOURCE, (ranks if per_host is None else per_host) + 8)
@@ -174,7 +179,7 @@ class ControlServer:
                 sock, peer = self._server.accept()
             except OSError:  # nothing more to accept now (BlockingIOError), or closed
                 return
-            conn = _Conn(sock, opened=time.monotonic())
+            conn = _Conn(sock, opened=time.monotonic(), peer=_address(peer))
             if not self._pending.admit(conn, str(peer[0]), conn.opened):
                 self.refused += 1  # no place (in all, or for its address): closed at once
                 with contextlib.suppress(OSError):
@@ -260,7 +265,11 @@ class ControlServer:
         """Answer a hello with the challenge (the launcher's proof, its own nonce)."""
         hello = read_hello(msg)
         if isinstance(hello, str):
-            log.warning("control: dropped a connection: %s", hello)
+            log.warning("control: dropped a connection from %s: %s", conn.peer, hello)
+            return False
+        why = outside(hello, self.world)
+        if why is not None:
+            log.warning("control: refused a connection from %s: %s", conn.peer, why)
             return False
         conn.hello, conn.nonce = hello, secrets.token_hex(16)
         data = challenge(self.token, hello, conn.nonce)
@@ -273,21 +282,15 @@ class ControlServer:
         hello = conn.hello
         assert hello is not None
         if not authentic(self.token, hello, conn.nonce, msg):
-            log.warning("control: dropped a connection without the job's token (its hello "
-                        "said rank %d on %r)", hello.rank, hello.host[:64])
+            log.warning("control: dropped a connection from %s without the job's token (its "
+                        "hello said rank %d on %r)", conn.peer, hello.rank, hello.host[:64])
             return False
-        rank = hello.rank
         with self._lock:
-            held = self._ranks.get(rank)
-            if held is not None and (held.host, held.pid) == (hello.host, hello.pid):
-                if held.connected:  # the same process is connected already: keep that one
-                    log.warning("control: refused a second connection for rank %d (pid %d "
-                                "on %r); the first one stays", rank, hello.pid, hello.host[:64])
-                    return False
-            elif held is not None:
-                # another process under a number already seen: --elastic renumbers ranks after
-                # a reset, so one that joins may get a number in use. Each keeps its own.
-                rank = max(self._ranks) + 1
+            rank = claim(hello, self._ranks.get(hello.rank), self.elastic,
+                         max(self._ranks, default=-1) + 1)
+            if isinstance(rank, str):
+                log.warning("control: refused a connection from %s: %s", conn.peer, rank)
+                return False
             conn.rank = rank
             key = session_key(self.token, hello.nonce, conn.nonce)
             conn.inn, conn.out = Seal(key, "rank"), Seal(key, "launcher")
@@ -377,6 +380,10 @@ class ControlServer:
 
 
 _NO_STEPS = StepTimes(None, None, 0.0)
+
+
+def _address(peer: Any) -> str:
+    return f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
 
 
 def ring_of(msg: dict[str, Any], known: int) -> int:

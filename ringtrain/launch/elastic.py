@@ -24,6 +24,7 @@ from ringtrain.launch.control import Restored, Snapshot
 
 if TYPE_CHECKING:
     from ringtrain.launch.sparekeeper import SpareKeeper
+    from ringtrain.spec import ElasticPolicy
 
 
 RESET_LEAD_S = 5.0
@@ -209,6 +210,12 @@ class ElasticWatch:
                                                 restored_from=text)
                     note(f"elastic: state restored from {text} {found[0] - loss.at:.1f} s "
                          f"after rank {loss.rank} was lost")
+
+
+def elastic_world(alloc: Allocation, policy: ElasticPolicy | None) -> int | None:
+    """--elastic: the most ranks the job may run (horovodrun's --max-np: ``elastic_args``); None
+    without --elastic. Pure."""
+    return max(alloc.np, policy.max_np or 0) if policy is not None else None
 
 
 def seen_hosts(alloc: Allocation, snap: Snapshot, elastic: bool) -> dict[int, str]:

@@ -36,7 +36,7 @@ from ringtrain.launch import tfcluster
 from ringtrain.launch.commits import check_storage, newest_commit, resumes_from
 from ringtrain.launch.control import ControlServer, Snapshot
 from ringtrain.launch.deliver import Delivery, start_with_secrets
-from ringtrain.launch.elastic import ElasticWatch, seen_hosts
+from ringtrain.launch.elastic import ElasticWatch, elastic_world, seen_hosts
 from ringtrain.launch.hostrest import HostRest, check_floor, choose
 from ringtrain.launch.milestones import Milestones, observe
 from ringtrain.launch.outcome import Ending, decide, merge
@@ -111,8 +111,7 @@ class Session:
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Stop the whole job now (from a signal handler): no restart follows."""
         self._stopped = signum
-        live = self._live
-        if live is not None:
+        if (live := self._live) is not None:
             job, control = live
             control.broadcast("stop")
             if job is not None:
@@ -215,7 +214,8 @@ class Session:
         return alloc
 
     def _attempt(self, attempt: int, alloc: Allocation, checked: Preflight) -> JobResult:
-        control = ControlServer(bind=checked.control_host, ranks=alloc.np, per_host=alloc.busiest)
+        control = ControlServer(bind=checked.control_host, ranks=alloc.np, per_host=alloc.busiest,
+                                elastic_world=elastic_world(alloc, self.spec.elastic))
         self._live = (None, control)
         delivery: Delivery | None = None
         try:

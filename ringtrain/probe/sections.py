@@ -11,6 +11,15 @@ HEADER = "@@ringtrain:probe 1@@"
 DONE = "@@ringtrain:done@@"
 INT_RE = re.compile(r"[0-9]{1,15}")  # ASCII digits only: str.isdigit() also takes '²'
 _SHOWN = 300  # characters of one line of remote text kept in a message
+# characters of one line of host output a parser reads (the longest real line in the golden
+# captures: 6,657); the rest of a longer line is cut before any pattern sees it, so what a
+# host prints costs the launcher time in proportion to its size whatever it holds
+MAX_LINE = 16 * 1024
+
+
+def host_lines(text: str) -> list[str]:
+    """The lines of host output, each cut to ``MAX_LINE`` characters."""
+    return [line[:MAX_LINE] for line in text.splitlines()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,12 +30,12 @@ class Section:
 
 
 def split_sections(text: str) -> dict[str, Section]:
-    """Cut the probe output into its sections; text before the header (a chatty bashrc) is
-    ignored."""
+    """Cut the probe output into its sections, each line cut to ``MAX_LINE``; text before the
+    header (a chatty bashrc) is ignored."""
     sections: dict[str, Section] = {}
     name: str | None = None
     lines: list[str] = []
-    for line in text.splitlines():
+    for line in host_lines(text):
         if line.startswith(BEGIN) and line.endswith("@@"):
             name, lines = line[len(BEGIN):-2], []
         elif line.startswith(END) and line.endswith("@@") and name is not None:

@@ -46,6 +46,7 @@ from ringtrain.rank.events import (
     Seal,
     answer,
     encode,
+    identity,
     rank_seals,
 )
 
@@ -72,6 +73,7 @@ class RankAgent:
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._nonce = os.urandom(16).hex()  # this connection's: the launcher's proof names it
+        self._who = ""  # this rank's identity as its hello said it (events.identity)
         self._trusted = threading.Event()  # the launcher proved it holds the token
         self._noted = False  # a message from the launcher dropped (told once)
         self._in: Seal | None = None  # after the handshake: the launcher's messages, opened
@@ -100,18 +102,11 @@ class RankAgent:
 
     def _hello(self) -> None:
         ppid = os.getppid()
-        self._put(encode(
-            "hello",
-            proto=PROTOCOL,
-            rank=self.rank,
-            nonce=self._nonce,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            start=procfs.start_time(os.getpid()),
-            ppid=ppid,
-            parent=procfs.comm(ppid),
-            parent_start=procfs.start_time(ppid),
-        ))
+        me = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
+              "start": procfs.start_time(os.getpid()), "ppid": ppid,
+              "parent": procfs.comm(ppid), "parent_start": procfs.start_time(ppid)}
+        self._who = identity(me)  # the launcher's proof, and this rank's, cover it
+        self._put(encode("hello", proto=PROTOCOL, nonce=self._nonce, **me))
 
     def send(self, kind: str, **fields: Any) -> None:
         """To the launcher, sealed, once it proved it holds the token (before that: dropped)."""
@@ -163,7 +158,7 @@ class RankAgent:
                 first = stream.readline(MAX_LAUNCHER_LINE + 1)
             except (OSError, ValueError):  # reset: closed, as far as this rank can tell
                 first = b""
-            reply = answer(self.token, self._nonce, first) if first else None
+            reply = answer(self.token, self._nonce, self._who, first) if first else None
             if reply is not None:
                 self._put(reply)
                 self._out, self._in = rank_seals(self.token, self._nonce, first)

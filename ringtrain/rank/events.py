@@ -6,11 +6,15 @@ Ranks connect to ``RINGTRAIN_CONTROL_ADDR`` (host:port). Both sides hold the job
 1. rank -> launcher ``hello``: rank, host, pid, start, ppid, parent (the parent's command
    name, e.g. ``orted``), parent_start, and ``nonce``, fresh random hex (``NONCE_HEX`` digits);
 2. launcher -> rank ``challenge``: its own fresh ``nonce`` and ``proof``,
-   ``launcher_proof(token, rank nonce, launcher nonce)`` (HMAC-SHA256). The rank reads
+   ``launcher_proof(token, rank nonce, launcher nonce, identity)`` (HMAC-SHA256; ``identity``:
+   the hello's ``IDENTITY`` fields as it was received, so a relay without the token cannot
+   change the rank, host or PIDs a hello names: the rank's proof, and its check of the
+   launcher's, are over what the rank itself said). The rank reads
    nothing else first: a wrong proof, another message or a line over ``MAX_LAUNCHER_LINE``
    and it closes the connection and waits for a launcher that never comes (its dead-man
    switch), so whatever sits at the address without the token cannot steer it;
-3. rank -> launcher ``auth``: ``proof``, ``rank_proof(token, rank nonce, launcher nonce)``. The
+3. rank -> launcher ``auth``: ``proof``, ``rank_proof(token, rank nonce, launcher nonce,
+   identity)``. The
    launcher hears nothing else from the connection before it, and then the connection speaks
    for the rank of its hello alone, whatever a message's own ``rank`` field says; a second
    connection for a rank (same host and PID) still connected is refused.
@@ -62,13 +66,14 @@ import hashlib
 import hmac
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 # The control channel's version: a rank's hello carries it, the launcher refuses another, and
 # the pre-flight probe reads it from each host's ringtrain (hostprobe.VERSIONS_PY). Raise it
 # with any change a rank and a launcher of different releases would misread.
-PROTOCOL = 1
+PROTOCOL = 2  # 2: the proofs cover the hello's identity (IDENTITY)
 HEARTBEAT_S = 1.0
 MAX_LINE = 64 * 1024  # rank -> launcher
 MAX_LAUNCHER_LINE = 1024  # launcher -> rank: its messages are short
@@ -139,31 +144,43 @@ def is_nonce(value: Any) -> bool:
             and all(c in "0123456789abcdef" for c in value))
 
 
-def _proof(token: str, role: str, rank_nonce: str, launcher_nonce: str) -> str:
-    text = f"ringtrain control\n{role}\n{rank_nonce}\n{launcher_nonce}"
+# the hello's fields that say who the rank is: the proofs cover them (teardown ends these PIDs)
+IDENTITY = ("rank", "host", "pid", "start", "ppid", "parent", "parent_start")
+
+
+def identity(hello: Mapping[str, Any]) -> str:
+    """The hello's ``IDENTITY`` fields as one text (absent ones as null), what the proofs
+    cover; the rank computes it from what it sends, the launcher from what it received."""
+    return json.dumps([hello.get(k) for k in IDENTITY], separators=(",", ":"))
+
+
+def _proof(token: str, role: str, rank_nonce: str, launcher_nonce: str, who: str) -> str:
+    text = f"ringtrain control\n{role}\n{rank_nonce}\n{launcher_nonce}\n{who}"
     return hmac.new(token.encode(), text.encode(), hashlib.sha256).hexdigest()
 
 
-def launcher_proof(token: str, rank_nonce: str, launcher_nonce: str) -> str:
-    """What the launcher's ``challenge`` carries: it holds the token, and answers this hello."""
-    return _proof(token, "launcher", rank_nonce, launcher_nonce)
+def launcher_proof(token: str, rank_nonce: str, launcher_nonce: str, who: str) -> str:
+    """What the launcher's ``challenge`` carries: it holds the token, and answers this hello
+    (its nonce and ``who``, its ``identity``)."""
+    return _proof(token, "launcher", rank_nonce, launcher_nonce, who)
 
 
-def rank_proof(token: str, rank_nonce: str, launcher_nonce: str) -> str:
+def rank_proof(token: str, rank_nonce: str, launcher_nonce: str, who: str) -> str:
     """What the rank's ``auth`` carries (another role: a launcher's proof cannot be sent back)."""
-    return _proof(token, "rank", rank_nonce, launcher_nonce)
+    return _proof(token, "rank", rank_nonce, launcher_nonce, who)
 
 
-def answer(token: str, rank_nonce: str, line: bytes) -> bytes | None:
+def answer(token: str, rank_nonce: str, who: str, line: bytes) -> bytes | None:
     """The rank's ``auth`` line for the launcher's first line, or None when that line is not a
-    ``challenge`` proving the token for this ``rank_nonce``."""
+    ``challenge`` proving the token for this ``rank_nonce`` and this rank's ``identity``
+    (``who``): a hello relabelled on its way is not answered."""
     msg = decode(line) if len(line) <= MAX_LAUNCHER_LINE else None
     if msg is None or msg["t"] != "challenge" or not is_nonce(msg.get("nonce")):
         return None
     theirs = msg["nonce"]
-    if not same(msg.get("proof"), launcher_proof(token, rank_nonce, theirs)):
+    if not same(msg.get("proof"), launcher_proof(token, rank_nonce, theirs, who)):
         return None
-    return encode("auth", proof=rank_proof(token, rank_nonce, theirs))
+    return encode("auth", proof=rank_proof(token, rank_nonce, theirs, who))
 
 
 def session_key(token: str, rank_nonce: str, launcher_nonce: str) -> bytes:
@@ -188,8 +205,9 @@ class Seal:
             :MAC_HEX].encode()
 
     def seal(self, kind: str, **fields: Any) -> bytes:
+        """One message: ``seq`` and ``t`` are the seal's, whatever ``fields`` say."""
         self._n += 1
-        body = json.dumps({"t": kind, "seq": self._n, **fields}, separators=(",", ":")).encode()
+        body = json.dumps({**fields, "t": kind, "seq": self._n}, separators=(",", ":")).encode()
         return body + b"\t" + self._mac(body) + b"\n"
 
     def open(self, line: bytes) -> dict[str, Any] | None:

@@ -5,8 +5,10 @@ The entry owns the rank's connection to the launcher (hello, heartbeats, the dea
 It gives the child one end of a pipe (``RINGTRAIN_RELAY_FD``) instead of the launcher's address;
 a Python process in the child that uses ringtrain (``ringtrain.keras``, ``progress.report``)
 finds no launcher address, sees the relay and writes its events there; the entry forwards them.
-Only what a script reports is forwarded (progress, Horovod init, API use, done), never a hello.
-Standard library only.
+Only what a script reports is forwarded (progress, Horovod init, API use, done), never a hello,
+and never what the entry itself assigns (``ASSIGNED``: the message's sequence number, its rank):
+a child that wrote ``seq`` could otherwise push its rank's number past any the entry sends, and
+the launcher would drop every later message of that rank as a replay. Standard library only.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ringtrain.rank import envvars
 from ringtrain.rank.events import decode, encode
 
 FORWARDED = ("progress", "steps", "init", "init_begin", "tf_forming", "tf_formed", "api", "done")
+ASSIGNED = ("t", "seq", "rank")  # the entry's, never the child's
 
 
 class RelaySender:
@@ -66,9 +69,7 @@ def forward(read_fd: int, send: Any) -> threading.Thread:
                 msg = decode(line)
                 if msg is None or msg["t"] not in FORWARDED:
                     continue
-                kind = msg.pop("t")
-                msg.pop("rank", None)
-                send(kind, **msg)
+                send(msg["t"], **{k: v for k, v in msg.items() if k not in ASSIGNED})
 
     thread = threading.Thread(target=pump, name="ringtrain-relay", daemon=True)
     thread.start()

@@ -8,7 +8,9 @@ import secrets
 import socket
 from typing import Any
 
-from ringtrain.rank.events import PROTOCOL, Seal, answer, encode, rank_seals
+from ringtrain.rank.events import PROTOCOL, Seal, answer, encode, identity, rank_seals
+
+_SAID: dict[str, str] = {}  # nonce -> the identity its hello said (what the proofs cover)
 
 
 def read_line(sock: socket.socket, limit: int = 65536) -> bytes:
@@ -26,6 +28,7 @@ def say_hello(sock: socket.socket, **fields: Any) -> str:
     """Send a hello with a fresh nonce (returned)."""
     nonce = secrets.token_hex(16)
     sock.sendall(encode("hello", nonce=nonce, **{"proto": PROTOCOL, **fields}))
+    _SAID[nonce] = identity(fields)
     return nonce
 
 
@@ -33,7 +36,7 @@ def answer_challenge(sock: socket.socket, token: str, nonce: str) -> tuple[Seal,
     """Read the server's challenge to the hello that carried ``nonce``: it must prove the
     token; then send this rank's auth. Returns (this rank's seal, the launcher's)."""
     line = read_line(sock)
-    reply = answer(token, nonce, line)
+    reply = answer(token, nonce, _SAID[nonce], line)
     assert reply is not None, "the control server's challenge did not prove the token"
     sock.sendall(reply)
     return rank_seals(token, nonce, line)

@@ -486,3 +486,28 @@ def test_a_storage_call_past_its_deadline_is_a_transient_timeout() -> None:
 
     with pytest.raises(PermissionError, match="denied"):
         with_deadline(fails, 1.0)()
+
+
+def test_a_planted_huge_manifest_is_refused_unread(tmp_path: Path, local: Store) -> None:
+    """Issue 40 item 5: the 16 MiB cap applied after the whole file was read (a 1 GiB sparse
+    manifest cost rank 0 1 GiB). Now at most cap + 1 bytes are read, then refused."""
+    import tracemalloc
+
+    from ringtrain.checkpoint.catalog import load_manifest, manifest_rel
+    from ringtrain.checkpoint.manifest import MAX_MANIFEST_BYTES
+
+    commit(local, make_src(tmp_path, "a"), step=1, epoch=0, keep=3)
+    name = "000000000002.json"
+    path = tmp_path / "store" / manifest_rel(name)
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)  # sparse: no disk, 1 GiB to whoever reads it whole
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match=f"over {MAX_MANIFEST_BYTES} bytes"):
+            load_manifest(local, name)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MAX_MANIFEST_BYTES  # the cap's order, never the file's
+    exact = local.read_bytes(manifest_rel(name), limit=10)
+    assert exact == b"\0" * 11

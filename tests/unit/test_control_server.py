@@ -22,6 +22,7 @@ from ringtrain.rank.events import (
     RANK_EVENTS,
     decode,
     encode,
+    identity,
     launcher_proof,
     rank_proof,
 )
@@ -68,7 +69,8 @@ def test_a_rank_with_the_token_is_heard_one_without_is_dropped() -> None:
         bad = _connect(server)  # a peer that guesses: its auth is refused
         nonce = say_hello(bad, rank=1, host="h", pid=43)
         theirs = json.loads(read_line(bad))["nonce"]
-        bad.sendall(encode("auth", proof=rank_proof("guess", nonce, theirs)))
+        bad.sendall(encode("auth", proof=rank_proof("guess", nonce, theirs,
+                                                    identity({"rank": 1, "host": "h", "pid": 43}))))
         assert _closed_by_peer(bad, 5)
         old_style = _connect(server)  # the token itself, in the hello, is not an auth
         old_style.sendall(encode("hello", token=server.token, rank=2, host="h", pid=44,
@@ -188,7 +190,7 @@ def test_a_process_under_a_number_already_seen_gets_its_own() -> None:
     """--elastic: Horovod numbers its ranks again after a reset, so a process that joins can
     be given the number of one still running; each process keeps its own identity, and the
     same process reconnecting keeps its number."""
-    server = ControlServer()
+    server = ControlServer(ranks=2, elastic_world=2)
     try:
         first = _connect(server)
         check_in(first, server.token, rank=1, host="gpu01", pid=42)
@@ -204,6 +206,62 @@ def test_a_process_under_a_number_already_seen_gets_its_own() -> None:
         check_in(again, server.token, rank=1, host="gpu01", pid=42)
         assert _wait(lambda: all(r.connected for r in server.snapshot().ranks))
         assert len(server.snapshot().ranks) == 2
+    finally:
+        server.close()
+
+
+def test_a_rank_outside_the_allocation_is_refused_with_the_peers_address(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 40 item 4: a token holder's hello as rank 999 was taken, and its silence reported
+    as a lost host. Now a rank the job has no place for gets no challenge (under --elastic the
+    bound is --max-np: ``elastic_world``)."""
+    server = ControlServer(ranks=2, elastic_world=4)
+    try:
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+            far = _connect(server)
+            say_hello(far, rank=999, host="h", pid=42)
+            assert _closed_by_peer(far, 5)  # no challenge
+            edge = _connect(server)
+            say_hello(edge, rank=4, host="h", pid=43)
+            assert _closed_by_peer(edge, 5)
+        inside = _connect(server)  # up to --max-np - 1 is a place: Horovod may grow to it
+        check_in(inside, server.token, rank=3, host="h", pid=44)
+        assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [3])
+        port = far.getsockname()[1]
+        assert f"refused a connection from 127.0.0.1:{port}: rank 999" in caplog.text
+        assert "outside this job's ranks 0-3" in caplog.text
+    finally:
+        server.close()
+
+
+def test_a_rank_claimed_first_by_another_process_keeps_its_number(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 40 item 4: a ``done`` sent as rank 1 before the real rank 1 checked in was kept,
+    and the real one renumbered (to 1000, after a claim for 999). Now, without --elastic, a
+    rank's number is its process's for the attempt: the second process to claim it is refused
+    and logged with its address; nothing is renumbered."""
+    server = ControlServer(ranks=2)
+    try:
+        first = _connect(server)
+        seal = check_in(first, server.token, rank=1, host="gpu01", pid=42)
+        first.sendall(seal.seal("done"))
+        assert _wait(lambda: [(r.rank, r.done) for r in server.snapshot().ranks] == [(1, True)])
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+            other = _connect(server)
+            check_in(other, server.token, rank=1, host="gpu02", pid=7)
+            assert _closed_by_peer(other, 5)
+            first.close()  # gone: its number is still not another process's
+            assert _wait(lambda: not server.snapshot().ranks[0].connected)
+            late = _connect(server)
+            check_in(late, server.token, rank=1, host="gpu02", pid=7)
+            assert _closed_by_peer(late, 5)
+        assert [(r.rank, r.host, r.pid) for r in server.snapshot().ranks] == [(1, "gpu01", 42)]
+        port = other.getsockname()[1]
+        assert (f"refused a connection from 127.0.0.1:{port}: rank 1 claimed by pid 7 on "
+                "'gpu02', but pid 42 on 'gpu01' checked in as rank 1 first") in caplog.text
+        again = _connect(server)  # the first process itself may come back
+        check_in(again, server.token, rank=1, host="gpu01", pid=42)
+        assert _wait(lambda: server.snapshot().ranks[0].connected)
     finally:
         server.close()
 
@@ -245,11 +303,12 @@ def test_the_launcher_proves_the_token_first_and_each_proof_fits_one_connection(
         line = read_line(sock)
         challenge = decode(line)
         assert challenge is not None and challenge["t"] == "challenge"
-        assert challenge["proof"] == launcher_proof(server.token, nonce, challenge["nonce"])
+        who = identity({"rank": 0, "host": "h", "pid": 42})
+        assert challenge["proof"] == launcher_proof(server.token, nonce, challenge["nonce"], who)
         assert server.token.encode() not in line
         time.sleep(0.2)
         assert server.snapshot().ranks == ()  # not a rank before its auth
-        auth = encode("auth", proof=rank_proof(server.token, nonce, challenge["nonce"]))
+        auth = encode("auth", proof=rank_proof(server.token, nonce, challenge["nonce"], who))
         sock.sendall(auth)
         assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
         replay = _connect(server)  # what was seen on the wire, said again
@@ -259,6 +318,29 @@ def test_the_launcher_proves_the_token_first_and_each_proof_fits_one_connection(
         replay.sendall(auth)
         assert _closed_by_peer(replay, 5)
         assert [r.rank for r in server.snapshot().ranks] == [0]
+    finally:
+        server.close()
+
+
+def test_a_hello_relabelled_on_its_way_is_refused_at_the_auth(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 40 item 4: a relay without the token changed the hello's rank and PID and passed
+    the rank's auth on; the launcher took the rank as the one the relay named. Now the rank's
+    proof covers what it said itself: the launcher refuses it for the relabelled hello."""
+    server = ControlServer()
+    try:
+        sock = _connect(server)
+        said = {"rank": 0, "host": "gpu01", "pid": 42, "start": 7}
+        relabelled = {**said, "rank": 1, "pid": 4242}
+        nonce = "d" * 32
+        sock.sendall(encode("hello", nonce=nonce, proto=PROTOCOL, **relabelled))
+        theirs = json.loads(read_line(sock))["nonce"]
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+            sock.sendall(encode("auth", proof=rank_proof(server.token, nonce, theirs,
+                                                         identity(said))))
+            assert _closed_by_peer(sock, 5)
+        assert server.snapshot().ranks == ()
+        assert "without the job's token (its hello said rank 1" in caplog.text
     finally:
         server.close()
 
@@ -277,7 +359,7 @@ def test_a_second_connection_for_a_connected_rank_is_refused_not_a_takeover(
             second = _connect(server)
             check_in(second, server.token, rank=0, host="h", pid=42)
             assert _closed_by_peer(second, 5)
-        assert "refused a second connection for rank 0" in caplog.text
+        assert "a second connection for rank 0" in caplog.text
         first.sendall(seal.seal("done"))
         assert _wait(lambda: server.snapshot().ranks[0].done)
         assert [(r.rank, r.connected) for r in server.snapshot().ranks] == [(0, True)]

@@ -32,7 +32,7 @@ def _versions(python: str, pythonpath: Path | None = None):  # type: ignore[no-u
 
 
 def test_the_ranks_python_with_ringtrain_reports_its_version_and_protocol() -> None:
-    seen = _versions(sys.executable)
+    seen = _versions(sys.executable, Path(ringtrain.__file__).parents[1])  # this tree's
     assert (seen.ringtrain, seen.ringtrain_protocol) == (ringtrain.__version__, PROTOCOL)
 
 
@@ -120,3 +120,8 @@ def test_a_real_gpu_hosts_capture_names_its_ringtrain_and_passes() -> None:
     newer = evaluate(Inventory((Host("vm", 1),)), ProbeReport((seen,)),
                      PreflightPolicy(ringtrain=("0.2.0", 2)))
     assert any("speaks control protocol 1, the launcher 2" in p for p in newer.hosts[0].problems)
+    # the capture is of protocol 1; this launcher's proofs cover the hello (protocol 2, issue
+    # 40): it refuses that host, naming the release to install
+    ours = evaluate(Inventory((Host("vm", 1),)), ProbeReport((seen,)), PreflightPolicy())
+    assert PROTOCOL > 1 and any(f"speaks control protocol 1, the launcher {PROTOCOL}" in p
+                                for p in ours.hosts[0].problems)

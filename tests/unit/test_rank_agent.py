@@ -24,6 +24,7 @@ from ringtrain.rank.events import (
     Seal,
     decode,
     encode,
+    identity,
     launcher_proof,
     rank_proof,
     session_key,
@@ -104,8 +105,9 @@ def _impostor(first: Callable[[dict[str, Any]], bytes],
 
 def _challenge(token: str) -> Callable[[dict[str, Any]], bytes]:
     """A launcher's challenge with the proof ``token`` gives for the hello's nonce."""
-    return lambda hello: encode("challenge", nonce=THEIRS,
-                                proof=launcher_proof(token, hello["nonce"], THEIRS))
+    return lambda hello: encode(
+        "challenge", nonce=THEIRS,
+        proof=launcher_proof(token, hello["nonce"], THEIRS, identity(hello)))
 
 
 ORDERS = encode("stop") + encode("preempt") + encode("hb")
@@ -122,9 +124,10 @@ def _body(line: bytes) -> dict[str, Any]:
 IMPOSTORS = {
     "a proof without the token": _challenge("a guess"),
     "a proof for another hello (replayed)": lambda hello: encode(
-        "challenge", nonce=THEIRS, proof=launcher_proof(TOKEN, "e" * 32, THEIRS)),
+        "challenge", nonce=THEIRS, proof=launcher_proof(TOKEN, "e" * 32, THEIRS, identity(hello))),
     "the rank's own proof sent back": lambda hello: encode(
-        "challenge", nonce=THEIRS, proof=rank_proof(TOKEN, hello["nonce"], THEIRS)),
+        "challenge", nonce=THEIRS,
+        proof=rank_proof(TOKEN, hello["nonce"], THEIRS, identity(hello))),
     "orders and no challenge": lambda hello: b"",
     "an over-long challenge": lambda hello: _challenge(TOKEN)(hello)[:-2] + b" " * 2000 + b"}\n",
 }
@@ -227,6 +230,62 @@ def test_the_agent_and_the_launcher_prove_the_token_to_each_other(heard: list[st
         server.close()
 
 
+class _Relabel:
+    """A relay without the token between a rank and the launcher: it passes every line on,
+    but says another rank (and PID) in the hello."""
+
+    def __init__(self, launcher: str) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        host, port = launcher.rsplit(":", 1)
+        self._launcher = (host, int(port))
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        rank, _ = self._server.accept()
+        up = socket.create_connection(self._launcher)
+        with rank, up, rank.makefile("rb") as stream:
+            hello = json.loads(stream.readline())
+            fields = {k: v for k, v in hello.items() if k != "t"} | {"rank": 1, "pid": 1}
+            up.sendall(encode("hello", **fields))
+
+            def down() -> None:
+                with contextlib.suppress(OSError):
+                    while data := up.recv(4096):
+                        rank.sendall(data)
+                with contextlib.suppress(OSError):
+                    rank.shutdown(socket.SHUT_RDWR)
+
+            threading.Thread(target=down, daemon=True).start()
+            with contextlib.suppress(OSError):
+                while data := stream.read1(4096):
+                    up.sendall(data)
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def test_a_relay_without_the_token_cannot_relabel_a_rank(
+        heard: list[str], capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 40 item 4: the hello's rank, host and PIDs were covered by no proof, so a relay
+    without the token could pass a rank off as another (and teardown would end the PID it
+    named). Now the proofs cover them: the launcher's challenge, computed for the relabelled
+    hello, proves nothing to the rank, which hangs up; the launcher lists no rank."""
+    server = ControlServer()
+    relay = _Relabel(server.address)
+    try:
+        agent = _agent(relay.address, server.token, heard, timeout=5.0)
+        agent.start()
+        assert _wait(lambda: "did not prove it holds the job's token" in capfd.readouterr().err
+                     or agent._sock is None)
+        time.sleep(0.3)
+        assert server.snapshot().ranks == ()
+        assert not agent._trusted.is_set()
+    finally:
+        relay.close()
+        server.close()
+
+
 def test_a_lost_rank_makes_the_launcher_tell_its_rings_survivors_to_abort(
         heard: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """--elastic: rank 0 is gone; rank 1, which formed ring 3 before rank 0's last word, is
@@ -265,9 +324,9 @@ def test_a_check_in_closed_before_its_challenge_is_tried_again(heard: list[str])
     idle = [socket.create_connection((host, int(port))) for _ in range(server.max_per_source)]
     try:
         assert _wait(lambda: len(server._pending) == server.max_per_source)
-        agent = _agent(server.address, server.token, heard, rank=5)
+        agent = _agent(server.address, server.token, heard, rank=0)
         assert agent.start()
-        assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [5], timeout=15)
+        assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0], timeout=15)
         assert server.refused > server.max_per_source  # the agent's first try among them
         assert heard == []  # never hung up, never its dead-man switch
     finally:

@@ -34,14 +34,22 @@ from ringtrain.launch.result import FailureKind
 from ringtrain.launch.supervise import check
 from ringtrain.rank.events import (
     HEARTBEAT_S,
+    PROTOCOL,
     Seal,
     answer,
     encode,
+    identity,
     rank_seals,
 )
 from ringtrain.spec import SupervisionPolicy
 
 PER_HOST = 8
+
+
+def _who(rank: int) -> dict[str, Any]:
+    """A simulated rank's identity fields (its hello's)."""
+    return {"rank": rank, "host": f"sim{rank // PER_HOST:05d}", "pid": 100000 + rank,
+            "start": 1, "ppid": 1, "parent": "orted", "parent_start": 1}
 
 
 def raise_fd_limit() -> None:
@@ -60,14 +68,13 @@ def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
     for rank in ranks:
         sock = socket.create_connection(addr)
         nonce = f"{rank:032x}"  # a simulation: any hex does; a real rank's is random
-        sock.sendall(encode("hello", rank=rank, nonce=nonce, host=f"sim{rank // PER_HOST:05d}",
-                            pid=100000 + rank, start=1, ppid=1, parent="orted", parent_start=1))
+        sock.sendall(encode("hello", proto=PROTOCOL, nonce=nonce, **_who(rank)))
         socks[rank] = sock
     for rank, sock in socks.items():  # every hello first: all ranks check in at once
         line = b""
         while not line.endswith(b"\n") and (chunk := sock.recv(4096)):
             line += chunk
-        reply = answer(token, f"{rank:032x}", line)
+        reply = answer(token, f"{rank:032x}", identity(_who(rank)), line)
         assert reply is not None, f"the control server's challenge to rank {rank}: {line!r}"
         sock.sendall(reply)
         sock.setblocking(False)
