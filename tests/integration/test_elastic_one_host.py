@@ -35,6 +35,13 @@ def _ranks(launcher: int) -> list[int]:
             if procfs.argv(p)[1:3] == ["-m", "ringtrain.rank.entry"]]
 
 
+def _end(job: Captured) -> None:
+    """The launcher's whole process group, if the test left it running."""
+    if job.proc.poll() is None:
+        os.killpg(job.proc.pid, signal.SIGKILL)
+        job.proc.wait()
+
+
 def test_a_rank_killed_on_a_one_host_job_is_refilled_and_the_job_succeeds(
         tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
@@ -47,9 +54,7 @@ def test_a_rank_killed_on_a_one_host_job_is_refilled_and_the_job_succeeds(
         os.kill(max(ranks), signal.SIGKILL)
         job.proc.wait(timeout=300)
     finally:
-        if job.proc.poll() is None:
-            os.killpg(job.proc.pid, signal.SIGKILL)
-            job.proc.wait()
+        _end(job)
     stdout, stderr = job.join()
     assert job.proc.returncode == 0, stderr[-4000:]
     assert re.search(r"elastic: rank \d on \S+ ended before its script returned .*other ranks "
@@ -101,9 +106,7 @@ def test_a_second_rank_killed_while_the_ring_forms_again_kills_no_survivor(
         os.kill(second, signal.SIGKILL)
         job.proc.wait(timeout=300)
     finally:
-        if job.proc.poll() is None:
-            os.killpg(job.proc.pid, signal.SIGKILL)
-            job.proc.wait()
+        _end(job)
     stdout, stderr = job.join()
     logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "runs").rglob("*.log"))
     assert "terminate called" not in stderr + logs, (stderr + logs)[-4000:]

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,19 +71,8 @@ UseDNS no
     UserKnownHostsFile {d}/known_hosts
     StrictHostKeyChecking {strict}
 """ for alias, p in (("h-ok", port), ("h-closed", closed))))
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
-                            stdout=subprocess.DEVNULL, stderr=(d / "sshd.log").open("w"))
+    proc = loopback_sshd.start_sshd(d / "sshd_config", port, d / "sshd.log")
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"sshd did not start: {(d / 'sshd.log').read_text()}")
-                time.sleep(0.05)
         yield Sshd(d, port, closed, d / "ssh_config", d / "known_hosts", host_pub, ca_pub)
     finally:
         proc.terminate()

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,19 +58,8 @@ UseDNS no
     StrictHostKeyChecking yes
 """ for alias, p in (("h-ok", port), ("h-closed", closed)))
     (d / "ssh_config").write_text(hosts)
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
-                            stdout=subprocess.DEVNULL, stderr=(d / "sshd.log").open("w"))
+    proc = loopback_sshd.start_sshd(d / "sshd_config", port, d / "sshd.log")
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"sshd did not start: {(d / 'sshd.log').read_text()}")
-                time.sleep(0.05)
         yield Sshd(d, port, closed, d / "ssh_config", d / "known_hosts", host_pub)
     finally:
         proc.terminate()
@@ -177,17 +163,8 @@ def test_a_host_that_wants_hostbased_authentication_is_told_to_use_openssh(
         sshd.config.read_text().replace(f"Port {sshd.port}\n", f"Port {port}\n"))
     with (sshd.dir / "known_hosts").open("a") as known:
         known.write(f"[h-ok]:{port},[127.0.0.1]:{port} {sshd.host_pub}\n")
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = loopback_sshd.start_sshd(config, port, sshd.dir / "sshd_hb.log")
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "sshd did not start"
-                time.sleep(0.05)
         r = SshRemote(sshd.dir / "ssh_config_hb").run([Host("h-ok", 1)], ["true"], 20)["h-ok"]
     finally:
         proc.terminate()
