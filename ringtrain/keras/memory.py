@@ -42,6 +42,7 @@ from ringtrain.errors import UsageError
 from ringtrain.rank import abort, agent, rerun
 
 DEFAULT_COMMIT_EVERY = 10
+SLOW_STEP_S = 0.5  # a reset's step that takes longer is said (a re-form waits on the slowest)
 # a Horovod collective's op name (HorovodAllreduce, HorovodGroupedAllreduce, HorovodAllgather,
 # HorovodBroadcast, HorovodReducescatter, HorovodAlltoall, ...): Horovod's own elastic wrapper
 # knows only the first three and swallows the rest, so a grouped all-reduce's failure ended the
@@ -354,10 +355,18 @@ def reset(exc: BaseException) -> bool:
                      f"the ring again and running the script again in this process (reset "
                      f"{MEMORY.resets}, last memory commit: epoch {MEMORY.commit.epoch} step "
                      f"{MEMORY.commit.batch}; {shut} ring connection(s) shut down)\n")
+    began = time.monotonic()
     hvd.shutdown()
+    took = {"Horovod's shutdown": time.monotonic() - began}
     if MEMORY.state is not None:
         MEMORY.state.on_reset()  # host updates queued before the reset are covered by it
+    began = time.monotonic()
     tf.keras.backend.clear_session()
+    took["Keras' clear_session"] = time.monotonic() - began
+    slow = [f"{what} took {s:.1f} s" for what, s in took.items() if s >= SLOW_STEP_S]
+    if slow:
+        sys.stderr.write(f"ringtrain: elastic: rank {who} (pid {os.getpid()}): "
+                         + "; ".join(slow) + "\n")
     return True
 
 

@@ -175,8 +175,13 @@ class ElasticWatch:
         if snap.progress is None:
             return
         at = snap.progress.at - self.started
+        # progress from the new world: after a ring formed since the loss (a survivor's last
+        # batches of the old world can report after the loss is named); where no rank ever
+        # reports its ring (no hvd.init seen), after the loss
+        rings = any(r.ring > 0 for r in snap.ranks)
         for i, loss in enumerate(self.incidents):
-            if loss.training_again is None and at > loss.at:
+            since = loss.formed if rings else loss.at
+            if loss.training_again is None and since is not None and at > since:
                 self.incidents[i] = replace(loss, training_again=at)
                 note(f"elastic: training again {at - loss.at:.1f} s after rank {loss.rank} "
                      "was lost")

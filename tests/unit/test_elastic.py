@@ -230,3 +230,23 @@ def test_the_live_line_counts_the_ranks_running_once_more_joined_than_placed() -
                      _rank(2, "gpu03", 99)), None, now=100)
     assert describe_arrivals(snap, two) == (
         "ranks running 2 (placed with 2) [gpu01 1 gpu03 1], hvd.init done 2")
+
+
+def test_training_again_counts_only_progress_after_a_ring_formed_since_the_loss() -> None:
+    """A survivor's last batches of the old world can report just after the loss is named:
+    that is not training again (it released the held discovery list at once, which reached
+    Horovod's driver as a second "hosts updated" reset). Progress after a new ring is."""
+    where = {0: "gpu01", 1: "gpu02"}
+    ranks = (replace(_rank(0, "gpu01", 99), ring=1, ring_at=45),
+             _rank(1, "gpu02", 60, connected=False))
+    notes: list[str] = []
+    watch = ElasticWatch(where, 10, started=40)
+    watch.tick(Snapshot(ranks, Progress(epoch=2, at=100.2), now=100.3), notes.append)
+    (incident,) = watch.incidents
+    assert incident.training_again is None  # the old world's last batch
+    reformed = (replace(ranks[0], ring=2, ring_at=104.0), ranks[1])
+    watch.tick(Snapshot(reformed, Progress(epoch=2, at=103.0), now=104.1), notes.append)
+    assert watch.incidents[0].training_again is None  # still before the new ring
+    watch.tick(Snapshot(reformed, Progress(epoch=2, at=105.0), now=105.1), notes.append)
+    assert watch.incidents[0].ttta_s == pytest.approx(4.7)  # named lost at 100.3
+    assert notes[-1] == "elastic: training again 4.7 s after rank 1 was lost"
