@@ -99,7 +99,6 @@ def _finish() -> None:
 
 def _run_once(args: list[str], *, module: bool) -> bool:
     """One run of the script: True when it returned, False when it is to run again."""
-    rerun.release_held()  # the last run's objects, freed beside this one (rerun.hold)
     if module:
         sys.argv[:] = ["-m", *args[1:]]  # runpy puts the module's path in argv[0]
         sys.path[0] = os.getcwd()
@@ -122,7 +121,6 @@ def _run_once(args: list[str], *, module: bool) -> bool:
         _exit_now(code)
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt) and rerun.wanted(exc):
-            rerun.hold(exc)
             return False
         _report(exc)
         _exit_now(1)

@@ -9,7 +9,6 @@ only, like the rest of ``ringtrain.rank``: the entry never imports TensorFlow or
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 _ON = {"entry": False}
@@ -34,23 +33,3 @@ def register(hook: Callable[[BaseException], bool]) -> None:
 def wanted(exc: BaseException) -> bool:
     """Whether a registered hook wants the script run again after ``exc``."""
     return _ON["entry"] and any(hook(exc) for hook in list(_HOOKS))
-
-
-_HELD: list[BaseException] = []
-
-
-def hold(exc: BaseException) -> None:
-    """Keep the failed run's exception past the entry's ``except``: its traceback holds the
-    old world (the model, tf.data's iterators, whose destructors wait for their threads).
-    Freed there, on the way to the next run, it cost one survivor in four 4 s before its
-    ``hvd.init()`` here, and every other survivor waited for it in the new ring."""
-    _HELD.append(exc)
-
-
-def release_held() -> None:
-    """At the top of the next run (the ``except`` has let go): the held exceptions are freed
-    in a thread of their own while this one joins the new ring."""
-    if _HELD:
-        held = _HELD[:]
-        _HELD.clear()
-        threading.Thread(target=held.clear, name="ringtrain-old-run", daemon=True).start()
