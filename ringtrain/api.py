@@ -41,9 +41,9 @@ from ringtrain.assembly import (
     write_plan,
 )
 from ringtrain.errors import JobFailed, UsageError
-from ringtrain.launch.plan import LaunchPlan
+from ringtrain.launch.plan.make import LaunchPlan
+from ringtrain.launch.record.result import JobResult, JobState
 from ringtrain.launch.reporter import NullReporter, Reporter
-from ringtrain.launch.result import JobResult, JobState
 from ringtrain.remote import Remote
 from ringtrain.spec import EnvSpec
 

@@ -34,7 +34,7 @@ class Backend(enum.Enum):
 class Strategy(enum.Enum):
     """How the ranks train together: Horovod's ring all-reduce, or TensorFlow's own
     ``MultiWorkerMirroredStrategy`` or ``ParameterServerStrategy``, each rank a task with its
-    ``TF_CONFIG`` (``ringtrain.launch.tfcluster``)."""
+    ``TF_CONFIG`` (``ringtrain.launch.plan.tfcluster``)."""
 
     HOROVOD = "horovod"
     TF_MULTIWORKER = "tf-multiworker"
@@ -191,7 +191,7 @@ class RestartPolicy:
 @dataclass(frozen=True, slots=True)
 class ElasticPolicy:
     """``--elastic``: Horovod's elastic driver runs ``min_np`` to ``max_np`` ranks on the hosts
-    ringtrain's discovery script prints (launch/spares.py: ``spares`` held back, warm: a
+    ringtrain's discovery script prints (launch/elastic/spares.py: ``spares`` held back, warm: a
     process per slot waiting, warmspares.py); a failed host sits out ``cooldown_range`` s."""
 
     min_np: int = 1

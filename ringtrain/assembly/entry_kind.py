@@ -15,7 +15,7 @@ from typing import Any
 from ringtrain import trust
 from ringtrain.assembly.launch_spec import LaunchOptions, build_spec
 from ringtrain.errors import UsageError
-from ringtrain.launch.plan import read_recorded_spec
+from ringtrain.launch.plan.make import read_recorded_spec
 from ringtrain.spec import Entry, LaunchSpec
 
 

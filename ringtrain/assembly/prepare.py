@@ -18,9 +18,9 @@ from ringtrain.assembly.entry_kind import resolve_entry
 from ringtrain.assembly.remotes import RemoteFactory, SshOptions, ssh_remote
 from ringtrain.assembly.ring_gate import ring_precheck
 from ringtrain.errors import UsageError
-from ringtrain.launch import hosts as launch_hosts
-from ringtrain.launch import run
-from ringtrain.launch.plan import LaunchPlan
+from ringtrain.launch.job import hosts as launch_hosts
+from ringtrain.launch.job import run
+from ringtrain.launch.plan.make import LaunchPlan
 from ringtrain.launch.reporter import Reporter
 from ringtrain.launch.session import Session
 from ringtrain.remote import Remote

@@ -10,9 +10,9 @@ from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from ringtrain.hostfile import Allocation, Inventory
-from ringtrain.launch.control import Snapshot
+from ringtrain.launch.job.run import OutputLine
+from ringtrain.launch.record.snapshot import Snapshot
 from ringtrain.launch.reporter import Reporter
-from ringtrain.launch.run import OutputLine
 from ringtrain.probe.gate import run_gate
 from ringtrain.probe.probe_parse import ProbeReport
 from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict

@@ -29,7 +29,7 @@ from ringtrain.cli.verdict_view import (
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import AllocationPolicy, Host, Inventory, allocate, resolve_hosts
 from ringtrain.hostfile.allocate import placement_only, select
-from ringtrain.launch.hosts import mark_this_machine, with_ssh_defaults
+from ringtrain.launch.job.hosts import mark_this_machine, with_ssh_defaults
 from ringtrain.probe.doctor import CHECKS
 from ringtrain.probe.doctor_policy import parse_on_bad_host
 from ringtrain.probe.gate import evaluate_remembering, gpu_rule

@@ -26,7 +26,7 @@ from ringtrain.cli.options import (
     ssh_options,
 )
 from ringtrain.errors import JobFailed
-from ringtrain.launch.result import JobState, incidents
+from ringtrain.launch.record.result import JobState, incidents
 from ringtrain.launch.session import Session
 from ringtrain.spec import Backend, EnvSpec, StragglerAction, Strategy
 

@@ -10,8 +10,8 @@ import click
 from ringtrain.assembly import write_plan
 from ringtrain.cli.live import LiveView
 from ringtrain.cli.verdict_view import print_verdict
+from ringtrain.launch.record.result import JobResult, JobState
 from ringtrain.launch.reporter import NullReporter
-from ringtrain.launch.result import JobResult, JobState
 from ringtrain.launch.session import Session
 
 

@@ -3,7 +3,7 @@
 On a terminal it is one status line kept at the bottom (rank output scrolls above it); otherwise
 plain ``ringtrain:`` lines when something changes (at most every ``plain_every_s`` for progress).
 Every status line also goes to ``runs/<id>/events.log`` and, as JSON, ``runs/<id>/events.jsonl``
-(one ``Event`` written both ways: launch/eventlog.py).
+(one ``Event`` written both ways: launch/record/eventlog.py).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from rich.text import Text
 from ringtrain.cli.ring_view import show_ring_check
 from ringtrain.cli.verdict_view import print_verdict
 from ringtrain.hostfile import Allocation, Inventory
-from ringtrain.launch.control import Snapshot
-from ringtrain.launch.eventlog import Event, is_warning
-from ringtrain.launch.run import OutputLine
-from ringtrain.launch.rundir import RunDir
-from ringtrain.launch.supervise import arrivals, rank_hosts
+from ringtrain.launch.job.run import OutputLine
+from ringtrain.launch.job.rundir import RunDir
+from ringtrain.launch.record.eventlog import Event, is_warning
+from ringtrain.launch.record.snapshot import Snapshot
+from ringtrain.launch.supervise.detect import arrivals, rank_hosts
 from ringtrain.probe.probe_parse import ProbeReport
 from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict
 from ringtrain.ringcheck.runner import RingCheck

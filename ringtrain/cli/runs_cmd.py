@@ -16,7 +16,7 @@ from rich.table import Table
 from ringtrain.checkpoint.location import Location
 from ringtrain.cli.plain import cell, echo
 from ringtrain.errors import UsageError
-from ringtrain.launch.result import JobResult, JobState, ResumePoint, incidents
+from ringtrain.launch.record.result import JobResult, JobState, ResumePoint, incidents
 from ringtrain.rank import procfs
 
 _STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "no result": "cyan",

@@ -108,7 +108,7 @@ class Host:
     user: str | None = None
     port: int | None = None
     identity_file: str | None = None
-    local: bool = False  # a name of the launching machine (set by launch/hosts.py): no SSH
+    local: bool = False  # a name of the launching machine (set by launch/job/hosts.py): no SSH
     address: str | None = None
 
     def label(self, key: str, default: str | None = None) -> str | None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from ringtrain.hostfile import Allocation, Inventory
-from ringtrain.launch.control import Snapshot
-from ringtrain.launch.run import OutputLine
+from ringtrain.launch.job.run import OutputLine
+from ringtrain.launch.record.snapshot import Snapshot
 from ringtrain.probe.probe_parse import ProbeReport
 from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict
 

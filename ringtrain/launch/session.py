@@ -8,8 +8,7 @@
   a cooldown) through the ``Remote`` seam and trims or refuses them;
 * place: ``allocate`` (pure), -np on the first attempt, down to the restart's floor after;
 * plan: ``make_plan`` (pure) with this attempt's control server address and token;
-* start: ``run.start``, the one process starter (under horovodrun --gloo, after the secrets
-  file is written on every host: ``deliver``);
+* start: ``run.start``, the one process starter (after the secrets file is written: ``deliver``);
 * supervise: ``wait_or_fault`` polls the control server's snapshot (pure ``check``);
 * tear down: the reaper on every host through the ``Remote`` seam, and on this machine;
 * decide: ``decide()`` (pure) whether to go again and without which hosts;
@@ -32,28 +31,27 @@ from pathlib import Path
 from ringtrain.checkpoint.location import Location
 from ringtrain.errors import RingtrainError
 from ringtrain.hostfile import Allocation, Inventory, allocate, placement_only, select
-from ringtrain.launch import tfcluster
-from ringtrain.launch.commits import check_storage, newest_commit, resumes_from
-from ringtrain.launch.control import ControlServer, Snapshot
-from ringtrain.launch.deliver import Delivery, start_with_secrets
-from ringtrain.launch.elastic import ElasticWatch, elastic_world, seen_hosts
-from ringtrain.launch.hostrest import HostRest, check_floor, choose
-from ringtrain.launch.milestones import Milestones, observe
-from ringtrain.launch.outcome import Ending, decide, merge
-from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
-from ringtrain.launch.preemption import DEFAULT_WAIT_S, Preemption, ask_commit
-from ringtrain.launch.recheck import recheck
+from ringtrain.launch.control.server import ControlServer
+from ringtrain.launch.elastic.sparekeeper import keeper_for
+from ringtrain.launch.elastic.spares import without_spares
+from ringtrain.launch.elastic.watch import ElasticWatch, elastic_world, seen_hosts
+from ringtrain.launch.job.deliver import Delivery, start_with_secrets
+from ringtrain.launch.job.run import Job
+from ringtrain.launch.job.rundir import RunDir, make_run_dir
+from ringtrain.launch.plan import tfcluster
+from ringtrain.launch.plan.make import LaunchPlan, PlanInputs, make_plan
+from ringtrain.launch.plan.sessionenv import SessionEnv
+from ringtrain.launch.record.fault import Fault
+from ringtrain.launch.record.milestones import Milestones, observe
+from ringtrain.launch.record.result import FailureKind, HostTeardown, JobResult
+from ringtrain.launch.record.snapshot import Snapshot
+from ringtrain.launch.recover.commits import check_storage, newest_commit, resumes_from
+from ringtrain.launch.recover.hostrest import HostRest, check_floor, choose
+from ringtrain.launch.recover.outcome import Ending, decide, merge
+from ringtrain.launch.recover.preemption import DEFAULT_WAIT_S, Preemption, ask_commit
+from ringtrain.launch.recover.recheck import recheck
 from ringtrain.launch.reporter import NullReporter, Reporter
-from ringtrain.launch.result import FailureKind, HostTeardown, JobResult
-from ringtrain.launch.run import Job
-from ringtrain.launch.rundir import RunDir, make_run_dir
-from ringtrain.launch.server_finisher import ServerFinisher
-from ringtrain.launch.sessionenv import SessionEnv
-from ringtrain.launch.sparekeeper import keeper_for
-from ringtrain.launch.spares import without_spares
-from ringtrain.launch.straggler import StragglerWatch
-from ringtrain.launch.supervise import (
-    Fault,
+from ringtrain.launch.supervise.detect import (
     all_done,
     live_done,
     never_started,
@@ -61,7 +59,9 @@ from ringtrain.launch.supervise import (
     usage_warnings,
     wait_or_fault,
 )
-from ringtrain.launch.teardown import local_teardown, reap_hosts
+from ringtrain.launch.supervise.server_finisher import ServerFinisher
+from ringtrain.launch.supervise.straggler import StragglerWatch
+from ringtrain.launch.supervise.teardown import local_teardown, reap_hosts
 from ringtrain.probe.gate import Preflight, run_gate
 from ringtrain.probe.tfports import check_ports
 from ringtrain.remote import Remote

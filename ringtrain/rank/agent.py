@@ -10,8 +10,8 @@ Started by ``ringtrain.rank.entry`` in every rank before the training script whe
   proof, a line over ``MAX_LAUNCHER_LINE`` or nothing at all: the agent closes the connection
   and the dead-man switch below ends the rank, as for a launcher that never answered. A
   connection closed before the launcher's challenge (the launcher had no place for it: a flood
-  of idle connections on its port, launch/admission.py) is tried again, a new connection and a
-  new nonce, up to ``CHECKIN_TRIES`` times with a growing pause.
+  of idle connections on its port, launch/control/admission.py) is tried again, a new
+  connection and a new nonce, up to ``CHECKIN_TRIES`` times with a growing pause.
 * An import hook (rank/hooks.py) wraps ``HorovodBasics.init`` (shared by every Horovod
   framework binding), so ``init`` is reported for any script, not just ringtrain's: the
   launcher tells which ranks have not arrived when start-up hangs; the sockets ``init`` opened

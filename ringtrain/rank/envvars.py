@@ -1,6 +1,6 @@
 """Every ``RINGTRAIN_*`` variable the launcher sets for the ranks, declared once.
 
-The contract between ``ringtrain.launch.plan`` (which sets them) and the code that runs on the
+The contract between ``ringtrain.launch.plan.make`` (which sets them) and the code that runs on the
 hosts (the rank agent, the reaper, the training API), so both sides name the same variable.
 Standard library only, like the rest of ``ringtrain.rank``.
 """

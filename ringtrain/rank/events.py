@@ -98,7 +98,7 @@ class RankEvent:
 
 
 # how a rank's entry prints a ringtrain error instead of a traceback; the launcher names a
-# failed rank whose log has it (launch/run.py), as it does one with a traceback
+# failed rank whose log has it (launch/job/run.py), as it does one with a traceback
 ERROR_MARK = "ringtrain: error:"
 
 

@@ -6,7 +6,7 @@ on the host reads in ``ps``. So under Gloo the launcher gives horovodrun the sec
 only, plus ``RINGTRAIN_ENV_FILE``: a path that is the same string on every host
 (``~/.ringtrain/secrets/<run id>-<attempt>.json``, ``~`` being the user's home on that host).
 Under mpirun the same file keeps the secrets out of Open MPI's launch message, which carries
-every ``-x`` value to each host's daemon in clear (launch/secretvars.py).
+every ``-x`` value to each host's daemon in clear (launch/plan/secretvars.py).
 
 * ``store``: before the job, the launcher writes the file on every host; on this machine
   directly, on the others as ``python -m ringtrain.rank.secretfile --store PATH`` with the

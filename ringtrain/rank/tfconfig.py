@@ -1,5 +1,5 @@
 """A TF-strategy rank's ``TF_CONFIG``, from the cluster the launcher passed to every rank
-(``RINGTRAIN_TF_CLUSTER``, see ``ringtrain.launch.tfcluster``) and this rank's number.
+(``RINGTRAIN_TF_CLUSTER``, see ``ringtrain.launch.plan.tfcluster``) and this rank's number.
 
 Standard library only, like the rest of ``ringtrain.rank``. The rank entry calls ``apply()``
 before the training script runs; a ``TF_CONFIG`` the user set is never overwritten silently:

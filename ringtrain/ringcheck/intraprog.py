@@ -57,7 +57,7 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
 
 
 def measure(timeout_s: float = 120.0) -> dict[str, Any]:
-    from ringtrain.launch.run import count_local_gpus  # noqa: PLC0415 - only when run
+    from ringtrain.launch.job.run import count_local_gpus  # noqa: PLC0415 - only when run
 
     gpus = count_local_gpus()
     if gpus < 2:

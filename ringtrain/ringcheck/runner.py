@@ -13,9 +13,9 @@ from typing import Any
 
 from ringtrain.errors import LaunchError
 from ringtrain.hostfile import Inventory
+from ringtrain.launch.job.rundir import RunDir
+from ringtrain.launch.record.result import JobState
 from ringtrain.launch.reporter import Reporter
-from ringtrain.launch.result import JobState
-from ringtrain.launch.rundir import RunDir
 from ringtrain.launch.session import Session
 from ringtrain.rank import isolated
 from ringtrain.remote import Remote
@@ -38,7 +38,7 @@ PAIR_MARK = "RINGCHECK-PAIR "
 @dataclass(frozen=True, slots=True)
 class RingCheckOptions:
     runs_dir: Path = Path("runs")
-    trust_groups: tuple[str, ...] = ()  # groups trusted to write runs_dir (launch/rundir.py)
+    trust_groups: tuple[str, ...] = ()  # groups trusted to write runs_dir (launch/job/rundir.py)
     ssh: SshSpec = field(default_factory=SshSpec)
     python: str | None = None
     network_interface: str | None = None

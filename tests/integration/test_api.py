@@ -8,8 +8,8 @@ import pytest
 
 import ringtrain
 from ringtrain.errors import JobFailed, UsageError
+from ringtrain.launch.record.result import FailureKind, JobState
 from ringtrain.launch.reporter import NullReporter
-from ringtrain.launch.result import FailureKind, JobState
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 

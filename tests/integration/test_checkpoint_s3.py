@@ -223,7 +223,7 @@ def test_storage_that_does_not_answer_at_launch_is_a_warning_not_a_refusal(
     rides out a short outage); a URL that cannot work raises."""
     from ringtrain.checkpoint.location import Location
     from ringtrain.errors import CheckpointError
-    from ringtrain.launch.commits import check_storage
+    from ringtrain.launch.recover.commits import check_storage
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ringtrain.launch.driverssh import descendants
+from ringtrain.launch.job.driverssh import descendants
 from ringtrain.rank import procfs
 from tests.integration.procs import Captured, run_result
 

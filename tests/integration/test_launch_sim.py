@@ -252,7 +252,7 @@ def test_a_changed_host_key_under_no_probe_says_so(
     sim_cluster: sim.SimCluster, tmp_path: Path
 ) -> None:
     """Without the probe, the first ssh to the hosts meets the changed key: the secrets file's
-    delivery (the control token goes by file under mpirun: launch/deliver.py), or mpirun's own
+    delivery (the control token goes by file under mpirun: launch/job/deliver.py), or mpirun's own
     ssh when nothing is delivered. The report says the key changed, not a bare 'exit code
     255'."""
     script = tmp_path / "where.py"

@@ -2,7 +2,7 @@
 
 Open MPI 4.1's mpirun refuses a parameter named twice on its command line, and puts the command
 line over ``OMPI_MCA_*`` in the environment. ringtrain's own pairs (``pml``, ``btl``, the probe's
-``btl_tcp_if_include``...) give way to the user's and the site's (launch/mca.py); under
+``btl_tcp_if_include``...) give way to the user's and the site's (launch/plan/mca.py); under
 horovodrun, whose own ``-mca`` cannot be left out, the user's go as ``-gmca``.
 
 Each launch here runs two simulated hosts through ``ringtrain launch`` and the real mpirun (or
@@ -194,7 +194,7 @@ def test_horovodrun_takes_the_users_and_the_sites_mca_over_its_own(
 
 
 def test_open_mpis_precedence_as_ringtrain_relies_on_it() -> None:
-    """The premises of launch/mca.py, asked of this machine's mpirun (one local rank, its MCA
+    """The premises of launch/plan/mca.py, asked of this machine's mpirun (one local rank, its MCA
     system's own view in MPI_Init): a name twice is refused; the command line wins over the
     environment; -mca and -gmca of one name are taken, -gmca's in force, in either order;
     a variable forwarded by name (horovodrun's -x for its whole environment) loses to -mca."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ringtrain.hostfile import Host, Inventory
-from ringtrain.launch.teardown import reaper_argv
+from ringtrain.launch.supervise.teardown import reaper_argv
 from ringtrain.probe.hostprobe import GpuStatus, probe
 from ringtrain.remote.ssh import SshRemote
 from ringtrain.sim import sshfarm

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ringtrain.cli import cli
 from ringtrain.cli.plain import cell, printable
-from ringtrain.launch.result import (
+from ringtrain.launch.record.result import (
     Failure,
     FailureKind,
     HostTeardown,

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import ringtrain
 from ringtrain.cli import cli, verbosity
 from ringtrain.errors import UsageError
-from ringtrain.launch.failure import FAULT_EXIT_CODES
+from ringtrain.launch.record.failure import FAULT_EXIT_CODES
 
 
 @pytest.fixture

@@ -148,7 +148,7 @@ def test_a_discovery_script_another_user_can_change_is_refused(shared: Path) -> 
 def test_run_directories_are_private_and_never_reached_through_a_link(tmp_path: Path) -> None:
     """Issue 23: run directories were world-readable and followed links."""
     from ringtrain.errors import SetupError
-    from ringtrain.launch.rundir import make_run_dir
+    from ringtrain.launch.job.rundir import make_run_dir
 
     runs = tmp_path / "runs"
     make_run_dir(runs / "r1")
@@ -170,7 +170,7 @@ def test_run_directories_are_private_and_never_reached_through_a_link(tmp_path: 
 @needs_root
 def test_a_runs_directory_of_another_user_is_refused(tmp_path: Path) -> None:
     from ringtrain.errors import SetupError
-    from ringtrain.launch.rundir import make_run_dir
+    from ringtrain.launch.job.rundir import make_run_dir
 
     theirs = tmp_path / "theirs"
     theirs.mkdir()

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import ringtrain
-from ringtrain.launch.control import MAX_PENDING, ControlServer, Progress
+from ringtrain.launch.control.server import MAX_PENDING, ControlServer
+from ringtrain.launch.record.snapshot import Progress
 from ringtrain.rank.events import (
     MAX_LINE,
     PROTOCOL,
@@ -217,7 +218,7 @@ def test_a_rank_outside_the_allocation_is_refused_with_the_peers_address(
     bound is --max-np: ``elastic_world``)."""
     server = ControlServer(ranks=2, elastic_world=4)
     try:
-        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control.server"):
             far = _connect(server)
             say_hello(far, rank=999, host="h", pid=42)
             assert _closed_by_peer(far, 5)  # no challenge
@@ -246,7 +247,7 @@ def test_a_rank_claimed_first_by_another_process_keeps_its_number(
         seal = check_in(first, server.token, rank=1, host="gpu01", pid=42)
         first.sendall(seal.seal("done"))
         assert _wait(lambda: [(r.rank, r.done) for r in server.snapshot().ranks] == [(1, True)])
-        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control.server"):
             other = _connect(server)
             check_in(other, server.token, rank=1, host="gpu02", pid=7)
             assert _closed_by_peer(other, 5)
@@ -267,7 +268,7 @@ def test_a_rank_claimed_first_by_another_process_keeps_its_number(
 
 
 def test_elastic_stages_are_kept_as_numbers_only_and_bounded() -> None:
-    from ringtrain.launch.control import ELASTIC_KEPT
+    from ringtrain.launch.control.server import ELASTIC_KEPT
 
     server = ControlServer()
     try:
@@ -335,7 +336,7 @@ def test_a_hello_relabelled_on_its_way_is_refused_at_the_auth(
         nonce = "d" * 32
         sock.sendall(encode("hello", nonce=nonce, proto=PROTOCOL, **relabelled))
         theirs = json.loads(read_line(sock))["nonce"]
-        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control.server"):
             sock.sendall(encode("auth", proof=rank_proof(server.token, nonce, theirs,
                                                          identity(said))))
             assert _closed_by_peer(sock, 5)
@@ -355,7 +356,7 @@ def test_a_second_connection_for_a_connected_rank_is_refused_not_a_takeover(
         first = _connect(server)
         seal = check_in(first, server.token, rank=0, host="h", pid=42)
         assert _wait(lambda: [r.rank for r in server.snapshot().ranks] == [0])
-        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control.server"):
             second = _connect(server)
             check_in(second, server.token, rank=0, host="h", pid=42)
             assert _closed_by_peer(second, 5)
@@ -399,7 +400,7 @@ def test_a_message_outside_the_protocol_is_dropped_the_rank_kept(
         sock = _connect(server)
         seal = check_in(sock, server.token, rank=0, host="h", pid=42)
         assert _wait(lambda: len(server.snapshot().ranks) == 1)
-        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control"):
+        with caplog.at_level(logging.WARNING, logger="ringtrain.launch.control.server"):
             deep = b'{"t":"hb","seq":9,"x":' + b"[" * 5000 + b"}"
             sock.sendall(deep + b"\t" + seal._mac(deep) + b"\n" + seal.seal("bogus")
                          + seal.seal("auth", proof="x") + b"not json\n")

@@ -12,8 +12,8 @@ import pytest
 
 from ringtrain.errors import LaunchError
 from ringtrain.hostfile import Host, allocate, parse_host_spec
-from ringtrain.launch.deliver import deliver, secretfile_argv
-from ringtrain.launch.plan import LaunchPlan, PlanInputs, make_plan
+from ringtrain.launch.job.deliver import deliver, secretfile_argv
+from ringtrain.launch.plan.make import LaunchPlan, PlanInputs, make_plan
 from ringtrain.rank import envvars, secretfile
 from ringtrain.remote import HostResults
 from ringtrain.spec import Backend, EnvSpec, LaunchSpec

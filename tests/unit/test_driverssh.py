@@ -1,4 +1,4 @@
-"""launch/driverssh.py on real processes: below a root, the ssh clients that reach the lost
+"""launch/job/driverssh.py on real processes: below a root, the ssh clients that reach the lost
 host end; one to another host, or naming the host only inside a longer argument, stays."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ringtrain.launch import driverssh
+from ringtrain.launch.job import driverssh
 from ringtrain.rank import procfs
 
 

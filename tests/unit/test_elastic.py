@@ -12,12 +12,13 @@ import pytest
 from ringtrain.assembly import LaunchOptions, build_spec
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
-from ringtrain.launch.control import Progress, RankState, Snapshot
-from ringtrain.launch.elastic import Absorbed, ElasticWatch, lost
-from ringtrain.launch.plan import PlanInputs, make_plan
-from ringtrain.launch.run import prepare
-from ringtrain.launch.rundir import make_run_dir
-from ringtrain.launch.supervise import check
+from ringtrain.launch.elastic.watch import ElasticWatch, lost
+from ringtrain.launch.job.run import prepare
+from ringtrain.launch.job.rundir import make_run_dir
+from ringtrain.launch.plan.make import PlanInputs, make_plan
+from ringtrain.launch.record.absorbed import Absorbed
+from ringtrain.launch.record.snapshot import Progress, RankState, Snapshot
+from ringtrain.launch.supervise.detect import check
 from ringtrain.spec import Backend, ElasticPolicy, LaunchSpec, SupervisionPolicy
 
 POLICY = SupervisionPolicy(start_timeout=30, heartbeat_timeout=10, stall_timeout=60)
@@ -109,7 +110,7 @@ def test_the_ledger_shows_each_elastic_step_after_a_loss() -> None:
     """ringtrain.keras's ranks say when they reset and rank 0 where it restored the state from;
     each incident keeps the first of each, as seconds after the loss (a survivor's collective
     may fail just before the launcher sees the lost connection: a negative reset)."""
-    from ringtrain.launch.control import Restored
+    from ringtrain.launch.record.snapshot import Restored
 
     where = {0: "gpu01", 1: "gpu02"}
     ranks = (replace(_rank(0, "gpu01", 99), ring=1, ring_at=45),
@@ -194,7 +195,7 @@ def test_the_discovery_script_lists_every_host_the_pre_flight_passed(tmp_path: P
 def test_an_exit_hang_and_a_stall_are_judged_over_the_ranks_not_lost() -> None:
     """A lost rank never says it is done: the others finishing is the end of training, and a
     shutdown that then hangs is an exit hang (a success), not a stall."""
-    from ringtrain.launch.supervise import live_done
+    from ringtrain.launch.supervise.detect import live_done
 
     ranks = (_rank(0, "gpu01", 99, done_at=50), _rank(1, "gpu02", 99, done_at=51),
              _rank(2, "gpu03", 40, connected=False))
@@ -215,7 +216,7 @@ def test_spares_are_held_back_from_the_plan_and_only_with_elastic(tmp_path: Path
     with pytest.raises(UsageError, match="--spares 1 is for --elastic"):
         build_spec(LaunchOptions(script="t.py", spares=1), tmp_path)
     from ringtrain.hostfile import Inventory
-    from ringtrain.launch.spares import without_spares
+    from ringtrain.launch.elastic.spares import without_spares
 
     inventory = Inventory(ALLOC.hosts, "test")
     assert without_spares(inventory, spec.elastic).names == ("gpu01", "gpu02")

@@ -8,7 +8,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringtrain.launch.eventlog import Event, is_warning
+from ringtrain.launch.record.eventlog import Event, is_warning
 
 TS = 1_767_225_600.25  # 2026-01-01T00:00:00.250Z
 

@@ -27,9 +27,9 @@ from click.testing import CliRunner
 
 from ringtrain.cli import cli
 from ringtrain.hostfile import Host, Inventory
-from ringtrain.launch.deliver import secretfile_argv
-from ringtrain.launch.teardown import reaper_argv
-from ringtrain.launch.warmspares import warm_argv
+from ringtrain.launch.elastic.warmspares import warm_argv
+from ringtrain.launch.job.deliver import secretfile_argv
+from ringtrain.launch.supervise.teardown import reaper_argv
 from ringtrain.probe.tfports import check_ports
 from ringtrain.rank import isolated
 from ringtrain.remote import LocalRemote
@@ -107,9 +107,9 @@ def test_the_warm_process_starts_from_root(planted: Path, tmp_path: Path) -> Non
 
 # The only places that build a `-m ringtrain...` command outside isolated.py, and why.
 NOT_ISOLATED = {
-    "launch/launchers.py": "the rank entry: it runs the user's own program in the user's "
+    "launch/plan/launchers.py": "the rank entry: it runs the user's own program in the user's "
                            "working directory, by design",
-    "launch/warmspares.py": "the warm process: isolated.from_root (it needs the ranks' "
+    "launch/elastic/warmspares.py": "the warm process: isolated.from_root (it needs the ranks' "
                             "PYTHONPATH and site-packages, then becomes a rank)",
     "schedulers/batch.py": "the batch script's `python -m ringtrain launch`: the user's own "
                            "launch, in the directory the user submits from",

@@ -1,11 +1,11 @@
-"""launch/hosts.py: -p/-i as defaults for the hosts that name none; this machine's names."""
+"""launch/job/hosts.py: -p/-i as defaults for the hosts that name none; this machine's names."""
 
 from __future__ import annotations
 
 import socket
 
 from ringtrain.hostfile import Host, Inventory
-from ringtrain.launch.hosts import mark_this_machine, with_ssh_defaults
+from ringtrain.launch.job.hosts import mark_this_machine, with_ssh_defaults
 from ringtrain.remote.sshconf import render_ssh_config
 from ringtrain.spec import SshSpec
 

@@ -74,7 +74,7 @@ def test_marking_this_machine_in_a_big_inventory_costs_one_budget(monkeypatch) -
     dns = SlowDns()
     monkeypatch.setattr(names, "_RESOLVER", Resolver(dns))
     inv = Inventory(tuple(Host(f"gpu{i:04d}.slow", 1) for i in range(2_000)))
-    from ringtrain.launch.hosts import mark_this_machine
+    from ringtrain.launch.job.hosts import mark_this_machine
 
     start = time.monotonic()
     out = mark_this_machine(inv)

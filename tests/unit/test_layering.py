@@ -25,7 +25,7 @@ ALLOWED = {
         "remote/ssh.py",
         "remote/sshg.py",  # ssh -G: OpenSSH's own reading of the ssh config
         "remote/openssh.py",  # OpenSSH's ssh (--ssh-transport openssh)
-        "launch/run.py",
+        "launch/job/run.py",
         "hostfile/discover.py",
         "schedulers/calls.py",
         "rank/entry.py",  # runs the user's program (a wrapper, a binary) as the rank's child
@@ -83,7 +83,29 @@ LAYERS: dict[str, set[str]] = {
             "bench", "sim", "rank", "ringcheck", "trust", "assembly", "probe", "version"},
     "api": {"errors", "remote", "spec", "launch", "assembly"},
     "__main__": {"cli"},
+    # launch/'s rooms, from the ground floor up; every other package sees the wing as "launch".
+    # The run's record: pure values, importing nothing of ringtrain
+    "launch.record": set(),
+    # what an attempt runs, decided before anything starts
+    "launch.plan": {"errors", "hostfile", "remote", "rank", "spec", "slurm_options"},
+    # the job's processes: the run directory, the secrets' delivery, the launcher process
+    "launch.job": {"errors", "hostfile", "remote", "rank", "spec", "schedulers", "probe", "trust",
+                   "launch.record", "launch.plan"},
+    # the control channel's launcher end
+    "launch.control": {"rank", "version", "launch.record"},
+    # watching an attempt: faults, stragglers, the teardown
+    "launch.supervise": {"errors", "hostfile", "remote", "rank", "spec", "launch.record",
+                         "launch.plan", "launch.control"},
+    # --elastic: losses absorbed, the discovery list, spares
+    "launch.elastic": {"errors", "hostfile", "remote", "rank", "spec", "probe", "launch.record",
+                       "launch.plan", "launch.job"},
+    # after an attempt: restart or not, the commit to resume from, the GPU re-check, rest
+    "launch.recover": {"errors", "hostfile", "remote", "spec", "probe", "checkpoint",
+                       "launch.record"},
 }
+# the top floor of launch/ (the loop, the reporter, the lifecycle) stands on every room
+LAYERS["launch"] |= {room for room in LAYERS if room.startswith("launch.")}
+ROOMS = {room.removeprefix("launch.") for room in LAYERS if room.startswith("launch.")}
 
 
 def _imports(path: Path) -> set[str]:
@@ -123,8 +145,24 @@ def _allowed(rel: str, places: tuple[str, ...]) -> bool:
 
 
 def _package(rel: str) -> str:
-    first = rel.split("/")[0]
-    return first.removesuffix(".py")
+    """The layer of a module: its package, or for launch/ its room (launch/record/... is
+    "launch.record"; launch/session.py, on the top floor, is "launch")."""
+    parts = rel.split("/")
+    if parts[0] == "launch" and len(parts) > 2:
+        return f"launch.{parts[1]}"
+    return parts[0].removesuffix(".py")
+
+
+def _layer_of(module: str, importer: str) -> str:
+    """The layer of a dotted ringtrain module as ``importer``'s layer sees it: launch/'s rooms
+    apart from inside launch/, the wing as one from outside it."""
+    parts = module.split(".")
+    if len(parts) < 2:
+        return ""
+    if parts[1] == "launch" and importer.startswith("launch") and len(parts) > 2 \
+            and parts[2] in ROOMS:
+        return f"launch.{parts[2]}"
+    return parts[1]
 
 
 def _claims_pure(path: Path) -> bool:
@@ -187,7 +225,7 @@ def test_packages_import_only_downwards(path: Path) -> None:
     own = _package(rel)
     if own == "__init__":
         return
-    used = {m.split(".")[1] for m in _ringtrain_imports(path) if m.count(".") >= 1} & LAYERS.keys()
+    used = {_layer_of(m, own) for m in _ringtrain_imports(path)} & LAYERS.keys()
     upward = sorted(used - LAYERS[own] - {own})
     assert not upward, f"{rel} ({own}) imports {upward}; {own} may import {sorted(LAYERS[own])}"
 
@@ -275,10 +313,22 @@ def test_no_shell_true_no_print_outside_cli(path: Path) -> None:
 
 def test_the_guard_sees_the_whole_package() -> None:
     assert len(SOURCES) > 10
-    assert _imports(ROOT / "launch" / "run.py") >= {"subprocess"}
+    assert _imports(ROOT / "launch" / "job" / "run.py") >= {"subprocess"}
     assert _imports(ROOT / "keras" / "world.py") >= {"tensorflow"}  # the keras package is seen
-    assert _claims_pure(ROOT / "launch" / "plan.py") and _claims_pure(ROOT / "spec.py")
+    assert _claims_pure(ROOT / "launch" / "plan" / "make.py") and _claims_pure(ROOT / "spec.py")
     assert set(LAYERS) >= {_package(str(p.relative_to(ROOT))) for p in SOURCES} - {"__init__"}
+    # a room importing a room above it is seen (the record may import no other room)
+    assert _layer_of("ringtrain.launch.plan.make", "launch.record") == "launch.plan"
+    assert _layer_of("ringtrain.launch.plan.make", "cli") == "launch"
+
+
+def test_launch_is_rooms_with_a_short_top_floor() -> None:
+    """launch/ keeps at most ~10 modules on its top floor (the loop, the reporter, the
+    lifecycle); the rest live in rooms, and every room is a row of LAYERS."""
+    top = sorted(p.name for p in (ROOT / "launch").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 10, top
+    rooms = {p.name for p in (ROOT / "launch").iterdir() if (p / "__init__.py").is_file()}
+    assert rooms == ROOMS
 
 
 # What touches the outside world: processes, sockets, threads, signals, remote storage. The
@@ -287,10 +337,10 @@ def test_the_guard_sees_the_whole_package() -> None:
 WORLD = {"subprocess", "socket", "paramiko", "select", "selectors", "signal", "threading",
          "concurrent", "multiprocessing", "fsspec", "s3fs", "urllib", "http", "grpc", "psutil"}
 EDGES = (
-    "remote/", "launch/run.py", "launch/control.py", "launch/session.py", "probe/gate.py",
-    "probe/names.py", "hostfile/discover.py", "schedulers/calls.py", "checkpoint/", "sim/",
-    "bench/", "rank/", "models/", "keras/", "ringcheck/intraprog.py", "cli/",
-    "launch/sparekeeper.py", "launch/warmspares.py", "launch/driverssh.py",
+    "remote/", "launch/job/run.py", "launch/control/server.py", "launch/session.py",
+    "probe/gate.py", "probe/names.py", "hostfile/discover.py", "schedulers/calls.py",
+    "checkpoint/", "sim/", "bench/", "rank/", "models/", "keras/", "ringcheck/intraprog.py", "cli/",
+    "launch/elastic/sparekeeper.py", "launch/elastic/warmspares.py", "launch/job/driverssh.py",
 )
 # Who builds a LaunchSpec: the user's launch through build_spec, a recorded one read back from
 # plan.json, and the jobs ringtrain launches for itself (the ring check, the benchmarks).

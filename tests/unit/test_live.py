@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ringtrain.cli.live import EventFiles, LiveView
-from ringtrain.launch.rundir import make_run_dir
+from ringtrain.launch.job.rundir import make_run_dir
 
 
 def test_notes_go_to_the_terminal_and_events_log(tmp_path: Path) -> None:

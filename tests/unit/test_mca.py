@@ -2,7 +2,7 @@
 
 Open MPI 4.1's mpirun refuses a parameter named twice on its command line, and puts the command
 line over the environment. So ringtrain's own ``-mca`` pairs give way to the user's and the
-site's: each name once, theirs in force (launch/mca.py). The real mpirun's answer is asked in
+site's: each name once, theirs in force (launch/plan/mca.py). The real mpirun's answer is asked in
 tests/integration/test_mpi_args_sim.py; here the parse and the plans."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
-from ringtrain.launch import mca
-from ringtrain.launch.mca import McaWord, UserMca, parse_words
-from ringtrain.launch.plan import PlanInputs, make_plan
+from ringtrain.launch.plan import mca
+from ringtrain.launch.plan.make import PlanInputs, make_plan
+from ringtrain.launch.plan.mca import McaWord, UserMca, parse_words
 from ringtrain.spec import Backend, LaunchSpec, SshSpec
 
 ENVIRON = {"PATH": "/usr/bin:/bin", "HOME": "/root"}

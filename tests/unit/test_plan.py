@@ -15,10 +15,10 @@ from ringtrain.assembly import LaunchOptions, build_spec
 from ringtrain.checkpoint.location import Location
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
-from ringtrain.launch.hosts import with_ssh_defaults
-from ringtrain.launch.plan import REDACTED, PlanInputs, make_plan, read_recorded_spec
-from ringtrain.launch.run import prepare as run_prepare
-from ringtrain.launch.rundir import make_run_dir
+from ringtrain.launch.job.hosts import with_ssh_defaults
+from ringtrain.launch.job.run import prepare as run_prepare
+from ringtrain.launch.job.rundir import make_run_dir
+from ringtrain.launch.plan.make import REDACTED, PlanInputs, make_plan, read_recorded_spec
 from ringtrain.rank import envvars
 from ringtrain.spec import Backend, Entry, EnvSpec, LaunchSpec, SshSpec
 from tests.golden import assert_golden

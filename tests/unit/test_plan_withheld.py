@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ringtrain.hostfile import allocate, parse_host_spec
-from ringtrain.launch.plan import PlanInputs, make_plan
+from ringtrain.launch.plan.make import PlanInputs, make_plan
 from ringtrain.rank import envvars
 from ringtrain.spec import Backend, EnvSpec, LaunchSpec
 

@@ -7,8 +7,8 @@ import socket
 import threading
 import time
 
-from ringtrain.launch.control import ControlServer
-from ringtrain.launch.preemption import Preemption, ask_commit
+from ringtrain.launch.control.server import ControlServer
+from ringtrain.launch.recover.preemption import Preemption, ask_commit
 from ringtrain.rank.events import Seal
 from tests.unit.control_peer import answer_challenge, say_hello
 

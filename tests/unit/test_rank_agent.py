@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from ringtrain.launch.control import ControlServer, Progress
+from ringtrain.launch.control.server import ControlServer
+from ringtrain.launch.record.snapshot import Progress
 from ringtrain.rank import agent as rankagent
 from ringtrain.rank.agent import RankAgent
 from ringtrain.rank.events import (

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from ringtrain.hostfile import parse_host_spec
-from ringtrain.launch.hostrest import HostRest
-from ringtrain.launch.outcome import decide
-from ringtrain.launch.recheck import NVIDIA_SMI_ARGV, Recheck, judge, recheck
-from ringtrain.launch.result import HostTeardown, JobResult, JobState
+from ringtrain.launch.record.gpurecheck import Recheck
+from ringtrain.launch.record.result import HostTeardown, JobResult, JobState
+from ringtrain.launch.recover.hostrest import HostRest
+from ringtrain.launch.recover.outcome import decide
+from ringtrain.launch.recover.recheck import NVIDIA_SMI_ARGV, judge, recheck
 from ringtrain.spec import RestartPolicy
 from tests.fakes import FakeRemote
 

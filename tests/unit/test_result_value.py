@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ringtrain.cli import cli
 from ringtrain.cli.launch_report import durations
-from ringtrain.launch.result import (
+from ringtrain.launch.record.result import (
     Failure,
     FailureKind,
     HostTeardown,
@@ -82,10 +82,10 @@ def test_the_recovery_ledger_times_each_restart_from_its_detection(tmp_path: Pat
     restarted, ranks arrived, hvd.init done, training again (TTTA), resumed from where."""
     from types import SimpleNamespace
 
-    from ringtrain.launch.control import Progress, RankState, Snapshot
-    from ringtrain.launch.milestones import Milestones, observe
-    from ringtrain.launch.recheck import Recheck
-    from ringtrain.launch.result import incidents
+    from ringtrain.launch.record.gpurecheck import Recheck
+    from ringtrain.launch.record.milestones import Milestones, observe
+    from ringtrain.launch.record.result import incidents
+    from ringtrain.launch.record.snapshot import Progress, RankState, Snapshot
 
     marks = Milestones(started=102.0)
     ranks = (RankState(0, "h", 1), RankState(1, "h", 2))

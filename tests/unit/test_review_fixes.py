@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from ringtrain.checkpoint.location import Location
 from ringtrain.cli import cli
 from ringtrain.keras.state import mismatch
-from ringtrain.launch.run import find_failed_ranks
-from ringtrain.launch.secretvars import redact_value
+from ringtrain.launch.job.run import find_failed_ranks
+from ringtrain.launch.plan.secretvars import redact_value
 from ringtrain.trust import Owner, untrusted_file
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ringtrain.launch.result import FailureKind
-from ringtrain.launch.run import failure_from_output, find_failed_ranks, gpus_listed, parse_line
+from ringtrain.launch.job.run import failure_from_output, find_failed_ranks, gpus_listed, parse_line
+from ringtrain.launch.record.result import FailureKind
 
 # Captured from Open MPI 4.1.4 on this machine (rank 1 raised under python -m mpi4py).
 MPI_EXIT_MESSAGE = """\

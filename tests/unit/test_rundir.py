@@ -26,10 +26,10 @@ from click.testing import CliRunner
 from ringtrain.cli import cli
 from ringtrain.errors import SetupError
 from ringtrain.hostfile import allocate, parse_host_spec
-from ringtrain.launch.hosts import with_ssh_defaults
-from ringtrain.launch.plan import PlanInputs, make_plan
-from ringtrain.launch.run import prepare
-from ringtrain.launch.rundir import make_run_dir
+from ringtrain.launch.job.hosts import with_ssh_defaults
+from ringtrain.launch.job.run import prepare
+from ringtrain.launch.job.rundir import make_run_dir
+from ringtrain.launch.plan.make import PlanInputs, make_plan
 from ringtrain.spec import Backend, ElasticPolicy, LaunchSpec
 from ringtrain.trust import Owner, untrusted_dir
 
@@ -252,7 +252,7 @@ def test_mpiruns_ssh_config_is_named_through_the_descriptor_up_to_open_mpis_tree
     """mpirun runs its ssh here for up to 64 hosts (Open MPI's routed_radix): the config
     through the launcher's descriptor. Past that its daemons run the ssh on the hosts, where
     only the run directory's own path can name it."""
-    from ringtrain.launch.launchers import OMPI_TREE_RADIX
+    from ringtrain.launch.plan.launchers import OMPI_TREE_RADIX
 
     runs = tmp_path / "runs"
     run_dir = make_run_dir(runs / "R1", ())

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from ringtrain.cli import cli
 from ringtrain.errors import SchedulerError
 from ringtrain.hostfile import Host, allocate, parse_slurm_env
-from ringtrain.launch.plan import PlanInputs, make_plan
+from ringtrain.launch.plan.make import PlanInputs, make_plan
 from ringtrain.schedulers.calls import SrunRemote, remote_for, srun_failure
 from ringtrain.schedulers.jobenv import slurm_job
 from ringtrain.spec import Backend, EnvSpec, LaunchSpec

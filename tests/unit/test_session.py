@@ -10,11 +10,11 @@ import pytest
 
 from ringtrain.errors import AllocationError, SetupError
 from ringtrain.hostfile import Allocation, parse_host_spec
-from ringtrain.launch.outcome import Decision
+from ringtrain.launch.plan.sessionenv import SessionEnv
+from ringtrain.launch.record.result import JobResult, JobState
+from ringtrain.launch.recover.outcome import Decision
 from ringtrain.launch.reporter import NullReporter
-from ringtrain.launch.result import JobResult, JobState
 from ringtrain.launch.session import Session
-from ringtrain.launch.sessionenv import SessionEnv
 from ringtrain.probe.hostprobe import probe_argv
 from ringtrain.probe.verdict import PreflightPolicy
 from ringtrain.spec import LaunchSpec, RestartPolicy
@@ -109,7 +109,7 @@ def test_a_host_suspected_after_a_kill_is_avoided_only_when_the_others_suffice()
 
 
 def test_host_rest_is_a_value_that_forgives_after_its_cooldown() -> None:
-    from ringtrain.launch.hostrest import HostRest, choose
+    from ringtrain.launch.recover.hostrest import HostRest, choose
 
     inventory = parse_host_spec("gpu01:2,gpu02:2,gpu03:2")
     rest = HostRest().after(Decision(True, "x", exclude=("gpu02",), suspect=("gpu03",)), 100, 60)

@@ -15,7 +15,7 @@ from ringtrain.assembly import LaunchOptions, build_spec
 from ringtrain.cli import cli
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_slurm_env
-from ringtrain.launch.plan import PlanInputs, make_plan
+from ringtrain.launch.plan.make import PlanInputs, make_plan
 from ringtrain.schedulers.batch import SBATCH_OWNED, BatchJob, render_sbatch
 from ringtrain.slurm_options import check_sbatch_arg, check_srun_args, srun_mpi
 from ringtrain.spec import Backend, LaunchSpec

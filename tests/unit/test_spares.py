@@ -1,4 +1,4 @@
-"""launch/spares.py: the discovery list under --elastic (active, spares, resting). Pure."""
+"""launch/elastic/spares.py: the discovery list under --elastic (active, spares, resting). Pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Host
-from ringtrain.launch import spares
+from ringtrain.launch.elastic import spares
 
 HOSTS = (Host("gpu01", 2), Host("gpu02", 2), Host("gpu03", 2))
 
@@ -56,7 +56,7 @@ def test_a_rested_host_comes_back_as_needed_or_as_a_spare_and_cooldowns_double()
 def test_the_keeper_keeps_warm_processes_on_whatever_hosts_are_spares_now() -> None:
     """Warm processes: on the spares at the start, and on a host back from its cooldown as a
     spare; a spare that took a lost host's place needs none (its rank is running)."""
-    from ringtrain.launch.sparekeeper import SpareKeeper
+    from ringtrain.launch.elastic.sparekeeper import SpareKeeper
 
     told: list[tuple[tuple[str, int], ...]] = []
     clock = [100.0]
@@ -73,7 +73,7 @@ def test_the_keeper_keeps_warm_processes_on_whatever_hosts_are_spares_now() -> N
 
 
 def test_warm_processes_carry_the_run_id_for_the_reaper() -> None:
-    from ringtrain.launch.warmspares import warm_argv
+    from ringtrain.launch.elastic.warmspares import warm_argv
     from ringtrain.rank import envvars
 
     argv = warm_argv("/opt/py/bin/python", "r1", 3)
@@ -87,7 +87,7 @@ def test_a_spare_is_offered_once_the_survivors_train_again_or_after_the_delay() 
     commit; offered anyway after SPARE_DELAY_S when they have not trained again by then. The
     lost host's removal waits for the same moment: Horovod has blacklisted it by then, so it
     is no second "hosts updated" reset (issue 38 item 2)."""
-    from ringtrain.launch.sparekeeper import REMOVAL_HOLD_S, SPARE_DELAY_S, SpareKeeper
+    from ringtrain.launch.elastic.sparekeeper import REMOVAL_HOLD_S, SPARE_DELAY_S, SpareKeeper
 
     published: list[str] = []
     said: list[str] = []
@@ -120,7 +120,7 @@ def test_a_spare_is_offered_once_the_survivors_train_again_or_after_the_delay() 
 def test_a_short_cooldown_holds_the_removal_for_half_of_it() -> None:
     """Horovod re-admits a blacklisted host after its cooldown: the removal must reach it
     before then."""
-    from ringtrain.launch.sparekeeper import SpareKeeper
+    from ringtrain.launch.elastic.sparekeeper import SpareKeeper
 
     published: list[str] = []
     clock = [0.0]

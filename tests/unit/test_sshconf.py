@@ -8,7 +8,7 @@ import pytest
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Host, allocate, parse_yaml_inventory
-from ringtrain.launch.plan import PlanInputs, make_plan
+from ringtrain.launch.plan.make import PlanInputs, make_plan
 from ringtrain.remote.sshconf import needs_ssh_config, render_ssh_config
 from ringtrain.spec import LaunchSpec, SshSpec
 

@@ -14,12 +14,13 @@ import pytest
 from ringtrain.assembly import LaunchOptions, build_spec
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
-from ringtrain.launch.control import RankState, Snapshot
-from ringtrain.launch.outcome import decide
-from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, Straggler
-from ringtrain.launch.steptimes import StepTimes
-from ringtrain.launch.straggler import StragglerWatch, leave_one_out_median
-from ringtrain.launch.supervise import Fault, rank_hosts, usage_warnings
+from ringtrain.launch.record.fault import Fault
+from ringtrain.launch.record.result import Failure, FailureKind, JobResult, JobState, Straggler
+from ringtrain.launch.record.snapshot import RankState, Snapshot
+from ringtrain.launch.record.steptimes import StepTimes
+from ringtrain.launch.recover.outcome import decide
+from ringtrain.launch.supervise.detect import rank_hosts, usage_warnings
+from ringtrain.launch.supervise.straggler import StragglerWatch, leave_one_out_median
 from ringtrain.rank.progress import StepWindow
 from ringtrain.spec import RestartPolicy, StragglerAction, StragglerPolicy, SupervisionPolicy
 
@@ -209,7 +210,7 @@ def test_a_lag_that_costs_the_job_no_measurable_share_of_a_step_names_nobody() -
     """During an S3 outage three ranks were named at 9.9 ms against a 5.1 ms median: 1.9x, but
     each whole step took about a second, so their lag cost the job under 1% of it. A rank is
     named only when its lag is at least MIN_SHARE of the job's whole step."""
-    from ringtrain.launch.straggler import MIN_SHARE
+    from ringtrain.launch.supervise.straggler import MIN_SHARE
 
     for wall, named_expected in ((1.0, False), (0.02, True)):
         ranks, watch = _Ranks(base=0.0051, wall=wall), _watch()

@@ -6,12 +6,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from ringtrain.hostfile import allocate, parse_host_spec
-from ringtrain.launch.control import Progress, RankState, Snapshot
-from ringtrain.launch.outcome import Ending, decide
-from ringtrain.launch.outcome import merge as _merge
-from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
-from ringtrain.launch.supervise import Fault, all_done, check, never_started, usage_warnings
-from ringtrain.launch.teardown import job_pids
+from ringtrain.launch.record.fault import Fault
+from ringtrain.launch.record.result import Failure, FailureKind, JobResult, JobState, RankFailure
+from ringtrain.launch.record.snapshot import Progress, RankState, Snapshot
+from ringtrain.launch.recover.outcome import Ending, decide
+from ringtrain.launch.recover.outcome import merge as _merge
+from ringtrain.launch.supervise.detect import all_done, check, never_started, usage_warnings
+from ringtrain.launch.supervise.teardown import job_pids
 from ringtrain.spec import RestartPolicy, SupervisionPolicy
 
 ALLOC = allocate(parse_host_spec("gpu01:2,gpu02:2"))
@@ -324,7 +325,7 @@ def test_three_restarts_without_a_new_commit_stop_the_crash_loop() -> None:
     restarted forever; the decision says why. A new commit in between resets the count, a
     storage that could not be listed is no evidence either way, and a lost host or a hang is
     not the script's crash."""
-    from ringtrain.launch.result import Failure, FailureKind, ResumePoint
+    from ringtrain.launch.record.result import Failure, FailureKind, ResumePoint
 
     policy = RestartPolicy(max_restarts=10)
     crash = Failure(FailureKind.RANK_EXIT, "rank 1 failed")

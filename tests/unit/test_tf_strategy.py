@@ -13,8 +13,8 @@ import pytest
 
 from ringtrain.errors import AllocationError, UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
-from ringtrain.launch import tfcluster
-from ringtrain.launch.plan import PlanInputs, make_plan
+from ringtrain.launch.plan import tfcluster
+from ringtrain.launch.plan.make import PlanInputs, make_plan
 from ringtrain.rank import envvars, tfconfig
 from ringtrain.spec import Backend, LaunchSpec, Strategy
 from tests.golden import assert_golden
@@ -166,8 +166,8 @@ def test_ps_goes_with_tf_ps_only(kw: dict[str, object]) -> None:
 
 
 def test_servers_are_told_to_finish_once_the_chief_is_done_and_gone() -> None:
-    from ringtrain.launch.control import RankState, Snapshot
-    from ringtrain.launch.server_finisher import ServerFinisher
+    from ringtrain.launch.record.snapshot import RankState, Snapshot
+    from ringtrain.launch.supervise.server_finisher import ServerFinisher
 
     sent: list[str] = []
     notes: list[str] = []

@@ -29,9 +29,9 @@ from typing import Any
 
 from ringtrain.bench.monitor import own_seconds
 from ringtrain.hostfile import Host, Inventory, allocate
-from ringtrain.launch.control import ControlServer
-from ringtrain.launch.result import FailureKind
-from ringtrain.launch.supervise import check
+from ringtrain.launch.control.server import ControlServer
+from ringtrain.launch.record.result import FailureKind
+from ringtrain.launch.supervise.detect import check
 from ringtrain.rank.events import (
     HEARTBEAT_S,
     PROTOCOL,

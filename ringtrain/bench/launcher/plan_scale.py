@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from ringtrain.hostfile import AllocationPolicy, allocate, parse_inventory_text
-from ringtrain.launch.plan import PlanInputs, make_plan
+from ringtrain.launch.plan.make import PlanInputs, make_plan
 from ringtrain.spec import LaunchSpec
 
 

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from ringtrain import sim
 from ringtrain.bench.launcher.recovery_stages import stage_table
-from ringtrain.launch.launchers import ssh_shim
+from ringtrain.launch.plan.launchers import ssh_shim
 
 MODES = ("restart", "elastic", "memory", "horovodrun")
 

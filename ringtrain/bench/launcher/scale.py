@@ -51,7 +51,7 @@ import psutil
 from ringtrain.bench import figures
 from ringtrain.bench.launcher import control_scale, plan_scale
 from ringtrain.hostfile import Host, Inventory
-from ringtrain.launch.teardown import reaper_argv
+from ringtrain.launch.supervise.teardown import reaper_argv
 from ringtrain.probe.hostprobe import GpuStatus, probe
 from ringtrain.probe.probe_parse import ProbeReport, parse_probe_output
 from ringtrain.probe.verdict import PreflightPolicy, evaluate

@@ -35,8 +35,8 @@ from ringtrain.bench.allreduce import benchrun, harness
 from ringtrain.bench.model import costmodel
 from ringtrain.bench.train import tfps_model
 from ringtrain.hostfile import Inventory
+from ringtrain.launch.record.result import JobState
 from ringtrain.launch.reporter import Reporter
-from ringtrain.launch.result import JobState
 from ringtrain.launch.session import Session
 from ringtrain.remote import Remote
 from ringtrain.spec import (

@@ -16,8 +16,8 @@ from typing import Any
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_openmpi_hostfile
-from ringtrain.launch import tfcluster
-from ringtrain.launch.launchers import (
+from ringtrain.launch.plan import tfcluster
+from ringtrain.launch.plan.launchers import (
     OMPI_TREE_RADIX,
     Command,
     LaunchContext,
@@ -27,8 +27,8 @@ from ringtrain.launch.launchers import (
     ssh_shim,
     withheld_names,
 )
-from ringtrain.launch.mca import UserMca
-from ringtrain.launch.secretvars import REDACTED, by_file, is_secret, redact_env
+from ringtrain.launch.plan.mca import UserMca
+from ringtrain.launch.plan.secretvars import REDACTED, by_file, is_secret, redact_env
 from ringtrain.rank import envvars, secretfile
 from ringtrain.remote.sshconf import render_ssh_config
 from ringtrain.slurm_options import srun_mpi
@@ -59,7 +59,7 @@ class LaunchPlan:
     reach: Path | None = None
     reached_command: Command | None = None
     # MCA parameters set outside ringtrain (--mpi-arg, OMPI_MCA_*): which of the launcher's
-    # own gave way (launch/mca.py), one line each
+    # own gave way (launch/plan/mca.py), one line each
     mca_notes: tuple[str, ...] = ()
 
     @property

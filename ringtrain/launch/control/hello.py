@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ringtrain.launch.controlstate import RankState
+from ringtrain.launch.record.snapshot import RankState
 from ringtrain.rank.events import (
     PROTOCOL,
     count,

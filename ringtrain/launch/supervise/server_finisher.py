@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ringtrain.launch import tfcluster
-from ringtrain.launch.control import Snapshot
+from ringtrain.launch.plan import tfcluster
+from ringtrain.launch.record.snapshot import Snapshot
 
 
 class ServerFinisher:

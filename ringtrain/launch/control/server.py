@@ -36,10 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ringtrain.launch.admission import IDLE_S, PER_SOURCE, Admission
-from ringtrain.launch.controlstate import Progress, RankState, Restored, Snapshot
-from ringtrain.launch.hello import Hello, authentic, challenge, claim, outside, read_hello
-from ringtrain.launch.steptimes import StepTimes
+from ringtrain.launch.control.admission import IDLE_S, PER_SOURCE, Admission
+from ringtrain.launch.control.hello import Hello, authentic, challenge, claim, outside, read_hello
+from ringtrain.launch.record.snapshot import Progress, RankState, Restored, Snapshot
+from ringtrain.launch.record.steptimes import StepTimes
 from ringtrain.rank.events import (
     HEARTBEAT_S,
     MAX_LINE,

@@ -1,7 +1,7 @@
-"""The loop side of launch/spares.py under ``--elastic``: apply a lost host to the pool, check
-hosts whose cooldown ended (in a thread, one at a time, so supervision never waits on SSH) and
-publish the discovery list Horovod's driver reads every second when it changes; and keep warm
-processes waiting on the spares (warmspares.py)."""
+"""The loop side of launch/elastic/spares.py under ``--elastic``: apply a lost host to the
+pool, check hosts whose cooldown ended (in a thread, one at a time, so supervision never waits
+on SSH) and publish the discovery list Horovod's driver reads every second when it changes;
+and keep warm processes waiting on the spares (warmspares.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ringtrain.hostfile import Host, Inventory
-from ringtrain.launch.launchers import ELASTIC_HOSTS
-from ringtrain.launch.plan import LaunchPlan
-from ringtrain.launch.rundir import RunDir
-from ringtrain.launch.spares import Pool, Slots, due, lose, pool_of, readmit, split
-from ringtrain.launch.warmspares import WarmSpares
+from ringtrain.launch.elastic.spares import Pool, Slots, due, lose, pool_of, readmit, split
+from ringtrain.launch.elastic.warmspares import WarmSpares
+from ringtrain.launch.job.rundir import RunDir
+from ringtrain.launch.plan.launchers import ELASTIC_HOSTS
+from ringtrain.launch.plan.make import LaunchPlan
 from ringtrain.probe.gate import evaluate_remembering, gpu_rule, policy_for
 from ringtrain.probe.hostprobe import probe
 from ringtrain.remote import Remote

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
-from ringtrain.launch import run
+from ringtrain.launch.job import run
 from ringtrain.probe import names
 from ringtrain.remote import Remote
 from ringtrain.schedulers.calls import inventory_from_scheduler, remote_for

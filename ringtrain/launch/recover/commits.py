@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ringtrain.checkpoint.location import Location
 from ringtrain.errors import RingtrainError
-from ringtrain.launch.result import ResumePoint
+from ringtrain.launch.record.result import ResumePoint
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ringtrain.launch.result import (
+from ringtrain.launch.record.fault import Fault
+from ringtrain.launch.record.result import (
     Failure,
     FailureKind,
     HostTeardown,
@@ -18,7 +19,6 @@ from ringtrain.launch.result import (
     JobState,
     RankFailure,
 )
-from ringtrain.launch.supervise import Fault
 from ringtrain.spec import RestartPolicy
 
 

@@ -2,7 +2,7 @@
 
 make_plan kept the secret values out of the launcher command's environment (horovodrun would
 write them into every rank's command line, Open MPI ship them to every host in clear:
-launch/secretvars.py) and put them in ``Command.secrets``, with the file's path, the same
+launch/plan/secretvars.py) and put them in ``Command.secrets``, with the file's path, the same
 string on every host, in ``RINGTRAIN_ENV_FILE``. ``deliver`` writes that file: on this machine
 directly (``rank/secretfile.store``), on every other host through the Remote seam as
 ``python -I -m ringtrain.rank.secretfile --store PATH``, the values on the command's stdin. A host
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from ringtrain.errors import LaunchError
 from ringtrain.hostfile import Host
-from ringtrain.launch import run
-from ringtrain.launch.plan import LaunchPlan
-from ringtrain.launch.run import Job, LineSink
-from ringtrain.launch.rundir import RunDir
+from ringtrain.launch.job import run
+from ringtrain.launch.job.run import Job, LineSink
+from ringtrain.launch.job.rundir import RunDir
+from ringtrain.launch.plan.make import LaunchPlan
 from ringtrain.rank import envvars, isolated, secretfile
 from ringtrain.remote import CmdResult, InputRemote, Remote
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ringtrain.hostfile import Allocation
-from ringtrain.launch.control import ControlServer, Snapshot
-from ringtrain.launch.result import FailureKind
+from ringtrain.launch.control.server import ControlServer
+from ringtrain.launch.record.fault import Fault
+from ringtrain.launch.record.result import FailureKind
+from ringtrain.launch.record.snapshot import Snapshot
 from ringtrain.rank.events import HEARTBEAT_S
 from ringtrain.spec import StragglerAction, SupervisionPolicy
 
@@ -34,21 +36,12 @@ log = logging.getLogger(__name__)
 HOST_ANSWERS_S = 2 * HEARTBEAT_S  # a host whose newest beat is older is going quiet
 
 
-@dataclass(frozen=True, slots=True)
-class Fault:
-    kind: FailureKind  # one of the detected kinds
-    message: str
-    hosts: tuple[str, ...] = ()
-    ranks: tuple[int, ...] = ()
-    at: float = 0.0
-
-
 def check(
     snap: Snapshot, alloc: Allocation, policy: SupervisionPolicy, started: float,
     elastic: bool = False,
 ) -> Fault | None:
     """The first fault the snapshot shows, or None. Pure. Under ``--elastic`` a lost or
-    silent rank is Horovod's to absorb (launch/elastic.py): only a job that never formed and
+    silent rank is Horovod's to absorb (launch/elastic/watch.py): only a job that never formed and
     a stall are faults."""
     where = rank_hosts(alloc)
     if elastic:

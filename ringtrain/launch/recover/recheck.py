@@ -24,9 +24,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ringtrain.hostfile import Host
+from ringtrain.launch.record.gpurecheck import Recheck
 from ringtrain.probe.hostprobe import NVIDIA_SMI_QUERY, NVIDIA_SMI_TIMEOUT_S
 from ringtrain.probe.probe_parse import parse_nvidia_smi
 from ringtrain.probe.verdict import PreflightPolicy, busy_gpus
@@ -60,43 +60,6 @@ def judge(busy: Mapping[str, Sequence[str]], elapsed_s: float, timeout_s: float)
     return Judgement(freed, (), tuple(
         (h, f"{notes[0]} {elapsed_s:.0f} s after the teardown")
         for h, notes in still.items()))
-
-
-@dataclass(frozen=True, slots=True)
-class Recheck:
-    """What the re-check before a restart found: when it ran (wall clock), the hosts it had to
-    wait for and how long each took to free its GPUs, and the hosts it left out, with why."""
-
-    started: float
-    finished: float
-    hosts: int = 0
-    waited: tuple[tuple[str, float], ...] = ()
-    left_out: tuple[tuple[str, str], ...] = ()
-    unknown: tuple[tuple[str, str], ...] = ()  # hosts that could not be asked, with why
-
-    def describe(self) -> str:
-        took = f"{self.finished - self.started:.1f} s"
-        if not self.waited and not self.left_out and not self.unknown:
-            return f"{self.hosts} host(s) re-checked, GPUs free ({took})"
-        parts = [f"{h} freed its GPUs after {s:.1f} s" for h, s in self.waited]
-        parts += [f"{h} left out for a cooldown: {why}" for h, why in self.left_out]
-        parts += [f"could not ask {h} ({why}): the pre-flight judges it"
-                  for h, why in self.unknown]
-        return "; ".join(parts)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"started": round(self.started, 3), "finished": round(self.finished, 3),
-                "hosts": self.hosts, "waited_s": {h: round(s, 3) for h, s in self.waited},
-                "left_out": dict(self.left_out), "unknown": dict(self.unknown)}
-
-    @classmethod
-    def from_json(cls, d: Any) -> Recheck | None:
-        if not isinstance(d, dict):
-            return None
-        return cls(float(d["started"]), float(d["finished"]), int(d.get("hosts") or 0),
-                   tuple((str(h), float(s)) for h, s in (d.get("waited_s") or {}).items()),
-                   tuple((str(h), str(w)) for h, w in (d.get("left_out") or {}).items()),
-                   tuple((str(h), str(w)) for h, w in (d.get("unknown") or {}).items()))
 
 
 def look(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ringtrain.launch.steptimes import StepTimes
+from ringtrain.launch.record.steptimes import StepTimes
 
 
 @dataclass(frozen=True, slots=True)

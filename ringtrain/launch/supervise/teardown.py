@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringtrain.hostfile import Allocation
-from ringtrain.launch.control import Snapshot
-from ringtrain.launch.result import HostTeardown
-from ringtrain.launch.supervise import rank_hosts
+from ringtrain.launch.record.result import HostTeardown
+from ringtrain.launch.record.snapshot import Snapshot
+from ringtrain.launch.supervise.detect import rank_hosts
 from ringtrain.rank import isolated, procfs, reaper
 from ringtrain.remote import CmdResult, Remote
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ringtrain.launch.control import Snapshot
+    from ringtrain.launch.record.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ class Incident:
     initialized: float | None
     training: float | None
     resumed_step: int | None
-    rechecked: float | None = None  # the hosts' GPUs re-checked (launch/recheck.py)
+    rechecked: float | None = None  # the hosts' GPUs re-checked (launch/recover/recheck.py)
     recheck: str | None = None  # what the re-check found, when it waited or left a host out
 
     @property

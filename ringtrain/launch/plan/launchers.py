@@ -7,7 +7,7 @@ Open MPI ships the value of every ``-x`` name to each host's daemon in its launc
 clear, and horovodrun forwards its whole environment (over Gloo it writes every value into each
 rank's ``sh -c`` / ``ssh`` command line). So under mpirun and horovodrun the secrets leave the
 command's environment (``Command.unset``) and travel by a file only the user can read
-(``Command.secrets``, launch/secretvars.py, ``ringtrain.rank.secretfile``); under mpirun its
+(``Command.secrets``, launch/plan/secretvars.py, ``ringtrain.rank.secretfile``); under mpirun its
 name, ``RINGTRAIN_ENV_FILE``, is forwarded instead of theirs.
 """
 
@@ -22,7 +22,7 @@ from typing import Protocol
 
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Allocation, render_horovod_hosts
-from ringtrain.launch import mca
+from ringtrain.launch.plan import mca
 from ringtrain.rank import envvars, isolated
 from ringtrain.slurm_options import DEFAULT_MPI
 from ringtrain.spec import Backend, ElasticPolicy, Entry
@@ -63,7 +63,7 @@ _IFACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}\Z")  # an interface name,
 class Command:
     """``argv``, run with the launcher's environment plus ``env``, less the names in ``unset``.
     ``secrets``: values that reach the ranks by the file ``RINGTRAIN_ENV_FILE`` names,
-    written on every host before the start (launch/deliver.py), never in the environment of
+    written on every host before the start (launch/job/deliver.py), never in the environment of
     the command itself (mpirun and horovodrun; not srun)."""
 
     argv: tuple[str, ...]

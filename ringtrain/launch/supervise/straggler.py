@@ -28,9 +28,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from ringtrain.launch.control import RankState, Snapshot
-from ringtrain.launch.result import FailureKind, Straggler
-from ringtrain.launch.supervise import Fault
+from ringtrain.launch.record.fault import Fault
+from ringtrain.launch.record.result import FailureKind, Straggler
+from ringtrain.launch.record.snapshot import RankState, Snapshot
 from ringtrain.spec import StragglerAction, StragglerPolicy
 
 FRESH_S = 5.0

@@ -3,7 +3,7 @@
 Pure. A variable is a secret by its name (``API_TOKEN``, ``AWS_SECRET_ACCESS_KEY``...) or by its
 value (a URL with a password, a private key); the control token always is. ``by_file`` picks the
 secrets a backend would otherwise put on a command line or on the wire, whose values go instead
-in the 0600 secrets file written over ssh before the start (launch/deliver.py,
+in the 0600 secrets file written over ssh before the start (launch/job/deliver.py,
 rank/secretfile.py):
 
 * horovodrun (``--gloo`` and ``--mpi``) forwards its whole environment: over Gloo it writes every

@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ringtrain.launch.elastic import Absorbed
-from ringtrain.launch.failure import FAULT_EXIT_CODES, Failure, FailureKind, RankFailure
-from ringtrain.launch.milestones import Incident, Milestones
-from ringtrain.launch.recheck import Recheck
+from ringtrain.launch.record.absorbed import Absorbed
+from ringtrain.launch.record.failure import FAULT_EXIT_CODES, Failure, FailureKind, RankFailure
+from ringtrain.launch.record.gpurecheck import Recheck
+from ringtrain.launch.record.milestones import Incident, Milestones
 
 __all__ = [
     "FAULT_EXIT_CODES", "Failure", "FailureKind", "HostTeardown", "JobResult", "JobState",

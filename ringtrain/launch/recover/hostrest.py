@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from ringtrain.errors import AllocationError
 from ringtrain.hostfile import Inventory
-from ringtrain.launch.outcome import Decision
+from ringtrain.launch.recover.outcome import Decision
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from ringtrain.errors import LaunchError
-from ringtrain.launch import driverssh
-from ringtrain.launch.launchers import DISCOVERY, ELASTIC_HOSTS, SHIM_DIR, discovery_script
-from ringtrain.launch.plan import LaunchPlan
-from ringtrain.launch.result import Failure, FailureKind, JobResult, JobState, RankFailure
-from ringtrain.launch.rundir import RunDir
+from ringtrain.launch.job import driverssh
+from ringtrain.launch.job.rundir import RunDir
+from ringtrain.launch.plan.launchers import DISCOVERY, ELASTIC_HOSTS, SHIM_DIR, discovery_script
+from ringtrain.launch.plan.make import LaunchPlan
+from ringtrain.launch.record.result import Failure, FailureKind, JobResult, JobState, RankFailure
 from ringtrain.rank.events import ERROR_MARK
 
 log = logging.getLogger(__name__)
