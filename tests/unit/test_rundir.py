@@ -267,3 +267,11 @@ def test_mpiruns_ssh_config_is_named_through_the_descriptor_up_to_open_mpis_tree
         expected = (run_dir.reach if through else runs.absolute() / "R1") / "attempt-1"
         assert agent == f"ssh -F {expected / 'ssh_config'}", (count, agent)
         assert "plm_rsh_no_tree_spawn" not in argv  # mpirun must notice a daemon lost
+
+
+def test_a_rank_log_line_is_readable_as_soon_as_it_is_written(tmp_path: Path) -> None:
+    """`tail -f rank.0.log` shows each line as the rank prints it, not at 8 KiB or the end."""
+    run_dir = make_run_dir(tmp_path / "run")
+    with run_dir.open_append("rank.0.log") as f:
+        f.write("epoch 1\n")
+        assert (run_dir.path / "rank.0.log").read_text() == "epoch 1\n"

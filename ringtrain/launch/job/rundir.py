@@ -93,11 +93,12 @@ class RunDir:
             f.write(text)
 
     def open_append(self, rel: str) -> IO[str]:
-        """``rel`` open for appending (created 0600), never through a link."""
+        """``rel`` open for appending (created 0600), never through a link; line-buffered,
+        so a rank's log shows each line as it comes (``tail -f``), not at 8 KiB or the end."""
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         with self._at(rel) as (folder, name):
             fd = os.open(name, flags, 0o600, dir_fd=folder)
-        return os.fdopen(fd, "a", encoding="utf-8")
+        return os.fdopen(fd, "a", encoding="utf-8", buffering=1)
 
     def read_text(self, rel: str, errors: str = "strict") -> str:
         """``rel`` as the launcher wrote it (no link followed)."""
