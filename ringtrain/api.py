@@ -18,8 +18,10 @@ configured hosts aside, and a config file's ``env`` goes under ``env=``.
 It builds the same LaunchSpec through the same function and assembles it through the
 same ``ringtrain.assembly.prepare`` as the command: the same entry check, hosts, srun refusal
 and ring pre-check, the same Session. A mistake raises the same typed error
-(``ringtrain.errors.UsageError`` and friends). Nothing is printed unless a ``reporter`` is
-given.
+(``ringtrain.errors.UsageError`` and friends). The run's life after that is the command's too
+(launch/lifecycle.py): the run's events.log and events.jsonl, the stop and preemption signals,
+the teardown's and the recovery's lines and the error of a failed job. Nothing is printed
+unless a ``reporter`` is given.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ from ringtrain.assembly import (
     settings,
     write_plan,
 )
-from ringtrain.errors import JobFailed, UsageError
+from ringtrain.errors import UsageError
+from ringtrain.launch import lifecycle
+from ringtrain.launch.lifecycle import Recorder
 from ringtrain.launch.plan.make import LaunchPlan
 from ringtrain.launch.record.result import JobResult, JobState
 from ringtrain.launch.reporter import NullReporter, Reporter
@@ -76,7 +80,10 @@ def run(
 ) -> JobResult | LaunchPlan:
     """Launch ``script`` with ``args`` on the hosts asked for; block until the job (and its
     restarts) end; return the last attempt's JobResult. ``check=True`` raises JobFailed
-    (with the root-cause report) instead of returning a failed result. ``dry_run=True``
+    (the CLI's error text: the root cause, what ringtrain did, the fix) instead of returning a
+    failed result. Called from the main thread, SIGINT, SIGTERM and SIGHUP stop the job on
+    every host and SIGUSR1 commits a checkpoint first, as under ``ringtrain launch``; a job so
+    stopped raises JobFailed whatever ``check`` says. ``dry_run=True``
     writes the run directory and returns the LaunchPlan attempt 1 would run, starting
     nothing (``ringtrain launch --dry-run``); ``probe=False`` is ``--no-probe``."""
     layers = settings.load(Path.cwd(), os.environ)
@@ -85,19 +92,16 @@ def run(
     opts = _options(script, args, options, layers)
     if not probe:
         opts = dataclasses.replace(opts, no_probe=True)
-    reporter = reporter or NullReporter()
-    session = prepare(build_spec(opts, Path.cwd()), reporter, os.environ, remote=remote,
+    recorder = Recorder(reporter or NullReporter())  # the events files, as under the CLI
+    session = prepare(build_spec(opts, Path.cwd()), recorder, os.environ, remote=remote,
                       dry_run=dry_run)
     if dry_run:
         return write_plan(session)
-    result = session.run()
-    if check and result.state is not JobState.SUCCEEDED:
-        failure = result.failure
-        raise JobFailed(
-            failure.describe(result.attempt) if failure else f"job {result.state.value}",
-            failure.hint(result.attempt_dir) if failure else f"see {result.attempt_dir}",
-            exit_code=result.exit_code,
-        )
+    result = lifecycle.run(session, recorder)
+    failed = lifecycle.failed(session, result)
+    stopped = result.state is JobState.INTERRUPTED or session.preemption is not None
+    if failed is not None and (check or stopped):
+        raise failed
     return result
 
 

@@ -14,7 +14,7 @@ from ringtrain.assembly import LaunchOptions, build_spec, prepare
 from ringtrain.cli import jsonout, launch_entry, launch_report, launch_signals, verbosity
 from ringtrain.cli.context import cli_context
 from ringtrain.cli.defaults import with_layers
-from ringtrain.cli.live import EventFiles, LiveView
+from ringtrain.cli.live import LiveView
 from ringtrain.cli.options import (
     elastic_options,
     horovod_tuning_options,
@@ -25,8 +25,8 @@ from ringtrain.cli.options import (
     ring_check_options,
     ssh_options,
 )
-from ringtrain.errors import JobFailed
-from ringtrain.launch.record.result import JobState, incidents
+from ringtrain.launch import lifecycle
+from ringtrain.launch.lifecycle import Recorder
 from ringtrain.launch.session import Session
 from ringtrain.spec import Backend, EnvSpec, StragglerAction, Strategy
 
@@ -318,12 +318,13 @@ def command(
         return
     view = LiveView(console_ranks=console_ranks, quiet=verbosity.quiet(),
                     rank_stream=sys.stderr if json_out else None)
+    recorder = Recorder(view)  # the events files, as under ringtrain.run()
     try:
-        session = prepare(spec, view, os.environ, remote_factory=factory)
+        session = prepare(spec, recorder, os.environ, remote_factory=factory)
     except BaseException:
         view.flush()  # its notes before the error lines the CLI prints
         raise
-    _run(session, view, json_out=json_out, requeue_job=requeue_job)
+    _run(session, view, recorder, json_out=json_out, requeue_job=requeue_job)
 
 
 def _rank_set(text: str | None) -> frozenset[int] | None:
@@ -339,41 +340,25 @@ def _rank_set(text: str | None) -> frozenset[int] | None:
     return frozenset(ranks)
 
 
-def _run(session: Session, view: LiveView, *, json_out: bool = False,
+def _run(session: Session, view: LiveView, recorder: Recorder, *, json_out: bool = False,
          requeue_job: str | None = None) -> None:
-    run_dir = session.open_run_dir()  # a clear error, not a traceback, when it cannot be
-    events = view.events = EventFiles.of(session)  # events.log, events.jsonl
-    view.note(f"run {session.env.run_id}; run dir {session.run_dir}")
-    # SIGHUP: the terminal closed or the SSH session to the login node dropped; the job is
-    # stopped on every host and result.json written, as for Ctrl-C and SIGTERM. SIGUSR1: a
-    # preemption notice (sbatch --signal): rank 0 commits first
+    """The run below both doors (launch/lifecycle.py), drawn; then the result as JSON under
+    --json, and the error of a job that did not succeed."""
     view.start()
     try:
-        with launch_signals.answering(session, view.note):
-            result = session.run()
-        events.attempt = lambda: result.attempt  # the lines after it belong to its last attempt
+        result = lifecycle.run(session, recorder)
     finally:
         view.stop()
-    launch_report.report_teardown(view, result)
-    for incident in incidents(result.attempts):  # the recovery ledger, one line a restart
-        view.note(f"recovery: {incident.describe()}")
     if json_out:  # the run's result.json (every attempt, the checkpoint), else this attempt's
         view.flush()
         try:
-            text = run_dir.read_text("result.json")
+            text = session.open_run_dir().read_text("result.json")
         except OSError:
             text = json.dumps(result.run_json(), indent=2)
         jsonout.echo(text)
-    if result.state is JobState.SUCCEEDED:
-        view.note(f"job succeeded in {launch_report.durations(result)}; logs in {session.run_dir}")
-        view.flush()
-        return
     view.flush()  # the notes before the error lines the CLI prints
     if session.preemption is not None:
         raise launch_signals.after_preemption(session, view.note, requeue_job)
-    message = launch_report.failure_message(result) + "\n" + result.what_ringtrain_did()
-    hint = result.failure.hint(result.attempt_dir) if result.failure else (
-        f"see the logs in {result.attempt_dir}")
-    raise JobFailed(message, hint, exit_code=result.exit_code)
-
-
+    failed = lifecycle.failed(session, result)
+    if failed is not None:
+        raise failed

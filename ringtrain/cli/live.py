@@ -1,9 +1,9 @@
 """Live view of a running job: arrivals while starting, epoch/step/loss/throughput while training.
 
 On a terminal it is one status line kept at the bottom (rank output scrolls above it); otherwise
-plain ``ringtrain:`` lines when something changes (at most every ``plain_every_s`` for progress).
-Every status line also goes to ``runs/<id>/events.log`` and, as JSON, ``runs/<id>/events.jsonl``
-(one ``Event`` written both ways: launch/record/eventlog.py).
+plain ``ringtrain:`` lines when something changes (progress at most every 10 s).
+The status lines are chosen and logged to ``runs/<id>/events.log`` and ``events.jsonl`` below
+both doors (launch/lifecycle.py's Recorder, which hands them to ``status``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -24,87 +23,20 @@ from ringtrain.cli.ring_view import show_ring_check
 from ringtrain.cli.verdict_view import print_verdict
 from ringtrain.hostfile import Allocation, Inventory
 from ringtrain.launch.job.run import OutputLine
-from ringtrain.launch.job.rundir import RunDir
-from ringtrain.launch.record.eventlog import Event, is_warning
+from ringtrain.launch.record.eventlog import is_warning
 from ringtrain.launch.record.snapshot import Snapshot
-from ringtrain.launch.supervise.detect import arrivals, rank_hosts
+from ringtrain.launch.supervise.status import Status, describe_arrivals, describe_progress
 from ringtrain.probe.probe_parse import ProbeReport
 from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict
 from ringtrain.ringcheck.runner import RingCheck
 
-if TYPE_CHECKING:
-    from ringtrain.launch.session import Session
-
 QUEUE_LINES = 10_000
-
-
-class EventFiles:
-    """A run's events.log and events.jsonl: each status line becomes one ``Event``, appended to
-    both through the open run directory (created 0600, through no link). ``attempt`` says
-    which attempt a line belongs to."""
-
-    def __init__(self, files: RunDir, run_id: str,
-                 attempt: Callable[[], int | None] = lambda: None) -> None:
-        self.files, self.run_id, self.attempt = files, run_id, attempt
-
-    @property
-    def run_dir(self) -> Path:
-        return self.files.path
-
-    @classmethod
-    def of(cls, session: Session) -> EventFiles:
-        """The session's files; a line belongs to the attempt being placed or run (between a
-        failed attempt and its restart, to the restart). After ``run()`` the caller sets
-        ``attempt`` to the last one."""
-        return cls(session.open_run_dir(), session.env.run_id, lambda: len(session.results) + 1)
-
-    def write(self, text: str) -> None:
-        event = Event(time.time(), text, self.run_id, self.attempt())
-        self.files.append("events.log", event.log_line())
-        self.files.append("events.jsonl", event.json_line())
-
-
-def describe_arrivals(snap: Snapshot, alloc: Allocation) -> str:
-    if len(snap.ranks) > alloc.np:  # --elastic: ranks joined (a spare, a host back)
-        running: dict[str, int] = {}
-        for r in snap.ranks:
-            if r.connected:
-                running[r.host] = running.get(r.host, 0) + 1
-        ready = sum(r.initialized for r in snap.ranks if r.connected)
-        return (f"ranks running {sum(running.values())} (placed with {alloc.np}) ["
-                + " ".join(f"{h} {n}" for h, n in sorted(running.items())) + "]"
-                + (f", hvd.init done {ready}" if ready else ""))
-    arrived = arrivals(snap, alloc, rank_hosts(alloc))
-    ready = sum(r.initialized for r in snap.ranks)
-    per_host = " ".join(f"{h.name} {arrived[h.name]}/{h.slots}" for h in alloc.hosts[:8])
-    more = f" (+{len(alloc.hosts) - 8} hosts)" if len(alloc.hosts) > 8 else ""
-    text = f"ranks arrived {len(snap.ranks)}/{alloc.np} [{per_host}{more}]"
-    forming = sum(r.forming_since is not None for r in snap.ranks)
-    return text + (f", hvd.init done {ready}/{alloc.np}" if ready else "") + (
-        f", forming the TensorFlow cluster {forming}/{alloc.np}" if forming else "")
-
-
-def describe_progress(snap: Snapshot) -> str | None:
-    p = snap.progress
-    if p is None:
-        return None
-    parts = []
-    if p.epoch is not None:
-        parts.append(f"epoch {p.epoch}" + (f"/{p.epochs}" if p.epochs else ""))
-    if p.step is not None:
-        parts.append(f"step {p.step}" + (f"/{p.steps}" if p.steps else ""))
-    if p.loss is not None:
-        parts.append(f"loss {p.loss:.4f}")
-    if p.samples_per_s is not None:
-        parts.append(f"{p.samples_per_s:,.0f} samples/s")
-    return "training: " + ", ".join(parts) if parts else None
 
 
 class LiveView:
     def __init__(
         self,
         stream: TextIO = sys.stderr,
-        plain_every_s: float = 10.0,
         console_ranks: frozenset[int] | None = None,
         quiet: bool = False,
         rank_stream: TextIO | None = None,
@@ -116,16 +48,10 @@ class LiveView:
         self.quiet = quiet
         self.console_ranks = console_ranks  # None: every rank's lines reach the console
         self.tty = stream.isatty()
-        self.plain_every_s = plain_every_s
         self.console = Console(file=stream, highlight=False, soft_wrap=True)
         self.out = Console(file=rank_stream or sys.stdout, highlight=False, soft_wrap=True,
                            markup=False)
-        self.events: EventFiles | None = None
         self._live: Live | None = None
-        self._lock = threading.Lock()  # events.log and events.jsonl appends
-        self._last_arrivals = ""
-        self._last_progress_key: tuple[object, ...] = ()
-        self._last_plain = 0.0
         # Console writes go through a queue to one writer thread: a console nobody reads (a
         # paused pager, a stalled CI log pipe) never blocks supervision, teardown or the
         # job's output pump. Lines that do not fit are dropped from the console (they are in
@@ -157,8 +83,7 @@ class LiveView:
                 "every line is in the run's logs", markup=False))
 
     def note(self, text: str) -> None:
-        """A plain status line: shown (under -q only warnings) and logged."""
-        self._log(text)
+        """A plain status line: shown (under -q only warnings); the Recorder logged it."""
         if self.quiet and not is_warning(text):
             return
         self._emit(lambda: self.console.print(f"ringtrain: {text}", markup=False))
@@ -207,37 +132,15 @@ class LiveView:
         self._emit(lambda: show_ring_check(check, stderr=True))
 
     def tick(self, snap: Snapshot, alloc: Allocation) -> None:
-        arrivals = describe_arrivals(snap, alloc)
-        progress = describe_progress(snap)
         live = self._live
         if live is not None:
-            status = Text(f"ringtrain: {progress or arrivals}")
+            text = describe_progress(snap) or describe_arrivals(snap, alloc)
+            status = Text(f"ringtrain: {text}")
             self._emit(lambda: live.update(status, refresh=True))
-        if arrivals != self._last_arrivals:
-            self._last_arrivals = arrivals
-            self._status(arrivals, force=len(snap.ranks) == alloc.np or not self.tty)
-        p = snap.progress
-        if progress and p is not None:
-            key = (p.epoch,)
-            now = time.monotonic()
-            if key != self._last_progress_key or now - self._last_plain > self.plain_every_s:
-                self._last_progress_key, self._last_plain = key, now
-                self._status(progress, force=not self.tty)
 
-    def _status(self, text: str, force: bool) -> None:
-        if force and not self.quiet:
-            self._emit(lambda: self.console.print(f"ringtrain: {text}", markup=False))
-        self._log(text)
-
-    def _log(self, text: str) -> None:
-        events = self.events
-        if events is None:
+    def status(self, line: Status) -> None:
+        """A status line of its own (the Recorder logged it): on a terminal the bottom line
+        shows it already, so only every rank arrived is printed; elsewhere every one."""
+        if self.quiet or (self.tty and not (line.kind == "arrivals" and line.all_arrived)):
             return
-        try:
-            with self._lock:
-                events.write(text)
-        except OSError as err:  # run dir deleted or disk full: the terminal still has it all
-            warning = (f"ringtrain: warning: cannot write the events of {events.run_dir} "
-                       f"({err}); events go to this terminal only")
-            self._emit(lambda: self.console.print(warning, markup=False))
-            self.events = None
+        self._emit(lambda: self.console.print(f"ringtrain: {line.text}", markup=False))

@@ -156,3 +156,15 @@ def test_both_doors_launch_alike(
         assert cli_json == api_json, name
     plan = json.loads((by_api / "attempt-1" / "plan.json").read_text())
     assert [h["name"] for h in plan["hosts"]] == [G1, G2, G4]
+    # the same events, written below both doors (launch/lifecycle.py): its status lines
+    # depend on timing, so the steps of the launch are compared
+    steps = ("run ", "attempt ", "teardown", "job succeeded")
+    assert _events(by_cli, steps) == _events(by_api, steps) != []
+
+
+def _events(run_dir: Path, steps: tuple[str, ...]) -> list[str]:
+    """events.jsonl's messages that start with one of ``steps``, ids and numbers taken out."""
+    messages = [json.loads(line)["message"]
+                for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [re.sub(r"\d+(\.\d+)?", "N", m.replace(run_dir.name, "<run>"))
+            for m in messages if m.startswith(steps)]

@@ -224,7 +224,7 @@ def test_spares_are_held_back_from_the_plan_and_only_with_elastic(tmp_path: Path
 
 
 def test_the_live_line_counts_the_ranks_running_once_more_joined_than_placed() -> None:
-    from ringtrain.cli.live import describe_arrivals
+    from ringtrain.launch.supervise.status import describe_arrivals
 
     two = allocate(parse_host_spec("gpu01:1,gpu02:1"))
     snap = Snapshot((_rank(0, "gpu01", 99), _rank(1, "gpu02", 50, connected=False),

@@ -341,6 +341,7 @@ EDGES = (
     "probe/gate.py", "probe/names.py", "hostfile/discover.py", "schedulers/calls.py",
     "checkpoint/", "sim/", "bench/", "rank/", "models/", "keras/", "ringcheck/intraprog.py", "cli/",
     "launch/elastic/sparekeeper.py", "launch/elastic/warmspares.py", "launch/job/driverssh.py",
+    "launch/lifecycle.py",
 )
 # Who builds a LaunchSpec: the user's launch through build_spec, a recorded one read back from
 # plan.json, and the jobs ringtrain launches for itself (the ring check, the benchmarks).

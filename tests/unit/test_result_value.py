@@ -10,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from ringtrain.cli import cli
-from ringtrain.cli.launch_report import durations
+from ringtrain.launch.lifecycle import durations
 from ringtrain.launch.record.result import (
     Failure,
     FailureKind,
