@@ -3,7 +3,7 @@ flags and draws; ``ringtrain.run()`` (api.py) maps keyword arguments; both hand 
 ``LaunchOptions`` to ``build_spec`` and the spec to ``prepare``, which returns the Session.
 
     layers.py        PURE: the config keys, their types, and how the layers fill options
-    config.py        ringtrain.toml, the user's config, RINGTRAIN_<KEY>: read for both doors
+    settings.py      ringtrain.toml, the user's config, RINGTRAIN_<KEY>: read for both doors
     launch_spec.py   PURE: LaunchOptions -> LaunchSpec (build_spec)
     entry_kind.py    a script, a module or a program; --from's recorded spec
     ring_gate.py     --ring-check before the job, through the Reporter

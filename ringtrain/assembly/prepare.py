@@ -59,8 +59,9 @@ def prepare(
             "run inside sbatch/salloc (see `ringtrain slurm render`), or use --backend mpirun",
         )
     remote = remote or found.remote or remote_factory(SshOptions(spec.ssh))
-    if spec.preflight.ring_check and not dry_run:
-        spec = ring_precheck(spec, found.inventory, remote, reporter)
+    if spec.preflight.ring_check and not dry_run:  # its pre-flight is the first attempt's
+        spec, checked = ring_precheck(spec, found.inventory, remote, reporter)
+        return Session(spec, found.inventory, remote, reporter, preflight=checked)
     return Session(spec, found.inventory, remote, reporter)
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
-from ringtrain.hostfile import Allocation, Inventory
+from ringtrain.hostfile import Allocation, Inventory, select
 from ringtrain.launch.job.run import OutputLine
 from ringtrain.launch.record.snapshot import Snapshot
 from ringtrain.launch.reporter import Reporter
-from ringtrain.probe.gate import run_gate
+from ringtrain.probe.gate import Preflight, run_gate
 from ringtrain.probe.probe_parse import ProbeReport
 from ringtrain.probe.verdict import PreflightPolicy, PreflightVerdict
 from ringtrain.remote import Remote
@@ -54,10 +54,12 @@ class RingCheckNotes:
 
 def ring_precheck(
     spec: LaunchSpec, inventory: Inventory, remote: Remote, reporter: Reporter
-) -> LaunchSpec:
-    """The spec to launch after the ring check: unchanged, or with the slow hosts excluded."""
+) -> tuple[LaunchSpec, Preflight]:
+    """The spec to launch after the ring check (unchanged, or with the slow hosts excluded)
+    and the pre-flight it ran, over the hosts the first attempt would probe: the Session
+    takes it for that attempt instead of probing again."""
     notes = RingCheckNotes(reporter)
-    gate = run_gate(spec, inventory, spec.np, remote, notes)
+    gate = run_gate(spec, select(inventory, spec.allocation), spec.np, remote, notes)
     pre = spec.preflight
     opts = RingCheckOptions(
         runs_dir=spec.runs_dir, trust_groups=spec.trust_groups,
@@ -71,13 +73,13 @@ def ring_precheck(
     slow = check.verdict.slow_hosts
     if not slow:
         reporter.note("ring check: no slow host or link")
-        return spec
+        return spec, gate
     numbers = ", ".join(f"{s.host} {rate(s.median_Bps)}" for s in check.verdict.scores if s.slow)
     if pre.on_slow_host == "exclude":
         reporter.note(f"ring check: excluding {', '.join(slow)} (median pair: {numbers}; "
                       f"reference {rate(check.verdict.reference_Bps)})")
         exclude = (*spec.allocation.exclude, *slow)
-        return replace(spec, allocation=replace(spec.allocation, exclude=exclude))
+        return replace(spec, allocation=replace(spec.allocation, exclude=exclude)), gate
     reporter.note(f"ring check: warning: keeping slow host(s) {numbers} "
                   "(--on-slow-host warn); the ring runs at its slowest link")
-    return spec
+    return spec, gate

@@ -52,6 +52,7 @@ from ringtrain.launch.recover.preemption import DEFAULT_WAIT_S, Preemption, ask_
 from ringtrain.launch.recover.recheck import recheck
 from ringtrain.launch.reporter import NullReporter, Reporter
 from ringtrain.launch.supervise.detect import (
+    Watcher,
     all_done,
     live_done,
     never_started,
@@ -79,8 +80,12 @@ class Session:
         remote: Remote,
         reporter: Reporter | None = None,
         env: SessionEnv | None = None,
+        preflight: Preflight | None = None,
     ) -> None:
+        """``preflight``: the first attempt's, when a step before probed the hosts already
+        (``--ring-check``): used once, not asked again."""
         self.spec, self.inventory, self.remote = spec, inventory, remote
+        self._handed = preflight
         self.reporter: Reporter = reporter or NullReporter()
         self.env = env or SessionEnv.here()
         self.results: list[JobResult] = []  # one per finished attempt, with its decision
@@ -188,6 +193,11 @@ class Session:
             check_floor(candidates.total_slots, self._floor(), chosen.left_out,
                         bool(self.spec.restart.min_np))
         need = self._floor() if self.results else self.spec.np
+        handed, self._handed = self._handed, None
+        if handed is not None and attempt == 1:  # the ring check's probe, less its exclusions
+            kept = {h.name for h in candidates.hosts}
+            return replace(handed, inventory=replace(handed.inventory, hosts=tuple(
+                h for h in handed.inventory.hosts if h.name in kept)))
         return run_gate(self.spec, candidates, need, self.remote, self.reporter)
 
     def _floor(self) -> int | None:
@@ -230,13 +240,13 @@ class Session:
             self._marks = Milestones(started=time.time())
             if self._stopped is not None:  # a signal arrived while starting
                 job.request_stop(self.spec.supervision.teardown_grace, signum=self._stopped)
-            watch = StragglerWatch(self.spec.supervision.straggler, rank_hosts(alloc))
+            straggler = StragglerWatch(self.spec.supervision.straggler, rank_hosts(alloc))
             self._elastic = ElasticWatch(
                 rank_hosts(alloc), self.spec.supervision.heartbeat_timeout, job.started,
                 keeper_for(self.spec, checked.inventory, plan, self.open_run_dir(), self.remote,
                            self.reporter.note, self._python),
                 control.abort_ring, job.cut_host) if self.spec.elastic else None
-            fault = self._supervise(job, control, plan, watch)
+            fault = self._supervise(job, control, plan, straggler)
             detected_at = time.time()
             result = job.wait()
             self._live = (None, control)
@@ -269,7 +279,7 @@ class Session:
             if root is not None and task is not None:
                 self.reporter.note(f"rank {root.rank} is TensorFlow task {task}")
             return replace(
-                merged, warnings=merged.warnings + warnings, stragglers=watch.found,
+                merged, warnings=merged.warnings + warnings, stragglers=straggler.found,
                 failed_task=task, milestones=self._marks, doctor=checked.doctor,
                 absorbed=tuple(self._elastic.incidents) if self._elastic else (),
             )
@@ -280,30 +290,19 @@ class Session:
                 delivery.remove_local()
 
     def _supervise(
-        self, job: Job, control: ControlServer, plan: LaunchPlan, watch: StragglerWatch
+        self, job: Job, control: ControlServer, plan: LaunchPlan, straggler: StragglerWatch
     ) -> Fault | None:
         alloc = plan.allocation
-        stragglers = watch.policy.action is not StragglerAction.OFF
-        finisher = ServerFinisher(control.broadcast, self.reporter.note) if tfcluster.has_servers(
-            self.spec) else None
-
-        def watching(snap: Snapshot) -> Fault | None:
-            if finisher is not None:
-                finisher.tick(snap)
-            if self._elastic is not None:
-                self._elastic.tick(snap, self.reporter.note)
-            return watch.tick(snap, self.reporter.note) if stragglers else None
-
-        fault = wait_or_fault(
-            job.ended,
-            control,
-            alloc,
-            self.spec.supervision,
-            job.started,
-            lambda snap: self._tick(snap, alloc),
-            watching if stragglers or finisher or self._elastic else None,
-            elastic=self._elastic is not None,
-        )
+        watchers: list[Watcher] = []  # each ticked in turn after the pure checks
+        if tfcluster.has_servers(self.spec):
+            watchers.append(ServerFinisher(control.broadcast))
+        if self._elastic is not None:
+            watchers.append(self._elastic)
+        if straggler.policy.action is not StragglerAction.OFF:
+            watchers.append(straggler)
+        fault = wait_or_fault(job.ended, control, alloc, self.spec.supervision, job.started,
+                              lambda snap: self._tick(snap, alloc), watchers,
+                              self.reporter.note, elastic=self._elastic is not None)
         if fault is not None:
             self.reporter.note(f"{fault.message}; tearing the job down")
             control.broadcast("stop")

@@ -90,6 +90,8 @@ def test_launch_with_ring_check_excludes_the_slow_host_and_trains(
     hosts = {line.split()[3] for line in proc.stdout.splitlines() if " HOST " in line}
     assert hosts == {G1, G2, G4}, proc.stdout[-2000:]
     assert f"ring check: excluding {G3}" in proc.stderr
+    # one pre-flight: the ring check's probe is the first attempt's (its table shown once)
+    assert proc.stderr.count("ringtrain check: ") == 1, proc.stderr[-3000:]
     runs = sorted((tmp_path / "runs").iterdir())
     job = json.loads((runs[-1] / "attempt-1" / "plan.json").read_text())
     assert G3 in job["spec"]["allocation"]["exclude"]  # --from reruns it without gpu03

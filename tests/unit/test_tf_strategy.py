@@ -171,24 +171,24 @@ def test_servers_are_told_to_finish_once_the_chief_is_done_and_gone() -> None:
 
     sent: list[str] = []
     notes: list[str] = []
-    finisher = ServerFinisher(sent.append, notes.append)
+    finisher = ServerFinisher(sent.append)
 
     def snap(now: float, **chief: object) -> Snapshot:
         ranks = (RankState(0, "gpu01", 10, **chief),  # type: ignore[arg-type]
                  RankState(1, "gpu01", 11), RankState(2, "gpu02", 12))
         return Snapshot(ranks, None, now)
 
-    finisher.tick(snap(100.0))  # training
-    finisher.tick(snap(101.0, done_at=100.5))  # said done, still finalising
+    finisher.tick(snap(100.0), notes.append)  # training
+    finisher.tick(snap(101.0, done_at=100.5), notes.append)  # said done, still finalising
     assert sent == [] and notes == []
-    finisher.tick(snap(102.0, done_at=100.5, connected=False))  # its process is gone
-    finisher.tick(snap(103.0, done_at=100.5, connected=False))
+    finisher.tick(snap(102.0, done_at=100.5, connected=False), notes.append)  # its process is gone
+    finisher.tick(snap(103.0, done_at=100.5, connected=False), notes.append)
     assert sent == ["finish", "finish"] and len(notes) == 1
-    hung = ServerFinisher(sent.append, notes.append)
+    hung = ServerFinisher(sent.append)
     sent.clear()
-    hung.tick(snap(110.0, done_at=100.5))  # done 9.5 s ago and still connected: wait
+    hung.tick(snap(110.0, done_at=100.5), notes.append)  # done 9.5 s ago and still connected: wait
     assert sent == []
-    hung.tick(snap(111.0, done_at=100.5))  # past the 10 s grace
+    hung.tick(snap(111.0, done_at=100.5), notes.append)  # past the 10 s grace
     assert sent == ["finish"]
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from ringtrain.hostfile import Allocation
 from ringtrain.launch.control.server import ControlServer
@@ -34,6 +35,13 @@ from ringtrain.spec import StragglerAction, SupervisionPolicy
 
 log = logging.getLogger(__name__)
 HOST_ANSWERS_S = 2 * HEARTBEAT_S  # a host whose newest beat is older is going quiet
+
+
+class Watcher(Protocol):
+    """A supervision check that keeps state across ticks: a new kind of watching is one more
+    of these in the session's list, not a branch in its loop."""
+
+    def tick(self, snap: Snapshot, note: Callable[[str], None]) -> Fault | None: ...
 
 
 def check(
@@ -330,21 +338,25 @@ def wait_or_fault(
     policy: SupervisionPolicy,
     started: float,
     on_tick: Callable[[Snapshot], None] | None = None,
-    watch: Callable[[Snapshot], Fault | None] | None = None,
+    watchers: Sequence[Watcher] = (),
+    note: Callable[[str], None] = lambda _text: None,
     elastic: bool = False,
 ) -> Fault | None:
     """Block until the job ends by itself (None) or a fault shows (the Fault).
 
     ``wait(seconds)`` returns True as soon as the job has ended (at most ``seconds`` later), so
-    the end of a job is seen at once, and the checks run every ``policy.poll_s``. ``watch``:
-    a check that keeps state across ticks (stragglers), asked after the pure ones."""
+    the end of a job is seen at once, and the checks run every ``policy.poll_s``. ``watchers``:
+    the checks that keep state across ticks (stragglers, --elastic's losses, a parameter-server
+    job's end), each ticked in turn after the pure ones; the first fault one names ends it."""
     while not wait(0):
         snap = control.snapshot()
         if on_tick is not None:
             on_tick(snap)
         fault = check(snap, alloc, policy, started, elastic)
-        if fault is None and watch is not None:
-            fault = watch(snap)
+        for watcher in watchers:
+            if fault is not None:
+                break
+            fault = watcher.tick(snap, note)
         if fault is not None:
             log.warning("fault detected: %s", fault.message)
             return fault

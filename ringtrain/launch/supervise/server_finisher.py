@@ -18,18 +18,18 @@ class ServerFinisher:
 
     GRACE_S = 10.0
 
-    def __init__(self, broadcast: Callable[[str], None], note: Callable[[str], None]) -> None:
+    def __init__(self, broadcast: Callable[[str], None]) -> None:
         self.broadcast = broadcast
-        self.note = note
         self.sent_at: float | None = None
 
-    def tick(self, snap: Snapshot) -> None:
+    def tick(self, snap: Snapshot, note: Callable[[str], None]) -> None:
+        """A supervision watcher (detect.Watcher) that never names a fault."""
         chief = next((r for r in snap.ranks if r.rank == tfcluster.CHIEF_RANK), None)
         if chief is None or chief.done_at is None:
             return
         if self.sent_at is None and (not chief.connected
                                      or snap.now - chief.done_at > self.GRACE_S):
-            self.note("the chief finished: ending the ps and worker tasks")
+            note("the chief finished: ending the ps and worker tasks")
             self.sent_at = snap.now
         if self.sent_at is not None and snap.now - self.sent_at < 30:
             self.broadcast("finish")  # again each tick: a rank may miss one send
