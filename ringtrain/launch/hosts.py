@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
 from ringtrain.launch import run
+from ringtrain.launch.secretvars import public_environ
 from ringtrain.probe import names
 from ringtrain.remote import Remote
 from ringtrain.schedulers.calls import inventory_from_scheduler, remote_for
@@ -28,8 +29,9 @@ class Hosts:
 
     @property
     def remote(self) -> Remote | None:
-        """The Remote the allocation needs (srun steps inside Slurm); None: SSH."""
-        return remote_for(self.scheduler)
+        """The Remote the allocation needs (srun steps inside Slurm, which ship their
+        environment to each node's slurmd: the launcher's less its secrets); None: SSH."""
+        return remote_for(self.scheduler, public_environ(os.environ))
 
 
 def resolve(spec: LaunchSpec, environ: Mapping[str, str]) -> Hosts:

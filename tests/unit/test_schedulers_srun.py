@@ -60,11 +60,14 @@ def test_srun_forwards_names_never_values() -> None:
     export = next(a for a in plan.command.argv if a.startswith("--export="))
     names = export.removeprefix("--export=").split(",")
     assert names[0] == "ALL"
-    assert {"RINGTRAIN_CONTROL_ADDR", "RINGTRAIN_CONTROL_TOKEN", "MY_TOKEN", "PATH",
+    assert {"RINGTRAIN_CONTROL_ADDR", "RINGTRAIN_ENV_FILE", "PATH",
             "HOROVOD_CYCLE_TIME"} <= set(names)
     joined = " ".join(plan.command.argv)
     assert "s3cr3t" not in joined and "tok" not in joined.replace("TOKEN", "")
-    assert dict(plan.command.env)["RINGTRAIN_CONTROL_TOKEN"] == "tok"
+    # the secrets by file (issue 40): srun ships its environment to every node's slurmd
+    assert dict(plan.command.secrets) == {"RINGTRAIN_CONTROL_TOKEN": "tok", "MY_TOKEN": "s3cr3t"}
+    assert {"RINGTRAIN_CONTROL_TOKEN", "MY_TOKEN"} <= set(plan.command.unset)
+    assert "RINGTRAIN_CONTROL_TOKEN" not in dict(plan.command.env)
 
 
 def test_srun_passes_the_chosen_network_by_environment() -> None:
