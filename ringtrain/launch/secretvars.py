@@ -112,10 +112,12 @@ class Secrecy:
         return tuple((k, self.redact(k, v)) for k, v in env)
 
 
-def public_environ(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` less every variable that is a secret by its name or value (the srun steps
-    ringtrain runs on the nodes: ``--export=ALL`` ships this environment to each slurmd)."""
-    return {k: v for k, v in environ.items() if not is_secret(k, v)}
+def public_environ(environ: Mapping[str, str], also: Iterable[str] = ()) -> dict[str, str]:
+    """``environ`` less every variable that is a secret by its name or value, and those
+    ``also`` names (``--env``'s): the srun steps ringtrain runs on the nodes (probe, secrets
+    file, reaper), whose ``--export=ALL`` ships this environment to each slurmd."""
+    hidden = set(also)
+    return {k: v for k, v in environ.items() if k not in hidden and not is_secret(k, v)}
 
 
 def by_file(backend: Backend, environ: Mapping[str, str], delta: Mapping[str, str],

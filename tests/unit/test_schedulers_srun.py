@@ -208,3 +208,20 @@ def test_slurm_env_error_reaches_the_user(tmp_path: Path, script: Path) -> None:
     code, out = _dry_run(tmp_path, script, env)
     assert code == 7
     assert "must run once per job" in out and "fix:" in out
+
+
+def test_ringtrains_own_srun_steps_carry_no_secret_of_the_launcher() -> None:
+    """Issue 40: the probe, the secrets file and the reaper run as srun steps with
+    --export=ALL: their environment is the launcher's less its secrets (by name or value) and
+    less the variables --env names, whatever they are called."""
+    from ringtrain.launch.hosts import resolve
+    environ = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu[01-02]",
+               "SLURM_TASKS_PER_NODE": "1(x2)", "PATH": "/usr/bin:/bin",
+               "AWS_SECRET_ACCESS_KEY": "aws", "DB_URL": "postgres://u:pw@db/x",
+               "PROBE_VALUE": "mine", "SHOWN": "yes"}
+    spec = LaunchSpec(script="t.py", working_dir=Path("/w"),
+                      env=(EnvSpec("PROBE_VALUE"), EnvSpec("SHOWN", plain=True)))
+    remote = resolve(spec, environ).remote
+    assert isinstance(remote, SrunRemote) and remote.env is not None
+    assert remote.env["PATH"] == "/usr/bin:/bin" and remote.env["SHOWN"] == "yes"
+    assert not {"AWS_SECRET_ACCESS_KEY", "DB_URL", "PROBE_VALUE"} & set(remote.env)
