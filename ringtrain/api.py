@@ -13,7 +13,9 @@ The keyword arguments are the options of ``ringtrain launch`` (``hosts`` is ``-H
 too). An option not passed (or passed as None) takes the same defaults as the command: a
 ``RINGTRAIN_<KEY>`` variable, then the project's ``ringtrain.toml``, then the user's config
 file (assembly/settings.py), then the built-in one; ``hosts`` or ``hostfile`` sets the
-configured hosts aside, and a config file's ``env`` goes under ``env=``.
+configured hosts aside, and a config file's ``env`` goes under ``env=``. ``env=`` values are
+secrets (by a 0600 file to the ranks, never shown); ``env_plain=`` (``--env-plain``) passes
+values that are not.
 
 It builds the same LaunchSpec through the same function and assembles it through the
 same ``ringtrain.assembly.prepare`` as the command: the same entry check, hosts, srun refusal
@@ -111,6 +113,8 @@ def _options(script: str, args: tuple[str, ...], given: dict[str, Any],
     names = {f.name for f in dataclasses.fields(LaunchOptions)} - {"script", "script_args"}
     public = sorted({_public(n) for n in names})
     values: dict[str, Any] = {}
+    given = dict(given)
+    plain = given.pop("env_plain", None)  # --env-plain: values that are no secret
     for key, value in given.items():
         name = _RENAMED.get(key, key)
         if name not in names:
@@ -119,10 +123,21 @@ def _options(script: str, args: tuple[str, ...], given: dict[str, Any],
                 f"use one of: {', '.join(public)}",
             )
         values[name] = _coerce(name, value)
+    if plain is not None:
+        values["env"] = (*(values.get("env") or ()), *_env(plain, plain=True))
     check_host_source(values.get("hosts_file"), values.get("host_spec"),
                       values.get("hosts_format"), KEYWORD_SPELLING)  # in keyword words, not flags
     return LaunchOptions(script=script, script_args=tuple(args),
                          **settings.layered(values, layers))
+
+
+def _env(value: Any, plain: bool = False) -> tuple[EnvSpec, ...]:
+    """``env=`` (secrets) or ``env_plain=``: a dict, or NAME / NAME=VALUE strings and pairs."""
+    items = value.items() if isinstance(value, dict) else value
+    return tuple(
+        EnvSpec.parse(v, plain) if isinstance(v, str) else EnvSpec(str(v[0]), str(v[1]), plain)
+        for v in items
+    )
 
 
 def _public(name: str) -> str:
@@ -134,11 +149,7 @@ def _coerce(name: str, value: Any) -> Any:
     if name in ("runs_dir", "ssh_config", "known_hosts") and value is not None:
         return Path(value)
     if name == "env":
-        items = value.items() if isinstance(value, dict) else value
-        return tuple(
-            EnvSpec.parse(v) if isinstance(v, str) else EnvSpec(str(v[0]), str(v[1]))
-            for v in items
-        )
+        return _env(value)
     if name in ("mpi_args", "srun_args") and isinstance(value, str):  # as --srun-args
         try:
             value = tuple(shlex.split(value))

@@ -67,10 +67,12 @@ SshTransport = Literal["paramiko", "openssh"]  # --ssh-transport (remote/ssh.py,
 
 @dataclass(frozen=True, slots=True)
 class EnvSpec:
-    """``--env NAME`` (forward the launcher's value) or ``--env NAME=VALUE`` (set it)."""
+    """``--env NAME`` (forward the launcher's value) or ``--env NAME=VALUE`` (set it): a secret
+    unless ``plain`` (``--env-plain``; launch/plan/secretvars.py)."""
 
     name: str
     value: str | None = None
+    plain: bool = False
 
     def __post_init__(self) -> None:  # however it was made: --env, ringtrain.run, plan.json
         if not isinstance(self.name, str) or not _ENV_NAME_RE.match(self.name):
@@ -78,19 +80,15 @@ class EnvSpec:
                 f"--env: {self.name!r} is not a valid environment variable name",
                 "use --env NAME to forward a variable or --env NAME=VALUE to set one",
             )
-        if self.value is not None and (not isinstance(self.value, str) or "\0" in self.value):
-            raise UsageError(f"--env {self.name}: its value is not text",
+        if not isinstance(self.plain, bool) or (self.value is not None and (
+                not isinstance(self.value, str) or "\0" in self.value)):
+            raise UsageError(f"--env {self.name}: its value is not text (or plain not a bool)",
                              "pass --env NAME=VALUE with a text value")
 
     @classmethod
-    def parse(cls, text: str) -> EnvSpec:
+    def parse(cls, text: str, plain: bool = False) -> EnvSpec:
         name, sep, value = text.partition("=")
-        if not _ENV_NAME_RE.match(name):
-            raise UsageError(
-                f"--env {text!r}: {name!r} is not a valid environment variable name",
-                "use --env NAME to forward a variable or --env NAME=VALUE to set one",
-            )
-        return cls(name=name, value=value if sep else None)
+        return cls(name=name, value=value if sep else None, plain=plain)
 
 
 @dataclass(frozen=True, slots=True)

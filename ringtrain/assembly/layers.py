@@ -69,18 +69,21 @@ KEYS: dict[str, Key] = {
                       "seconds to exit after the script (--exit-grace)", minimum=1),
     "on_bad_host": Key("on_bad_host", "list",
                        'what a bad host does (--on-bad-host), a list or "exclude,xid=warn"'),
-    "env": Key("env", "env", 'variables for every rank (--env): a table NAME = "value" or a '
-               'list of "NAME=value"; file only'),
+    "env": Key("env", "env", 'variables for every rank (--env), secrets: a table NAME = "value" '
+               'or a list of "NAME=value"; file only'),
+    "env_plain": Key("env", "env", "variables for every rank that are not secret "
+                     "(--env-plain), shown and in the launch command's environment; as env"),
     "env_file": Key("env_file", "path", "a file of NAME=value lines for every rank; file only"),
 }
 
 # keys read from config files only: RINGTRAIN_ENV_FILE is the ranks' own variable
-FILE_ONLY = frozenset({"env", "env_file"})
+FILE_ONLY = frozenset({"env", "env_plain", "env_file"})
 
 # keys whose value runs a program: the interpreter on the hosts, ssh's ProxyCommand and
 # friends, an executable inventory (a discovery script), LD_PRELOAD and PYTHONPATH; and
 # trust_groups, which lets others swap the directory the launcher runs programs from
-CODE_KEYS = frozenset({"python", "ssh_config", "hosts", "env", "env_file", "trust_groups"})
+CODE_KEYS = frozenset({"python", "ssh_config", "hosts", "env", "env_plain", "env_file",
+                       "trust_groups"})
 
 # the options that name the hosts: one given by the caller sets the configured ones aside
 HOST_SOURCE = ("hosts_file", "host_spec")
@@ -102,7 +105,9 @@ class EnvEntry:
 
     def masked(self) -> str:
         """As shown: the name, never the value."""
-        return self.spec.name if self.spec.value is None else f"{self.spec.name}=****"
+        if self.spec.value is None:
+            return self.spec.name
+        return f"{self.spec.name}={self.spec.value if self.spec.plain else '****'}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +196,7 @@ def convert(key: str, value: Any, where: str, base: Path | None) -> Any:
     variable) in the error; ``base`` is the config file's folder (None: the environment)."""
     spec = KEYS[key]
     if spec.kind == "env":
-        return env_table(value, where)
+        return env_table(value, where, plain=key == "env_plain")
     out = _typed(spec.kind, value, base)
     if out is None:
         what = {"path": "a path", "hosts": "a path or host list", "url": "a path or URL",
@@ -256,9 +261,10 @@ def _hosts(value: str, base: Path | None) -> str:
     return str(base / path)
 
 
-def env_table(value: Any, where: str) -> tuple[EnvSpec, ...]:
+def env_table(value: Any, where: str, plain: bool = False) -> tuple[EnvSpec, ...]:
     """``env = {NAME = "value"}`` or ``env = ["NAME=value", "NAME"]`` (a bare NAME forwards
-    the launcher's value). Errors name the variable, never its value."""
+    the launcher's value); ``env_plain`` the same, values not secret (``plain``). Errors name
+    the variable, never its value."""
     if isinstance(value, dict):
         items: Iterable[tuple[Any, Any]] = value.items()
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -271,7 +277,7 @@ def env_table(value: Any, where: str) -> tuple[EnvSpec, ...]:
         if not isinstance(text, str | None) or isinstance(text, bool):
             raise UsageError(f"{where}: {name}: its value is not a string",
                              f'quote it: {name} = "..."')
-        out.append(_env_spec(str(name), text, where))
+        out.append(_env_spec(str(name), text, where, plain))
     return tuple(out)
 
 
@@ -292,9 +298,9 @@ def env_lines(text: str, where: str) -> tuple[EnvSpec, ...]:
     return tuple(out)
 
 
-def _env_spec(name: str, value: str | None, where: str) -> EnvSpec:
+def _env_spec(name: str, value: str | None, where: str, plain: bool = False) -> EnvSpec:
     try:
-        return EnvSpec(name, value)
+        return EnvSpec(name, value, plain)
     except UsageError:
         raise UsageError(f"{where}: {name!r} is not a valid environment variable name",
                          "names are letters, digits and _, not starting with a digit") from None

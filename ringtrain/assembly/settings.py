@@ -80,8 +80,9 @@ def load(cwd: Path, environ: Mapping[str, str], uid: int | None = None) -> Confi
         values = _trusted_values(file, uid, skipped)
         if "env_file" in values:
             env.append((_env_file(values["env_file"], file.path, uid, skipped), str(file.path)))
-        if "env" in values:
-            env.append((values["env"], str(file.path)))
+        for key in ("env", "env_plain"):  # one name in both: env_plain's, as written later
+            if key in values:
+                env.append((values[key], str(file.path)))
         for key, value in values.items():
             found[key] = Setting(key, value, str(file.path))
     found.update(from_environment(environ))

@@ -65,10 +65,12 @@ def command(ctx: click.Context, as_json: bool) -> None:
         {"key": key, "value": shown(found[key].value) if key in found else _built_in(
             built_in.get(spec.param)), "source": found[key].source if key in found
          else "built-in default", "means": spec.means}
-        for key, spec in settings.KEYS.items() if key != "env"
+        for key, spec in settings.KEYS.items() if key not in ("env", "env_plain")
     ]
     rows += [{"key": f"env.{e.spec.name}", "value": e.masked(), "source": e.source,
-              "means": "a variable for every rank (value not shown)"} for e in loaded.env]
+              "means": "a variable for every rank" + ("" if e.spec.plain else
+                                                         " (a secret: value not shown)")}
+             for e in loaded.env]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

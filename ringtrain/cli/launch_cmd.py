@@ -58,6 +58,12 @@ def _env_specs(
     return tuple(EnvSpec.parse(v) for v in values)
 
 
+def _plain_env_specs(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[EnvSpec, ...]:
+    return tuple(EnvSpec.parse(v, plain=True) for v in values)
+
+
 @click.command(
     "launch",
     epilog=_EPILOG,
@@ -109,8 +115,19 @@ def _env_specs(
     multiple=True,
     callback=_env_specs,
     metavar="NAME[=VALUE]",
-    help="Forward NAME to every rank, or set it to VALUE. Repeatable; over the config "
-    "files' env and env_file, name by name.",
+    help="Forward NAME to every rank, or set it to VALUE. A secret whatever its name: sent "
+    "by a 0600 file on each host, never on a command line or the wire in clear, never "
+    "shown. Repeatable; over the config files' env and env_file, name by name.",
+)
+@click.option(
+    "--env-plain",
+    "env_plain",
+    multiple=True,
+    callback=_plain_env_specs,
+    metavar="NAME[=VALUE]",
+    help="As --env, for a value that is no secret (NCCL_DEBUG=INFO): shown in the plan and "
+    "passed in the launch command's environment. PATH, LD_LIBRARY_PATH, PYTHONPATH... are "
+    "plain with --env too: a rank reads them as it starts.",
 )
 @ssh_options()
 @click.option("--no-probe", is_flag=True, help="Skip the SSH pre-flight probe of every host.")
@@ -302,6 +319,7 @@ def command(
     SCRIPT is a Python file (train.py), or any program (a wrapper script, a binary); -m MODULE
     runs a module. `python train.py` and `python -m pkg.train`, as horovodrun takes them, work
     too. Options end at SCRIPT (or at --): everything after it is the script's own."""
+    options["env"] = (*options["env"], *options.pop("env_plain"))  # one list, each marked
     if from_run:
         spec = launch_entry.spec_from_run(ctx, from_run)
     else:

@@ -204,10 +204,12 @@ def srun_failure(stderr: str) -> str | None:
     return None
 
 
-def remote_for(job: SchedulerJob | None) -> SrunRemote | None:
-    """The Remote to use inside ``job`` (srun steps under Slurm); None means SSH."""
+def remote_for(job: SchedulerJob | None,
+               environ: Mapping[str, str] | None = None) -> SrunRemote | None:
+    """The Remote to use inside ``job`` (srun steps under Slurm, started with ``environ``,
+    this process's when None: srun ships it to the node); None means SSH."""
     if job is not None and job.scheduler is Scheduler.SLURM:
-        return SrunRemote()
+        return SrunRemote(environ)
     return None
 
 

@@ -115,13 +115,15 @@ def watch_launch(argv: list[str], cwd: Path, env: dict[str, str],
 def check_secret_run(tmp_path: Path, argv: list[str], env: dict[str, str],
                      hosts: dict[str, str]) -> None:
     """Launch ``argv`` (``show.py``; ``hosts``: rank -> host name) with the secrets MY_API_TOKEN
-    (--env NAME=VALUE) and AWS_SECRET_ACCESS_KEY (the launcher's environment), and check the
+    (--env NAME=VALUE) and AWS_SECRET_ACCESS_KEY (the launcher's environment, forwarded with
+    --env NAME: no checkpoint on S3 would need it), and check the
     whole story: no value on any command line, every rank sees them all, its file was 0600
     while the job ran and is gone after."""
     api, aws = secrets.token_hex(16), secrets.token_hex(20)
     script = tmp_path / "show.py"
     script.write_text(SHOW)
-    argv = [*argv, "--env", f"MY_API_TOKEN={api}", str(script)]
+    argv = [*argv, "--env", f"MY_API_TOKEN={api}", "--env", "AWS_SECRET_ACCESS_KEY",
+            str(script)]
     env = {**env, "AWS_SECRET_ACCESS_KEY": aws}
     values = {"MY_API_TOKEN": api.encode(), "AWS_SECRET_ACCESS_KEY": aws.encode()}
     done, leaks, ranks, modes = watch_launch(argv, tmp_path, env, values)

@@ -5,10 +5,10 @@ the start, and mpirun forwards the file's name (``RINGTRAIN_ENV_FILE``) instead 
 
 Two simulated hosts: mpirun runs under strace (an ``mpirun`` first on the launcher's PATH), so
 every byte it and its children write (the launch message to each orted among them) is kept.
-A value that is forwarded and not secret (``MODE``) must be found there: the capture sees
-the launch message. The token (each rank writes the one it found to a file of the test's), the
-AWS key and the ``--env`` secret must not. The ranks checked in with that token: the launch
-succeeded and the launcher heard them."""
+A value that is forwarded and said plain (``--env-plain MODE=...``) must be found there: the
+capture sees the launch message. The token (each rank writes the one it found to a file of
+the test's), the AWS key and the ``--env`` secret must not. The ranks checked in with that
+token: the launch succeeded and the launcher heard them."""
 
 from __future__ import annotations
 
@@ -78,7 +78,8 @@ def test_mpirun_launch_message_carries_no_secret(sim_cluster: sim.SimCluster,
             "-H", f"{G1}:1,{G2}:1", "--python", str(wrap / "python"),
             "--ssh-config", str(sim_cluster.ssh_config),
             "--known-hosts", str(sim_cluster.known_hosts),
-            "--env", f"MY_API_TOKEN={api}", "--env", f"MODE={mode}", str(script), str(tokens)]
+            "--env", f"MY_API_TOKEN={api}", "--env-plain", f"MODE={mode}",
+            "--env", "AWS_SECRET_ACCESS_KEY", str(script), str(tokens)]
     values = {"MY_API_TOKEN": api.encode(), "AWS_SECRET_ACCESS_KEY": aws.encode()}
     done, leaks, _, _ = watch_launch(argv, tmp_path, env, values)
     out = done.stdout[-2000:] + done.stderr[-3000:]

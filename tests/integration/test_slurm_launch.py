@@ -8,7 +8,9 @@ hostname (``test_probe_runs_on_every_node_through_srun`` shows exactly that).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import secrets
 import subprocess
 import sys
 import time
@@ -224,3 +226,66 @@ def test_tf_multiworker_under_srun_gives_each_slurm_task_its_tf_config(
     assert plan["backend"] == "srun" and plan["argv"][0] == "srun"
     assert run_result(tmp_path)["state"] == "succeeded"
     assert not run_processes(plan["run_id"])
+
+
+# each rank: what it found in its environment, and what the srun that started the step holds
+# (the emulated nodes share this machine, so its /proc shows that srun: argv and environment)
+SECRETS_SEEN = """\
+import hashlib, os
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+e = os.environ
+def digest(name):
+    return hashlib.sha256(e[name].encode()).hexdigest() if name in e else "-"
+values = [e[n].encode() for n in ("PROBE_VALUE", "LAUNCHER_PASSWORD", "RINGTRAIN_CONTROL_TOKEN")
+          if n in e]
+sruns, leaked = 0, []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\\0")
+        if os.path.basename(argv[0]) != b"srun" or b"ringtrain.rank.entry" not in argv:
+            continue
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            held = f.read() + b"\\0".join(argv)
+    except OSError:
+        continue
+    sruns += 1
+    leaked += [i for i, v in enumerate(values) if v in held]
+print("SEEN", c.rank, digest("PROBE_VALUE"), digest("LAUNCHER_PASSWORD"),
+      bool(e.get("RINGTRAIN_CONTROL_TOKEN")), digest("AWS_SECRET_ACCESS_KEY"), e.get("SHOWN"),
+      sruns, leaked, flush=True)
+"""
+
+
+def test_srun_carries_no_secret_the_file_does(slurm_cluster: slurm_sim.SlurmSim,
+                                              tmp_path: Path) -> None:
+    """Issue 40: srun ships its whole environment (--export=ALL) to each node's slurmd. The
+    control token, an --env value (forwarded by a name nothing would guess) and a secret of
+    the launcher's environment reach the ranks by the 0600 file, written on each node by an
+    srun step with the values on its stdin: the srun that starts the ranks holds none of them
+    in its argv or environment, every rank holds them all. The launcher's AWS key reaches no
+    rank (no checkpoint on S3); --env-plain's value is in the environment as it was."""
+    value, password, aws = secrets.token_hex(16), secrets.token_hex(12), secrets.token_hex(20)
+    job_id = _submit(slurm_cluster, tmp_path, "secrets", _script(tmp_path, SECRETS_SEEN),
+                     "--nodes", "2", "--ntasks-per-node", "1", "--launch-arg=--no-probe",
+                     "--launch-arg=--env=PROBE_VALUE", "--launch-arg=--env-plain=SHOWN=yes",
+                     PROBE_VALUE=value, LAUNCHER_PASSWORD=password, AWS_SECRET_ACCESS_KEY=aws)
+    state = wait_job(slurm_cluster, job_id, timeout=180)
+    out = (tmp_path / f"secrets-{job_id}.out").read_text()
+    assert state == "COMPLETED", out
+    seen = sorted(line.split("SEEN ", 1)[1] for line in out.splitlines() if "SEEN " in line)
+    sha = [hashlib.sha256(v.encode()).hexdigest() for v in (value, password)]
+    # srun found (else the scan proves nothing; it runs as two processes), no value in it
+    assert [line.split()[:6] for line in seen] == [
+        [str(r), sha[0], sha[1], "True", "-", "yes"] for r in (0, 1)], out
+    assert all(int(line.split()[6]) >= 1 and line.endswith(" []") for line in seen), out
+    assert value not in out and password not in out and aws not in out
+    plan = json.loads(next((tmp_path / "runs").glob("*/attempt-1/plan.json")).read_text())
+    assert plan["backend"] == "srun"
+    assert {"PROBE_VALUE", "LAUNCHER_PASSWORD", "RINGTRAIN_CONTROL_TOKEN"} <= set(
+        plan["secrets_by_file"])
+    assert "AWS_SECRET_ACCESS_KEY" in plan["withheld"]
+    assert run_result(tmp_path)["state"] == "succeeded"
+    run_id = plan["run_id"]
+    assert not list((Path.home() / ".ringtrain" / "secrets").glob(f"{run_id}-*"))  # reaped

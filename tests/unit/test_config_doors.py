@@ -37,7 +37,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "ringtrain.toml").write_text(
         'hosts = "cluster/hosts.txt"\nruns_dir = "runs-here"\ncheckpoint = "ckpt"\n'
         'max_restarts = 2\nenv_file = ".ringtrain_env"\n'
-        'env = { NCCL_DEBUG = "WARN", A = "table" }\n')
+        'env = { NCCL_DEBUG = "WARN", A = "table" }\nenv_plain = ["B=shown"]\n')
     (root / "src" / "train.py").write_text("print('hi')\n")
     monkeypatch.chdir(root / "src")
     monkeypatch.setenv("RINGTRAIN_STALL_TIMEOUT", "77")
@@ -73,7 +73,8 @@ def test_both_doors_read_the_same_layers(project: Path) -> None:
     assert by_api["restart"]["max_restarts"] == 3  # the environment over the project file
     assert by_api["supervision"]["stall_timeout"] == 77
     env = {e["name"]: e["value"] for e in by_api["env"]}
-    assert env == {"WANDB_API_KEY": None, "A": "table", "NCCL_DEBUG": "WARN"}  # secret by name
+    # issue 40: every env value a secret, whatever its name; env_plain's shown
+    assert env == {"WANDB_API_KEY": None, "A": None, "NCCL_DEBUG": None, "B": "shown"}
 
 
 def test_what_the_caller_gives_wins_through_both_doors(project: Path) -> None:
@@ -82,7 +83,21 @@ def test_what_the_caller_gives_wins_through_both_doors(project: Path) -> None:
     by_api = _api_spec(max_restarts=0, env={"A": "cli"}, runs_dir=project / "runs-here")
     assert by_cli == by_api
     assert by_api["restart"]["max_restarts"] == 0
-    assert {e["name"]: e["value"] for e in by_api["env"]}["A"] == "cli"
+    assert {e["name"]: e["value"] for e in by_api["env"]}["A"] is None  # a secret: not kept
+
+
+def test_env_plain_through_both_doors(project: Path) -> None:
+    """--env-plain (env_plain=): the value kept in plan.json and shown; --env's never."""
+    by_cli = _cli_spec(project, "--env", "S=hidden-1", "--env-plain", "P=shown-2")
+    by_api = _api_spec(env={"S": "hidden-1"}, env_plain={"P": "shown-2"})
+    assert by_cli == by_api
+    env = {e["name"]: (e["value"], e["plain"]) for e in by_api["env"]}
+    assert env["S"] == (None, False) and env["P"] == ("shown-2", True)
+    shown = _cli("launch", "--dry-run", "--no-probe", "--env", "S=hidden-1", "--env-plain",
+                 "P=shown-2", "train.py")
+    assert "P=shown-2" in shown.output and "hidden-1" not in shown.output
+    helped = _cli("launch", "--help").output
+    assert "--env-plain" in helped and "secret" in helped
 
 
 def test_a_host_source_given_overrides_the_configured_one(project: Path) -> None:

@@ -191,7 +191,7 @@ def test_launch_from_validates_plan_json_and_shows_what_it_asks(shared: Path) ->
     the same checks as the command line, must be the user's own, and what it asks beyond a
     plain launch is shown before anything runs."""
     tmp = shared / "project"
-    first = _dry(tmp, "-H", "localhost:2", "--mpi-arg=--display-map", "--env", "MODE=fast",
+    first = _dry(tmp, "-H", "localhost:2", "--mpi-arg=--display-map", "--env-plain", "MODE=fast",
                  "train.py")
     assert first.exit_code == 0, first.output
     (run,) = (tmp / "runs").iterdir()

@@ -28,7 +28,8 @@ REMOVE = secretfile_argv(PY, "remove", PATH)
 def _plan(*, gloo: bool = True) -> LaunchPlan:
     request = LaunchSpec(script="train.py", host_spec="gpu01:2,gpu02:2",
                          backend=Backend.HOROVODRUN, gloo=gloo, working_dir=Path("/w"),
-                         env=(EnvSpec("API_SECRET", "hunter2"),))
+                         env=(EnvSpec("API_SECRET", "hunter2"),
+                              EnvSpec("AWS_SECRET_ACCESS_KEY")))  # named: the rank needs it
     inputs = PlanInputs(run_id="R1", environ={"PATH": "/bin", "AWS_SECRET_ACCESS_KEY": "aws-v"},
                         is_root=False, python=PY, control_addr="10.0.0.1:5000",
                         control_token="tok-v")

@@ -198,7 +198,8 @@ def test_the_corrected_line_runs(project: Path) -> None:
     line = stderr.rstrip().rpartition(": ringtrain ")[2]
     result = CliRunner().invoke(cli, shlex.split(line))
     assert result.exit_code == 0, result.output
-    assert "A=1" in result.output and "-np 1 " in result.output  # --slots '*=1': one rank
+    assert "-np 1 " in result.output  # --slots '*=1': one rank
+    assert "--env A=1" in line and "A=1" not in result.output  # a secret, by file
 
 
 def test_single_dash_mpirun_words_are_not_misread_as_short_options(project: Path) -> None:

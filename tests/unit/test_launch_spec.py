@@ -90,6 +90,7 @@ def test_cli_parameters_and_launch_options_match_one_for_one() -> None:
     # how to run or show, not the launch (-v/-q: added to every command by the group)
     display = ("dry_run", "from_run", "console_ranks", "json_out", "verbose", "quiet",
                "mpi_args_line",  # --mpi-args "...": its words join mpi_args (--mpi-arg)
+               "env_plain",  # --env-plain: its variables join env, marked plain
                "requeue")  # what the CLI process does on SIGUSR1 (the Slurm batch job's)
     params = {p.name: p for p in command.params if p.name not in display}
     assert set(params) == set(fields)

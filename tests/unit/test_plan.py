@@ -18,7 +18,7 @@ from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.job.hosts import with_ssh_defaults
 from ringtrain.launch.job.run import prepare as run_prepare
 from ringtrain.launch.job.rundir import make_run_dir
-from ringtrain.launch.plan.make import REDACTED, PlanInputs, make_plan, read_recorded_spec
+from ringtrain.launch.plan.make import PlanInputs, make_plan, read_recorded_spec
 from ringtrain.rank import envvars
 from ringtrain.spec import Backend, Entry, EnvSpec, LaunchSpec, SshSpec
 from tests.golden import assert_golden
@@ -55,7 +55,8 @@ def _plan(spec: str = "localhost:2", *, root: bool = True, **kw: object):  # typ
 
 def test_openmpi_local_plan_matches_golden() -> None:
     plan = _plan(
-        env=(EnvSpec("MY_TOKEN"), EnvSpec("API_SECRET", "hunter2"), EnvSpec("MODE", "fast"))
+        env=(EnvSpec("MY_TOKEN"), EnvSpec("API_SECRET", "hunter2"),
+             EnvSpec("MODE", "fast", plain=True))
     )
     assert_golden("plan/openmpi_local.txt", plan.describe() + "\n")
 
@@ -91,8 +92,8 @@ def test_secret_values_never_in_argv_or_description() -> None:
     text = plan.describe() + plan.to_json_text() + " ".join(plan.command.argv)
     assert "hunter2" not in text and "s3cr3t" not in text
     srun = _plan(backend=Backend.SRUN, env=(EnvSpec("MY_TOKEN"), EnvSpec("API_SECRET", "hunter2")))
-    assert f"API_SECRET={REDACTED}" in srun.describe()
-    assert ("API_SECRET", "hunter2") in srun.command.env  # the real value still reaches the job
+    assert "hunter2" not in srun.describe() + " ".join(srun.command.argv)
+    assert ("API_SECRET", "hunter2") in srun.command.secrets  # srun: by the secrets file too
     assert ("API_SECRET", "hunter2") in plan.command.secrets  # mpirun: by the secrets file
 
 
@@ -187,12 +188,13 @@ def test_the_checkpoint_location_travels_to_the_ranks_and_back() -> None:
 
 
 def test_plan_json_records_the_spec_and_reads_it_back_without_secret_values() -> None:
-    plan = _plan(env=(EnvSpec("API_SECRET", "hunter2"), EnvSpec("MODE", "fast")),
+    plan = _plan(env=(EnvSpec("API_SECRET", "hunter2"), EnvSpec("MODE", "fast", plain=True)),
                  checkpoint_url="s3://ckpt/digits", np=2)
     data = plan.to_json()
     assert "hunter2" not in plan.to_json_text()
     spec = read_recorded_spec(data)
-    assert spec == replace(plan.spec, env=(EnvSpec("API_SECRET"), EnvSpec("MODE", "fast")))
+    assert spec == replace(plan.spec,
+                           env=(EnvSpec("API_SECRET"), EnvSpec("MODE", "fast", plain=True)))
 
 
 def test_horovodruns_ssh_is_ringtrains_shim_with_per_host_settings_and_strict_keys(
@@ -249,13 +251,17 @@ def test_module_program_and_mpi_args_in_the_rank_command() -> None:
         "-mca btl_tcp_if_exclude lo")
 
 
-def _supervised(backend: Backend | None, *, gloo: bool = False, attempt: int = 1):  # type: ignore[no-untyped-def]
+def _supervised(backend: Backend | None, *, gloo: bool = False, attempt: int = 1,  # type: ignore[no-untyped-def]
+                checkpoint: str | None = "s3://ckpt/r1", env: tuple[EnvSpec, ...] = ()):
     """A real launch's plan (control address and token set), with secrets in the launcher's
-    environment (MY_TOKEN, AWS_SECRET_ACCESS_KEY) and in --env (API_SECRET)."""
+    environment (MY_TOKEN, AWS_SECRET_ACCESS_KEY: the checkpoint on S3 needs it) and in --env
+    (API_SECRET; MODE said plain)."""
     request = LaunchSpec(script="train.py", host_spec="gpu01:2,gpu02:2", backend=backend,
                          gloo=gloo, working_dir=Path("/w"),
-                         env=(EnvSpec("API_SECRET", "hunter2"), EnvSpec("MODE", "fast")))
-    environ = {**ENVIRON, "AWS_SECRET_ACCESS_KEY": "aws-value", "HOROVOD_SECRET_KEY": "hvd"}
+                         checkpoint=Location.parse(checkpoint) if checkpoint else None,
+                         env=(EnvSpec("API_SECRET", "hunter2"), EnvSpec("MODE", "fast", plain=True),
+                              *env))
+    environ = {**ENVIRON, "AWS_SECRET_ACCESS_KEY": "aws-value", "HOROVOD_SECRET_KEY": "hvd-key"}
     inputs = PlanInputs(run_id="R1", environ=environ, is_root=False, python="/venv/bin/python",
                         attempt=attempt, control_addr="10.0.0.1:5000", control_token="tok-value")
     return make_plan(request, allocate(parse_host_spec("gpu01:2,gpu02:2"), None), inputs), environ
@@ -277,7 +283,7 @@ def test_gloo_gives_horovodrun_the_secrets_names_only_and_their_values_by_file()
     assert child[envvars.ENV_FILE] == "~/.ringtrain/secrets/R1-2.json"  # same on every host
     assert child["MODE"] == "fast"
     assert child["PATH"] == f"{plan.attempt_dir / 'bin'}:/usr/bin:/bin"  # its ssh shim first
-    assert child["HOROVOD_SECRET_KEY"] == "hvd"  # horovodrun never exports it: left alone
+    assert child["HOROVOD_SECRET_KEY"] == "hvd-key"  # horovodrun never exports it: left alone
     shown = (plan.describe() + plan.to_json_text() + repr(command)
              + " ".join(command.argv))
     assert not [v for v in SECRETS.values() if v in shown]
@@ -298,7 +304,7 @@ def test_mpirun_forwards_the_secrets_file_not_the_secrets() -> None:
     command = plan.command
     names = _x_names(command.argv)
     sent = {**{k: v for k, v in SECRETS.items() if k != "MY_TOKEN"},
-            "HOROVOD_SECRET_KEY": "hvd"}  # forwarded (HOROVOD_*) and a secret: by file too
+            "HOROVOD_SECRET_KEY": "hvd-key"}  # forwarded (HOROVOD_*) and a secret: by file too
     assert envvars.CONTROL_TOKEN not in names and not set(SECRETS) & set(names)
     assert envvars.ENV_FILE in names and "MODE" in names and "PATH" in names
     assert set(plan.forwarded) == set(names)
@@ -326,17 +332,63 @@ def test_horovodrun_mpi_sends_secrets_by_file_as_gloo_does() -> None:
     child = command.environment(environ)
     assert not set(SECRETS) & set(child) and dict(command.secrets) == SECRETS
     assert child[envvars.ENV_FILE] == "~/.ringtrain/secrets/R1-1.json"
-    assert child["HOROVOD_SECRET_KEY"] == "hvd"  # horovodrun never exports it: left alone
+    assert child["HOROVOD_SECRET_KEY"] == "hvd-key"  # horovodrun never exports it: left alone
 
 
-def test_srun_sends_no_secrets_file() -> None:
-    """srun: Slurm carries the environment itself (docs/THREAT_MODEL.md): as before."""
+def test_srun_sends_the_secrets_by_file_as_mpirun_does() -> None:
+    """Issue 40: srun ships its whole environment (--export=ALL) to every node's slurmd in its
+    launch request: the token, --env secrets and AWS keys leave it and go by file; --export
+    names the file, and srun's argv and environment hold no secret value."""
     plan, environ = _supervised(Backend.SRUN)
     command = plan.command
-    assert (command.unset, command.secrets) == ((), ())
-    assert envvars.ENV_FILE not in dict(command.env)
-    assert dict(command.env)[envvars.CONTROL_TOKEN] == "tok-value"
-    assert command.environment(environ) == {**environ, **dict(command.env)}
+    sent = {**SECRETS, "HOROVOD_SECRET_KEY": "hvd-key"}  # all of srun's environment: MY_TOKEN too
+    child = command.environment(environ)  # what srun is started with
+    assert not set(sent.values()) & set(child.values()) and not set(sent) & set(child)
+    assert set(command.unset) == set(sent) and dict(command.secrets) == sent
+    assert child[envvars.ENV_FILE] == "~/.ringtrain/secrets/R1-1.json"
+    assert child["MODE"] == "fast"  # said plain: in the environment, shown
+    (export,) = [a for a in command.argv if a.startswith("--export=")]
+    assert envvars.ENV_FILE in export.split(",") and not set(sent) & set(export.split(","))
+    shown = plan.describe() + plan.to_json_text() + repr(command) + " ".join(command.argv)
+    assert not [v for v in sent.values() if v in shown]
+    assert "srun sends their values to every node's slurmd in clear" in plan.describe()
+
+
+def test_env_values_are_secret_unless_said_plain_whatever_their_name() -> None:
+    """Issue 40: no guessing by name for what the user hands the ranks: --env MYSQL_PWD=...
+    and --env WANDB_API=... go by file and are never shown; --env-plain says a value is not
+    secret (even under a secret-looking name); a startup variable cannot wait for the file."""
+    env = (EnvSpec("MYSQL_PWD", "pw-1"), EnvSpec("WANDB_API", "wb-2"),
+           EnvSpec("API_TOKEN_HINT", "shown-3", plain=True),
+           EnvSpec("LD_LIBRARY_PATH", "/opt/lib"))
+    for backend, gloo in ((None, False), (Backend.HOROVODRUN, True), (Backend.SRUN, False)):
+        plan, environ = _supervised(backend, gloo=gloo, env=env)
+        secrets = dict(plan.command.secrets)
+        assert secrets["MYSQL_PWD"] == "pw-1" and secrets["WANDB_API"] == "wb-2", backend
+        child = plan.command.environment(environ)
+        assert child["API_TOKEN_HINT"] == "shown-3" and child["LD_LIBRARY_PATH"] == "/opt/lib"
+        assert "MYSQL_PWD" not in child and "WANDB_API" not in child
+        shown = plan.describe() + plan.to_json_text() + " ".join(plan.command.argv)
+        assert "pw-1" not in shown and "wb-2" not in shown and "shown-3" in shown, backend
+        recorded = {e["name"]: e["value"] for e in plan.to_json()["spec"]["env"]}
+        assert recorded["MYSQL_PWD"] is None and recorded["API_TOKEN_HINT"] == "shown-3"
+
+
+def test_aws_keys_reach_the_ranks_only_for_a_checkpoint_on_s3_or_when_named() -> None:
+    """Issue 40: AWS keys only where a rank needs them. Without an S3 checkpoint the launcher's
+    AWS keys reach no rank on any backend (withheld, not by file, not forwarded); --env
+    AWS_SECRET_ACCESS_KEY forwards it again, by file."""
+    for backend, gloo in ((None, False), (Backend.HOROVODRUN, True), (Backend.SRUN, False)):
+        plan, environ = _supervised(backend, gloo=gloo, checkpoint=None)
+        assert "AWS_SECRET_ACCESS_KEY" in plan.command.withheld, backend
+        assert "AWS_SECRET_ACCESS_KEY" not in dict(plan.command.secrets)
+        assert "AWS_SECRET_ACCESS_KEY" not in plan.command.environment(environ)
+        assert "AWS_SECRET_ACCESS_KEY" not in plan.forwarded
+        named, _ = _supervised(backend, gloo=gloo, checkpoint=None,
+                               env=(EnvSpec("AWS_SECRET_ACCESS_KEY"),))
+        assert dict(named.command.secrets)["AWS_SECRET_ACCESS_KEY"] == "aws-value", backend
+        on_s3, _ = _supervised(backend, gloo=gloo)
+        assert dict(on_s3.command.secrets)["AWS_SECRET_ACCESS_KEY"] == "aws-value", backend
 
 
 def test_mpirun_without_secrets_is_as_before() -> None:
@@ -349,14 +401,15 @@ def test_mpirun_without_secrets_is_as_before() -> None:
 def test_secrets_are_redacted_by_value_as_well_as_by_name() -> None:
     """Issue 23: DATABASE_URL=postgres://u:pw@... was stored whole: a URL's password (and a
     private key) is a secret whatever the variable is called."""
-    plan = _plan(backend=Backend.SRUN,  # srun: the values in its environment, so in plan.json
-                 env=(EnvSpec("DATABASE_URL", "postgres://app:hunter2@db:5432/x"),
-                      EnvSpec("TLS_PEM", "-----BEGIN PRIVATE KEY-----\nabc"),
-                      EnvSpec("SITE", "https://example.org/a:b@c")))
+    plan = _plan(backend=Backend.SRUN,  # said plain: the values in plan.json, redacted by value
+                 env=(EnvSpec("DATABASE_URL", "postgres://app:hunter2@db:5432/x", plain=True),
+                      EnvSpec("TLS_PEM", "-----BEGIN PRIVATE KEY-----\nabc", plain=True),
+                      EnvSpec("SITE", "https://example.org/a:b@c", plain=True)))
     text = plan.to_json_text() + plan.describe()
     assert "hunter2" not in text and "BEGIN PRIVATE" not in text
     stored = json.loads(plan.to_json_text())
-    assert stored["env"]["DATABASE_URL"] == "postgres://app:<redacted>@db:5432/x"
+    # said plain, but a password in its value: by file all the same, never shown
+    assert {"DATABASE_URL", "TLS_PEM"} <= set(stored["secrets_by_file"])
     assert stored["env"]["SITE"] == "https://example.org/a:b@c"  # no password in it
     recorded = {e["name"]: e["value"] for e in stored["spec"]["env"]}
     assert recorded["DATABASE_URL"] is None and recorded["SITE"] == "https://example.org/a:b@c"

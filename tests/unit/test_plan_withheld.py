@@ -58,7 +58,7 @@ def test_the_shells_gpu_list_and_launcher_settings_reach_no_rank(backend: Backen
 
 
 def test_env_asks_for_the_gpu_list_by_name_or_with_a_value() -> None:
-    plan = _plan(Backend.MPIRUN, (EnvSpec("CUDA_VISIBLE_DEVICES"),))
+    plan = _plan(Backend.MPIRUN, (EnvSpec("CUDA_VISIBLE_DEVICES", plain=True),))
     assert "CUDA_VISIBLE_DEVICES" in _x_names(plan.command.argv)
     assert "CUDA_VISIBLE_DEVICES" not in plan.command.withheld
     assert plan.started.environment(SHELL)["CUDA_VISIBLE_DEVICES"] == "0"

@@ -60,11 +60,14 @@ def test_srun_forwards_names_never_values() -> None:
     export = next(a for a in plan.command.argv if a.startswith("--export="))
     names = export.removeprefix("--export=").split(",")
     assert names[0] == "ALL"
-    assert {"RINGTRAIN_CONTROL_ADDR", "RINGTRAIN_CONTROL_TOKEN", "MY_TOKEN", "PATH",
+    assert {"RINGTRAIN_CONTROL_ADDR", "RINGTRAIN_ENV_FILE", "PATH",
             "HOROVOD_CYCLE_TIME"} <= set(names)
     joined = " ".join(plan.command.argv)
     assert "s3cr3t" not in joined and "tok" not in joined.replace("TOKEN", "")
-    assert dict(plan.command.env)["RINGTRAIN_CONTROL_TOKEN"] == "tok"
+    # the secrets by file (issue 40): srun ships its environment to every node's slurmd
+    assert dict(plan.command.secrets) == {"RINGTRAIN_CONTROL_TOKEN": "tok", "MY_TOKEN": "s3cr3t"}
+    assert {"RINGTRAIN_CONTROL_TOKEN", "MY_TOKEN"} <= set(plan.command.unset)
+    assert "RINGTRAIN_CONTROL_TOKEN" not in dict(plan.command.env)
 
 
 def test_srun_passes_the_chosen_network_by_environment() -> None:
@@ -205,3 +208,20 @@ def test_slurm_env_error_reaches_the_user(tmp_path: Path, script: Path) -> None:
     code, out = _dry_run(tmp_path, script, env)
     assert code == 7
     assert "must run once per job" in out and "fix:" in out
+
+
+def test_ringtrains_own_srun_steps_carry_no_secret_of_the_launcher() -> None:
+    """Issue 40: the probe, the secrets file and the reaper run as srun steps with
+    --export=ALL: their environment is the launcher's less its secrets (by name or value) and
+    less the variables --env names, whatever they are called."""
+    from ringtrain.launch.job.hosts import resolve
+    environ = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu[01-02]",
+               "SLURM_TASKS_PER_NODE": "1(x2)", "PATH": "/usr/bin:/bin",
+               "AWS_SECRET_ACCESS_KEY": "aws", "DB_URL": "postgres://u:pw@db/x",
+               "PROBE_VALUE": "mine", "SHOWN": "yes"}
+    spec = LaunchSpec(script="t.py", working_dir=Path("/w"),
+                      env=(EnvSpec("PROBE_VALUE"), EnvSpec("SHOWN", plain=True)))
+    remote = resolve(spec, environ).remote
+    assert isinstance(remote, SrunRemote) and remote.env is not None
+    assert remote.env["PATH"] == "/usr/bin:/bin" and remote.env["SHOWN"] == "yes"
+    assert not {"AWS_SECRET_ACCESS_KEY", "DB_URL", "PROBE_VALUE"} & set(remote.env)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ringtrain.hostfile import Host, Inventory, resolve_hosts
 from ringtrain.launch.job import run
+from ringtrain.launch.plan.secretvars import Secrecy, public_environ
 from ringtrain.probe import names
 from ringtrain.remote import Remote
 from ringtrain.schedulers.calls import inventory_from_scheduler, remote_for
@@ -25,11 +26,14 @@ class Hosts:
     inventory: Inventory
     scheduler: SchedulerJob | None = None
     notes: tuple[str, ...] = ()
+    # the srun steps' environment (srun ships it to each node's slurmd): the launcher's less
+    # its secrets and the variables --env names (secretvars.public_environ)
+    step_environ: Mapping[str, str] | None = field(default=None, repr=False)
 
     @property
     def remote(self) -> Remote | None:
         """The Remote the allocation needs (srun steps inside Slurm); None: SSH."""
-        return remote_for(self.scheduler)
+        return remote_for(self.scheduler, self.step_environ)
 
 
 def resolve(spec: LaunchSpec, environ: Mapping[str, str]) -> Hosts:
@@ -46,7 +50,8 @@ def resolve(spec: LaunchSpec, environ: Mapping[str, str]) -> Hosts:
     if sched is not None:
         notes = (f"no --hosts given; inside {sched.describe()}",
                  *(f"warning: {n}" for n in sched.notes))
-        return Hosts(sched.inventory, sched, notes)
+        steps = public_environ(environ, Secrecy.of(spec.env).secret)
+        return Hosts(sched.inventory, sched, notes, steps)
     gpus = run.count_local_gpus()
     slots = gpus or os.cpu_count() or 1
     what = f"{gpus} GPUs" if gpus else f"no GPUs, {slots} CPU cores"

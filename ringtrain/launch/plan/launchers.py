@@ -5,10 +5,11 @@ on top of the launcher's own environment. Variables reach the ranks by name (``-
 as ``NAME=VALUE`` in argv, so values stay out of ``ps`` output and logs. Secrets go further:
 Open MPI ships the value of every ``-x`` name to each host's daemon in its launch message, in
 clear, and horovodrun forwards its whole environment (over Gloo it writes every value into each
-rank's ``sh -c`` / ``ssh`` command line). So under mpirun and horovodrun the secrets leave the
-command's environment (``Command.unset``) and travel by a file only the user can read
-(``Command.secrets``, launch/plan/secretvars.py, ``ringtrain.rank.secretfile``); under mpirun its
-name, ``RINGTRAIN_ENV_FILE``, is forwarded instead of theirs.
+rank's ``sh -c`` / ``ssh`` command line), and srun ships its whole environment to every node's
+slurmd. So under every backend the secrets leave the command's environment (``Command.unset``)
+and travel by a file only the user can read (``Command.secrets``, launch/plan/secretvars.py,
+``ringtrain.rank.secretfile``); under mpirun and srun its name, ``RINGTRAIN_ENV_FILE``, is
+forwarded instead of theirs.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ class LaunchContext:
     srun_mpi: str | None = DEFAULT_MPI  # srun's --mpi (slurm_options.srun_mpi); None: theirs
     launcher_path: str = "/usr/bin:/bin"  # the launcher's PATH (horovodrun's finds the shim)
     elastic: ElasticPolicy | None = None  # --elastic: horovodrun's elastic driver
-    # mpirun, horovodrun: the secret variables (secretvars.by_file), and the file (the same
+    # the secret variables (secretvars.by_file), and the file (the same
     # string on every host) they go to instead; ``forward`` names the file, not them
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     secrets_file: str = ""
@@ -137,18 +138,24 @@ def forwarded_names(
     return tuple(names)
 
 
+# The AWS keys reach a rank only where it needs them: a checkpoint on S3, or ``--env`` naming one
+AWS_KEY_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
 def withheld_names(
-    environ: Mapping[str, str], delta: Mapping[str, str], extra: Sequence[str]
+    environ: Mapping[str, str], delta: Mapping[str, str], extra: Sequence[str],
+    *, aws_keys: bool = True,
 ) -> tuple[str, ...]:
-    """Names in the launcher's environment that reach no rank: ``WITHHELD_NAMES`` and the
+    """Names in the launcher's environment that reach no rank: ``WITHHELD_NAMES``, the
     launcher's own settings (``RINGTRAIN_HOSTS``, ``RINGTRAIN_PYTHON``, any ``RINGTRAIN_*``
-    it does not set for the ranks), unless ``--env`` names them. They leave the launcher
-    command's environment too: its ranks on the launcher's host would inherit them. The
-    simulated cluster's ``RINGTRAIN_SIM_*`` stay: its sshd sets them for all on a host."""
+    it does not set for the ranks) and, without ``aws_keys`` (no checkpoint on S3), the AWS
+    keys, unless ``--env`` names them. They leave the launcher command's environment too: its
+    ranks on the launcher's host would inherit them. The simulated cluster's
+    ``RINGTRAIN_SIM_*`` stay: its sshd sets them for all on a host."""
     asked = {*delta, *extra}
     return tuple(name for name in sorted(environ) if name not in asked and (
-        name in WITHHELD_NAMES or (name.startswith(envvars.PREFIX)
-        and not name.startswith(SIM_HOST_PREFIX))))
+        name in WITHHELD_NAMES or (not aws_keys and name in AWS_KEY_NAMES)
+        or (name.startswith(envvars.PREFIX) and not name.startswith(SIM_HOST_PREFIX))))
 
 
 SIM_HOST_PREFIX = "RINGTRAIN_SIM_"
@@ -304,7 +311,9 @@ class SrunBackend:
     Placement follows the allocation exactly: ``--ntasks-per-node`` when every host runs the same
     number of ranks, else ``--distribution=arbitrary`` with one node name per rank. Variables go
     by ``--export=ALL,NAME,...``: srun passes its own environment (which holds the launcher's
-    delta), the names only document what ringtrain means to forward; no value is in argv."""
+    delta), the names only document what ringtrain means to forward; no value is in argv. The
+    secrets are not in that environment either: they go by file (``by_file``), as under
+    mpirun."""
 
     def build(self, alloc: Allocation, ctx: LaunchContext) -> Command:
         names = [h.name for h in alloc.hosts]
@@ -323,7 +332,8 @@ class SrunBackend:
         # the launcher's own OMPI_MCA_btl_tcp_if_include (or _exclude) wins, as under mpirun
         if ctx.tcp_include and ctx.user_mca.setter(*mca.YIELDS_TO["btl_tcp_if_include"]) is None:
             env.setdefault("OMPI_MCA_btl_tcp_if_include", ctx.tcp_include)
-        return Command(argv=tuple(argv), env=tuple(sorted(env.items())))
+        # srun ships its whole environment to every node's slurmd: the secrets go by file
+        return by_file(tuple(argv), env, ctx)
 
 
 SHIM_DIR = "bin"

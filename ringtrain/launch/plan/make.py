@@ -28,7 +28,7 @@ from ringtrain.launch.plan.launchers import (
     withheld_names,
 )
 from ringtrain.launch.plan.mca import UserMca
-from ringtrain.launch.plan.secretvars import REDACTED, by_file, is_secret, redact_env
+from ringtrain.launch.plan.secretvars import REDACTED, Secrecy, by_file
 from ringtrain.rank import envvars, secretfile
 from ringtrain.remote.sshconf import render_ssh_config
 from ringtrain.slurm_options import srun_mpi
@@ -94,7 +94,7 @@ class LaunchPlan:
         the describe() text names them, to be exported first. (Without the secrets file, which
         exists only while ringtrain runs the job: mpirun forwards the secrets by name again.)"""
         env = [f"{k}={v}" for k, v in self.command.env
-               if not is_secret(k, v) and k != envvars.ENV_FILE]
+               if not self.secrecy.is_secret(k, v) and k != envvars.ENV_FILE]
         argv = list(self.command.argv)
         if self.backend is Backend.MPIRUN and self.command.secrets:
             at = next(i for i in range(len(argv) - 1) if argv[i:i + 2] == ["-x", envvars.ENV_FILE])
@@ -103,9 +103,14 @@ class LaunchPlan:
         return shlex.join(["env", *unset, *env, *argv] if env or unset else argv)
 
     @property
+    def secrecy(self) -> Secrecy:
+        """What the user said is secret or plain (``--env``, ``--env-plain``)."""
+        return Secrecy.of(self.spec.env)
+
+    @property
     def secret_names(self) -> tuple[str, ...]:
         """The secrets a by-hand run needs exported: in the delta, or sent by file."""
-        names = [k for k, v in self.command.env if is_secret(k, v)]
+        names = [k for k, v in self.command.env if self.secrecy.is_secret(k, v)]
         return tuple(dict.fromkeys([*names, *(k for k, _ in self.command.secrets)]))
 
     def describe(self) -> str:
@@ -128,7 +133,7 @@ class LaunchPlan:
         out.append("environment set by ringtrain (secrets redacted):")
         out += [
             f"    {k}={v if v == REDACTED else shlex.quote(v)}"
-            for k, v in redact_env(self.command.env)
+            for k, v in self.secrecy.redact_env(self.command.env)
         ]
         out.append("environment forwarded to ranks by name: " + " ".join(self.forwarded))
         if self.command.withheld:
@@ -166,7 +171,7 @@ class LaunchPlan:
             "hosts": [{"name": h.name, "slots": h.slots} for h in self.allocation.hosts],
             "hostfile": self.hostfile_text,
             "argv": list(self.command.argv),
-            "env": dict(redact_env(self.command.env)),
+            "env": dict(self.secrecy.redact_env(self.command.env)),
             "forwarded": list(self.forwarded),
             "working_dir": str(self.working_dir),
             "spec": recorded_spec(self.spec),
@@ -178,15 +183,18 @@ class LaunchPlan:
 
 _EXPOSES = {Backend.MPIRUN: "mpirun sends their values to every host in clear",
             Backend.HOROVODRUN: "horovodrun shows their values in ps or sends them in clear",
-            Backend.SRUN: ""}
+            Backend.SRUN: "srun sends their values to every node's slurmd in clear"}
 
 
 def recorded_spec(spec: LaunchSpec) -> dict[str, Any]:
-    """The spec as plan.json records it: ``--env NAME=VALUE`` with a secret name keeps only its
-    name, so ``launch --from`` forwards that variable from the launcher's environment."""
+    """The spec as plan.json records it: ``--env NAME=VALUE`` keeps only its name (its value
+    is a secret unless ``--env-plain`` said otherwise), so ``launch --from`` forwards that
+    variable from the launcher's environment."""
     data = spec.to_json()
+    secrecy = Secrecy.of(spec.env)
     data["env"] = [
-        {"name": e.name, "value": None if is_secret(e.name, e.value) else e.value}
+        {"name": e.name, "value": None if secrecy.is_secret(e.name, e.value) else e.value,
+         "plain": e.plain}
         for e in spec.env
     ]
     return data
@@ -237,8 +245,10 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
     if spec.strategy is not Strategy.HOROVOD:
         delta[envvars.TF_CLUSTER] = tfcluster.encode(tfcluster.cluster_for(alloc, spec))
     extra = [e.name for e in spec.env]
-    forward = forwarded_names(inputs.environ, delta, extra)
-    withheld = withheld_names(inputs.environ, delta, extra)
+    # the AWS keys only where a rank needs them (a checkpoint on S3; or --env names them)
+    withheld = withheld_names(inputs.environ, delta, extra, aws_keys=_on_s3(spec))
+    forward = tuple(n for n in forwarded_names(inputs.environ, delta, extra)
+                    if n not in withheld)
     missing = [e.name for e in spec.env if e.value is None and e.name not in inputs.environ]
     if missing:
         raise UsageError(
@@ -247,8 +257,9 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
             f"set it first (export {missing[0]}=...) or pass --env {missing[0]}=VALUE",
         )
     # the secrets that would cross the network or reach a command line go by file instead
-    hidden = by_file(spec.launcher, inputs.environ, delta, forward)
-    if hidden and spec.launcher is Backend.MPIRUN:  # -x the file's name, never theirs
+    hidden = by_file(spec.launcher, inputs.environ, delta, forward, Secrecy.of(spec.env),
+                     withheld)
+    if hidden and spec.launcher is not Backend.HOROVODRUN:  # the file's name, never theirs
         names = {k for k, _ in hidden}
         forward = (*(n for n in forward if n not in names), envvars.ENV_FILE)
     attempt = f"attempt-{inputs.attempt}"
@@ -312,6 +323,10 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         spec=spec,
         attempt=inputs.attempt,
     )
+
+
+def _on_s3(spec: LaunchSpec) -> bool:
+    return spec.checkpoint is not None and spec.checkpoint.protocol == "s3"
 
 
 def _own_ssh_config(spec: LaunchSpec, alloc: Allocation) -> bool:
