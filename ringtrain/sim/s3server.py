@@ -149,7 +149,8 @@ def _write_client_files(server: S3Server) -> None:
 def _argv(
     weed: str, data: Path, ports: dict[str, int], bucket: str, sock: str, ip: str = "127.0.0.1"
 ) -> list[str]:
-    argv = [weed, "mini", f"-dir={data}", f"-ip={ip}", f"-ip.bind={ip}"]
+    # -v=0: weed's timestamped info lines go to weed.log, not to /tmp files a SIGKILL empties
+    argv = [weed, "-v=0", "mini", f"-dir={data}", f"-ip={ip}", f"-ip.bind={ip}"]
     for comp in COMPONENTS:
         argv += [f"-{comp}.port={ports[comp]}", f"-{comp}.port.grpc={ports[comp] + GRPC_OFFSET}"]
     return [
@@ -218,13 +219,12 @@ def start_s3_server(
     }
     (state_dir / "server.json").write_text(json.dumps(state, indent=1) + "\n")
     try:
-        _wait_ready(server, ready_timeout)
+        took = _wait_ready(server, ready_timeout)
     except BaseException:
         server.stop()
         raise
-    log.info(
-        "S3 server (SeaweedFS, pid %d) ready at %s, bucket %s", pid, server.endpoint_url, bucket
-    )
+    log.info("S3 server (SeaweedFS, pid %d) at %s took a write %.1f s after its start, bucket %s",
+             pid, server.endpoint_url, took, bucket)
     return server
 
 
@@ -289,12 +289,17 @@ def _spawn(
     return proc.pid
 
 
-def _wait_ready(server: S3Server, timeout: float) -> None:
+def _wait_ready(server: S3Server, timeout: float) -> float:
+    """Until an object can be written, read back and deleted, for at most ``timeout`` s plus
+    one call: each is tried once (2 s to connect, 5 s to answer; botocore's max_attempts=1 is
+    two tries), with the deadline checked between calls, not only between probes."""
     options = server.client_options()
-    options["config_kwargs"].update(connect_timeout=2, read_timeout=5)
+    options["config_kwargs"].update(connect_timeout=2, read_timeout=5,
+                                    retries={"total_max_attempts": 1, "mode": "standard"})
     fs = make_filesystem(Location("s3", server.bucket), options)
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
+    began = time.monotonic()
+    deadline = began + timeout
+    failed: list[str] = []
     logfile = server.state_dir / "weed.log"
     while time.monotonic() < deadline:
         fatal = _fatal(logfile)
@@ -304,25 +309,28 @@ def _wait_ready(server: S3Server, timeout: float) -> None:
                 f"see {logfile}; is another server using {server.state_dir}?",
             )
         try:
-            fs.ls(server.bucket, refresh=True)
-            _round_trip(fs, server.bucket)
-            return
+            _round_trip(fs, server.bucket, deadline)
+            return time.monotonic() - began
         except Exception as err:  # any answer but success means "not yet"
-            last = err
+            failed.append(f"{time.monotonic() - began:.1f} s: {type(err).__name__}: "
+                          + (str(err).splitlines() or [""])[0][:160])
             time.sleep(0.2)
-    tail = _log_tail(server.state_dir / "weed.log")
     raise CheckpointError(
-        f"the S3 server did not become ready in {timeout:.0f} s "
-        f"({type(last).__name__ if last else 'exited'}); weed.log ends: {tail}",
-        f"see {server.state_dir / 'weed.log'}; a port may have been taken: start it again",
+        f"the S3 server did not accept a write in {timeout:g} s (probes: {len(failed)}, the "
+        f"last at {failed[-1] if failed else 'none'}); {logfile} ends: {_log_tail(logfile)}",
+        f"see {logfile}; a port may have been taken: start it again",
     )
 
 
-def _round_trip(fs: Any, bucket: str) -> None:
-    """Write, read back and delete one object: the listing answers from the filer, but objects
-    need the volume server, which may register a second later (until then a GET answers 500)."""
+def _round_trip(fs: Any, bucket: str, deadline: float) -> None:
+    """List the bucket, then write, read back and delete one object: the listing answers from
+    the filer, objects need the volume server (the first write grows a volume), which may
+    register a second later (until then a GET answers 500)."""
     probe = f"{bucket}/.ringtrain-ready-{secrets.token_hex(4)}"
-    fs.pipe_file(probe, b"ready")
+    for call, args in ((fs.ls, (bucket,)), (fs.pipe_file, (probe, b"ready"))):  # no listing cache
+        if time.monotonic() > deadline:
+            raise TimeoutError("the deadline passed between two calls")
+        call(*args)
     try:
         if fs.cat_file(probe) != b"ready":
             raise OSError("the probe object read back wrong")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -251,3 +252,35 @@ def test_s3_server_credentials_persist_and_stay_out_of_argv_and_repr(tmp_path: P
     assert secret not in " ".join(argv) and key not in " ".join(argv)
     assert secret not in repr(server) and secret not in str(server.file_env())
     assert "-s3.port.grpc=50000" in argv and "-ip.bind=127.0.0.1" in argv
+    assert argv[:3] == ["weed", "-v=0", "mini"]  # glog flags before the command, or weed refuses
+
+
+def test_s3_readiness_tries_each_call_once_so_its_deadline_bounds_the_wait(tmp_path: Path) -> None:
+    """A server that takes connections and never answers: one try of one call (a 5 s read
+    timeout), then the error naming weed.log; not two tries of each of the probe's calls."""
+    pytest.importorskip("s3fs")
+    import socket
+    import threading
+
+    from ringtrain.errors import CheckpointError
+    from ringtrain.sim.s3server import S3Server, _wait_ready
+
+    held: list[socket.socket] = []
+    with socket.create_server(("127.0.0.1", 0)) as mute:
+        def take() -> None:
+            while True:
+                try:
+                    held.append(mute.accept()[0])
+                except OSError:
+                    return
+
+        threading.Thread(target=take, daemon=True).start()
+        url = f"http://127.0.0.1:{mute.getsockname()[1]}"
+        server = S3Server(os.getpid(), url, "b", "k", "s", state_dir=tmp_path)
+        with pytest.raises(CheckpointError) as err:
+            _wait_ready(server, timeout=0.5)
+    assert len(held) == 1  # one request (the listing), not botocore's two
+    assert "did not accept a write in 0.5 s (probes: 1, the last at" in err.value.message
+    assert str(tmp_path / "weed.log") in err.value.message and "ReadTimeout" in err.value.message
+    for conn in held:
+        conn.close()
