@@ -111,7 +111,9 @@ def _s3_filesystem(options: Mapping[str, Any]) -> Any:
     config = {
         "connect_timeout": S3_CONNECT_TIMEOUT_S,
         "read_timeout": S3_READ_TIMEOUT_S,
-        "retries": {"max_attempts": 1, "mode": "standard"},
+        # one try: botocore's max_attempts counts retries (1 meant two tries, two read
+        # timeouts before the RetryPolicy); total_max_attempts counts tries
+        "retries": {"total_max_attempts": 1, "mode": "standard"},
         **kwargs.pop("config_kwargs", {}),
     }
     kwargs.setdefault("max_concurrency", 4)

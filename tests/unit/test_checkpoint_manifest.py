@@ -284,3 +284,32 @@ def test_s3_readiness_tries_each_call_once_so_its_deadline_bounds_the_wait(tmp_p
     assert str(tmp_path / "weed.log") in err.value.message and "ReadTimeout" in err.value.message
     for conn in held:
         conn.close()
+
+
+def test_the_checkpoint_stores_s3_client_tries_a_call_once(tmp_path: Path) -> None:
+    """The store's retries are ringtrain's RetryPolicy's (logged, the same for every backend):
+    botocore tries each call once, so a silent endpoint costs one read timeout, not two."""
+    pytest.importorskip("s3fs")
+    import socket
+    import threading
+
+    from ringtrain.checkpoint.filesystems import _s3_filesystem
+
+    held: list[socket.socket] = []
+    with socket.create_server(("127.0.0.1", 0)) as mute:
+        def take() -> None:
+            while True:
+                try:
+                    held.append(mute.accept()[0])
+                except OSError:
+                    return
+
+        threading.Thread(target=take, daemon=True).start()
+        fs = _s3_filesystem({"endpoint_url": f"http://127.0.0.1:{mute.getsockname()[1]}",
+                             "key": "k", "secret": "s",
+                             "config_kwargs": {"read_timeout": 1, "connect_timeout": 1}})
+        with pytest.raises(Exception, match="(?i)timeout|timed out"):
+            fs.ls("bucket/prefix")
+    assert len(held) == 1
+    for conn in held:
+        conn.close()
