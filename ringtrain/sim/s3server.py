@@ -20,10 +20,11 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,12 @@ from ringtrain.checkpoint.filesystems import Location, make_filesystem
 from ringtrain.errors import CheckpointError, SetupError
 from ringtrain.rank import procfs
 from ringtrain.sim.ports import free_ports, ports_free, server_state
+from ringtrain.sim.weedproc import CHILDREN, alive, is_weed, kill_pid, stop_pid
 
 log = logging.getLogger(__name__)
 
 COMPONENTS = ("master", "volume", "filer", "s3", "admin")
 GRPC_OFFSET = 10000
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # servers this process started (to reap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,7 @@ class S3Server:
         }
 
     def running(self) -> bool:
-        return _alive(self.pid)
+        return alive(self.pid)
 
     def stop(self, timeout: float = 15.0) -> None:
         """Graceful: SIGTERM (weed flushes and exits in 2-4 s), SIGKILL after ``timeout``."""
@@ -103,13 +104,25 @@ def find_weed() -> str:
 
 
 def _ports(state: dict[str, object], ip: str = "127.0.0.1") -> dict[str, int]:
+    """Free ports on ``ip`` whose gRPC twins are free too, and whose gRPC socket names no
+    other weed holds: weed names its Unix sockets in /tmp by port alone, so a server on
+    another address (the simulated cluster's, on its bridge) with the same port shares one."""
     old = state.get("ports")
     if isinstance(old, dict) and all(isinstance(old.get(c), int) for c in COMPONENTS):
         ports = {c: int(old[c]) for c in COMPONENTS}
-        if all(ports_free((p, p + GRPC_OFFSET), ip) for p in ports.values()):
+        if all(ports_free((p, p + GRPC_OFFSET), ip) for p in ports.values()) \
+                and not _socket_taken(ports.values()):
             return ports
-    found = free_ports(len(COMPONENTS), ip, offsets=(0, GRPC_OFFSET))
-    return dict(zip(COMPONENTS, found, strict=True))
+    while True:
+        found = free_ports(len(COMPONENTS), ip, offsets=(0, GRPC_OFFSET))
+        if not _socket_taken(found):
+            return dict(zip(COMPONENTS, found, strict=True))
+
+
+def _socket_taken(ports: Iterable[int]) -> bool:
+    tmp = Path(tempfile.gettempdir())
+    return any(next(tmp.glob(f"seaweedfs-*-{p + o}.sock"), None) is not None
+               for p in ports for o in (0, GRPC_OFFSET))
 
 
 def _credentials(
@@ -234,7 +247,7 @@ def running_server(state_dir: Path) -> S3Server | None:
     pid, endpoint = state.get("pid"), state.get("endpoint_url")
     if not isinstance(pid, int) or not isinstance(endpoint, str):
         return None
-    if not _alive(pid) or not _is_weed(pid) or str(state_dir / "data") not in procfs.cmdline(pid):
+    if not alive(pid) or not is_weed(pid) or str(state_dir / "data") not in procfs.cmdline(pid):
         return None
     key, secret = _credentials(state_dir, None, None)
     return S3Server(
@@ -285,7 +298,7 @@ def _spawn(
             cwd=state_dir,
             start_new_session=True,
         )
-    _CHILDREN[proc.pid] = proc
+    CHILDREN[proc.pid] = proc
     return proc.pid
 
 
@@ -345,55 +358,10 @@ def _log_tail(path: Path, lines: int = 3) -> str:
         return "(no log)"
 
 
-def _alive(pid: int) -> bool:
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        return child.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not procfs.is_zombie(pid)  # a zombie is not alive
-
-
-def _is_weed(pid: int) -> bool:
-    return b"weed" in procfs.read(f"/proc/{pid}/cmdline").split(b"\0")[0]
-
-
-def stop_pid(pid: int, *, timeout: float = 15.0) -> None:
-    """SIGTERM the server, SIGKILL after ``timeout``; only if that PID is still a weed."""
-    if not _alive(pid) or not _is_weed(pid):
-        _reap(pid)
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _alive(pid):
-        log.warning("S3 server pid %d ignored SIGTERM for %.0f s; killing it", pid, timeout)
-        os.kill(pid, signal.SIGKILL)
-    _reap(pid)
-
-
-def kill_pid(pid: int) -> None:
-    """SIGKILL the server at once (fault tests: a storage outage without a goodbye)."""
-    if _alive(pid) and _is_weed(pid):
-        os.kill(pid, signal.SIGKILL)
-    _reap(pid)
-
-
-def _reap(pid: int) -> None:
-    child = _CHILDREN.pop(pid, None)
-    if child is not None:
-        child.wait(timeout=30)
-
-
 def stop_s3_server(state_dir: Path, *, timeout: float = 15.0) -> bool:
     """Stop the server recorded in ``state_dir/server.json``; False if none was running."""
     pid = server_state(state_dir).get("pid")
-    if not isinstance(pid, int) or not _alive(pid) or not _is_weed(pid):
+    if not isinstance(pid, int) or not alive(pid) or not is_weed(pid):
         return False
     stop_pid(pid, timeout=timeout)
     return True

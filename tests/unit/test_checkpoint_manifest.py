@@ -308,8 +308,28 @@ def test_the_checkpoint_stores_s3_client_tries_a_call_once(tmp_path: Path) -> No
         fs = _s3_filesystem({"endpoint_url": f"http://127.0.0.1:{mute.getsockname()[1]}",
                              "key": "k", "secret": "s",
                              "config_kwargs": {"read_timeout": 1, "connect_timeout": 1}})
-        with pytest.raises(Exception, match="(?i)timeout|timed out"):
+        with pytest.raises(Exception, match=r"(?i)timeout|timed out"):
             fs.ls("bucket/prefix")
     assert len(held) == 1
     for conn in held:
         conn.close()
+
+
+def test_s3_server_ports_avoid_a_grpc_socket_another_weed_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """weed names its gRPC Unix sockets in the temp dir by port alone: a server on another
+    address (the simulated cluster's bridge) with the same port would share them."""
+    import socket
+
+    from ringtrain.sim import s3server
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(s3server.tempfile, "tempdir", None)
+    first = s3server._ports({})
+    grpc = first["master"] + s3server.GRPC_OFFSET
+    with socket.socket(socket.AF_UNIX) as held:
+        held.bind(str(tmp_path / f"seaweedfs-master-grpc-{grpc}.sock"))
+        assert s3server._socket_taken(first.values())
+        again = s3server._ports({"ports": first})
+        assert first["master"] not in again.values() and not s3server._socket_taken(again.values())
