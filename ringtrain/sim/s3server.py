@@ -20,6 +20,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -120,9 +121,21 @@ def _ports(state: dict[str, object], ip: str = "127.0.0.1") -> dict[str, int]:
 
 
 def _socket_taken(ports: Iterable[int]) -> bool:
+    """A live weed answers on one of these ports' gRPC socket names (a SIGKILLed one leaves
+    its socket file behind, which a new weed replaces: that one is free)."""
     tmp = Path(tempfile.gettempdir())
-    return any(next(tmp.glob(f"seaweedfs-*-{p + o}.sock"), None) is not None
-               for p in ports for o in (0, GRPC_OFFSET))
+    return any(_answers(path) for p in ports for o in (0, GRPC_OFFSET)
+               for path in tmp.glob(f"seaweedfs-*-{p + o}.sock"))
+
+
+def _answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def _credentials(

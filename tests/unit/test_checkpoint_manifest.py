@@ -330,6 +330,9 @@ def test_s3_server_ports_avoid_a_grpc_socket_another_weed_holds(
     grpc = first["master"] + s3server.GRPC_OFFSET
     with socket.socket(socket.AF_UNIX) as held:
         held.bind(str(tmp_path / f"seaweedfs-master-grpc-{grpc}.sock"))
+        assert not s3server._socket_taken(first.values())  # a file nobody answers on: stale
+        held.listen()
         assert s3server._socket_taken(first.values())
         again = s3server._ports({"ports": first})
         assert first["master"] not in again.values() and not s3server._socket_taken(again.values())
+    assert s3server._ports({"ports": first}) == first  # a restart keeps its ports
