@@ -7,12 +7,22 @@ endpoint, as another user, than the job would. Here OpenSSH is the truth: one ``
 host, in parallel (bounded), once per host per run (cached), its answer handed to
 ``targets.resolve_target`` in paramiko's key names.
 
+``ssh -G`` re-reads the whole config per host, so a config with a stanza per host made that
+quadratic. For many hosts, ``prefetch`` evaluates the config once with OpenSSH's rules
+(remote/sshrules.py) and trusts that only after ``ssh -G`` gave the same fields for a sample:
+one host per distinct set of generic stanzas that applied (up to SAMPLES), plus the first and
+the last. A mismatch, a refusal or a construct the rules do not model sends the hosts (or that
+host) to ``ssh -G`` as before.
+
 ``parse`` is pure. ``ssh -G`` prints every option, defaults included; ``none`` means unset.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
+import os
+import pwd
 import shutil
 import subprocess
 import tempfile
@@ -22,10 +32,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ringtrain.remote.sshconf import render_layered
+from ringtrain.remote import sshrules
+from ringtrain.remote.sshconf import SYSTEM_CONFIG, render_layered
+
+log = logging.getLogger(__name__)
 
 CONCURRENCY = 16
 TIMEOUT_S = 10.0
+RULES_FROM = 32  # hosts in one prefetch from which the rules are worth their sample
+SAMPLES = 8
 _LISTS = frozenset({"identityfile", "certificatefile", "localforward", "remoteforward",
                     "dynamicforward", "sendenv", "setenv"})
 _UNSET_WHEN_NONE = frozenset({"proxycommand", "proxyjump", "connecttimeout", "hostkeyalias"})
@@ -46,6 +61,11 @@ def parse(text: str) -> dict[str, Any]:
         else:
             out.setdefault(key, value)
     return out
+
+
+def project(answer: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a parsed ``ssh -G`` answer that sshrules models (those the probe reads)."""
+    return {k: v for k, v in answer.items() if k in sshrules.FIELDS or k == "_openssh"}
 
 
 _LAYERED: dict[Path, Path] = {}
@@ -79,12 +99,61 @@ class OpenSshConfig:
 
     def prefetch(self, hosts: Sequence[str]) -> None:
         todo = [h for h in dict.fromkeys(hosts) if h not in self._cache]
+        if len(todo) >= RULES_FROM:
+            self._cache.update(self._by_rules(todo))
+            todo = [h for h in todo if h not in self._cache]
+        self._ask_many(todo)
+
+    def _ask_many(self, todo: Sequence[str]) -> None:
         if not todo:
             return
         with ThreadPoolExecutor(min(self.concurrency, len(todo)),
                                 thread_name_prefix="ssh-G") as pool:
             for host, answer in zip(todo, pool.map(self._ask, todo), strict=True):
                 self._cache[host] = answer
+
+    def _by_rules(self, todo: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The hosts the rules answer, once ``ssh -G`` agreed on a sample; {} when in doubt."""
+        try:
+            rules = self.rules()
+        except sshrules.Unsupported as err:
+            log.debug("ssh -G per host: %s", err)
+            return {}
+        answers: dict[str, dict[str, Any]] = {}
+        traces: dict[tuple[int, ...], str] = {}
+        for host in todo:
+            try:
+                answers[host], trace = rules.resolve(host)
+            except sshrules.Unsupported as err:
+                log.debug("ssh -G for %s: %s", host, err)
+                continue
+            traces.setdefault(trace, host)
+        named = list(answers)
+        sample = list(dict.fromkeys([*named[:1], *named[-1:], *traces.values()]))[:SAMPLES]
+        self._ask_many([h for h in sample if h not in self._cache])
+        for host in sample:
+            real = self._cache[host]
+            if isinstance(real, str) or project(real) != answers[host]:
+                log.info("ssh -G for every host: the config's rules gave %s another answer "
+                         "than ssh -G", host)
+                return {}
+        return answers
+
+    def rules(self) -> sshrules.Rules:
+        """The config's rules, read once (sshrules.Unsupported where they do not apply)."""
+        me = pwd.getpwuid(os.getuid())  # OpenSSH's user and ~, whatever $USER and $HOME say
+        home = me.pw_dir
+        roots = ([(layered(self.path), Path(home, ".ssh"))] if self.path is not None else
+                 [(Path(home, ".ssh", "config"), Path(home, ".ssh")),
+                  (Path(SYSTEM_CONFIG), Path(SYSTEM_CONFIG).parent)])
+        blocks = sshrules.load(roots, home)
+        done = subprocess.run((self.ssh, "-F", os.devnull, "-G", "--", "defaults.invalid"),
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            raise sshrules.Unsupported(f"ssh -G without a config: {done.stderr.strip()}")
+        defaults = parse(done.stdout)
+        return sshrules.Rules(blocks, defaults, me.pw_name, home)
 
     def lookup(self, hostname: str) -> dict[str, Any]:
         """OpenSSH's settings for ``hostname``; ValueError (with ssh's words) when it refuses."""
