@@ -84,8 +84,9 @@ def resolve_target(
         identity_files=identity,
         identities_only=str(opts.get("identitiesonly", "no")).lower() == "yes",
         known_hosts_files=kh_files,
-        # "no"/"off" are read as accept-new: a changed key is refused whatever the config says.
-        strict="accept-new" if accept_new or strict_cfg in ("accept-new", "no", "off")
+        # "no"/"off" are read as accept-new: a changed key is refused whatever the config says
+        # (`ssh -G` prints both as "false", so that too)
+        strict="accept-new" if accept_new or strict_cfg in ("accept-new", "no", "off", "false")
         else "yes",
         connect_timeout=float(opts.get("connecttimeout", connect_timeout)),
         proxy_command=opts.get("proxycommand") if opts.get("proxycommand", "none") != "none"

@@ -173,6 +173,15 @@ def test_resolve_target_from_ssh_config() -> None:
     assert (inv.user, inv.port, inv.identity_files, inv.known_hosts_files, inv.strict) == (
         "alice", 22, ("/k",), (Path("/x/kh"),), "accept-new")
     assert resolve_target(Host("loose", 1), cfg).strict == "accept-new"
+    # OpenSSH's own reading (ssh -G, what the probe uses) prints "no" as "false": accept-new
+    # too, never "yes" (it was read as strict since ssh -G became the source)
+    from ringtrain.remote import sshg
+
+    class OpenSsh:
+        def lookup(self, hostname: str) -> object:
+            return sshg.parse(f"hostname {hostname}\nstricthostkeychecking false\n")
+
+    assert resolve_target(Host("loose", 1), OpenSsh()).strict == "accept-new"
     plain = resolve_target(Host("other", 1), cfg)
     assert (plain.hostname, plain.port, plain.user) == ("other", 22, None)
     assert plain.known_hosts_files[-1] == Path("/etc/ssh/ssh_known_hosts")
