@@ -11,9 +11,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from ringtrain.probe.sections import Section, clip
+from ringtrain.probe.sections import NO_VALUE, Section, clip
 
-_UNSUPPORTED = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", ""}
+_UNSUPPORTED = NO_VALUE | {"[Unknown Error]"}  # a health field nvidia-smi could not read
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # An Xid line: "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off
 # the bus." (the time may follow other words: dmesg -x's "kern  :err   : "). Found by

@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ringtrain.probe.doctor_parse import HostHealth, parse_doctor
-from ringtrain.probe.sections import INT_RE, clip, host_lines, split_sections
+from ringtrain.probe.sections import INT_RE, NO_VALUE, clip, host_lines, split_sections
 
 SECTIONS = ("host", "gpu", "python", "mpi", "net")
 
-_UNSUPPORTED = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", ""}
+_UNSUPPORTED = NO_VALUE
 _LIMIT = 2**53  # numbers nvidia-smi prints are far below; anything above is garbage, not a value
 # Lines where nvidia-smi says a GPU it knows of could not be read: it fell off the bus, is lost,
 # needs a reset. nvidia-smi may still exit 0 and print the other GPUs' rows beside them, e.g.

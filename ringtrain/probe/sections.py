@@ -10,6 +10,8 @@ END = "@@ringtrain:end "
 HEADER = "@@ringtrain:probe 1@@"
 DONE = "@@ringtrain:done@@"
 INT_RE = re.compile(r"[0-9]{1,15}")  # ASCII digits only: str.isdigit() also takes '²'
+# what nvidia-smi prints in a field it has no value for (both parsers read it so)
+NO_VALUE = frozenset({"[N/A]", "N/A", "[Not Supported]", "Not Supported", ""})
 _SHOWN = 300  # characters of one line of remote text kept in a message
 # characters of one line of host output a parser reads (the longest real line in the golden
 # captures: 6,657); the rest of a longer line is cut before any pattern sees it, so what a
