@@ -361,10 +361,7 @@ class Session:
         self, attempt: int, control: ControlServer | None, checked: Preflight
     ) -> PlanInputs:
         return PlanInputs(
-            run_id=self.env.run_id,
-            environ=self.env.environ,
-            is_root=self.env.is_root,
-            python=self.env.python,
+            self.env,
             tcp_include=checked.tcp_include,
             extra_env=checked.env,
             attempt=attempt,
@@ -372,7 +369,6 @@ class Session:
             control_addr=control.address if control else None,
             control_token=control.token if control else None,
             launcher_timeout=self.spec.supervision.launcher_timeout,
-            ssh_program=self.env.ssh,
             elastic_hosts=tuple((h.name, h.slots) for h in without_spares(
                 checked.inventory, self.spec.elastic).hosts),
         )

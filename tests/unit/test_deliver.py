@@ -14,6 +14,7 @@ from ringtrain.errors import LaunchError
 from ringtrain.hostfile import Host, allocate, parse_host_spec
 from ringtrain.launch.job.deliver import deliver, secretfile_argv
 from ringtrain.launch.plan.make import LaunchPlan, PlanInputs, make_plan
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.rank import envvars, secretfile
 from ringtrain.remote import HostResults
 from ringtrain.spec import Backend, EnvSpec, LaunchSpec
@@ -30,9 +31,9 @@ def _plan(*, gloo: bool = True) -> LaunchPlan:
                          backend=Backend.HOROVODRUN, gloo=gloo, working_dir=Path("/w"),
                          env=(EnvSpec("API_SECRET", "hunter2"),
                               EnvSpec("AWS_SECRET_ACCESS_KEY")))  # named: the rank needs it
-    inputs = PlanInputs(run_id="R1", environ={"PATH": "/bin", "AWS_SECRET_ACCESS_KEY": "aws-v"},
-                        is_root=False, python=PY, control_addr="10.0.0.1:5000",
-                        control_token="tok-v")
+    inputs = PlanInputs(SessionEnv("R1", {"PATH": "/bin", "AWS_SECRET_ACCESS_KEY": "aws-v"},
+                                   False, PY),
+                        control_addr="10.0.0.1:5000", control_token="tok-v")
     return make_plan(request, allocate(parse_host_spec("gpu01:2,gpu02:2"), None), inputs)
 
 
@@ -88,7 +89,7 @@ def test_a_remote_that_cannot_pass_stdin_is_refused_before_anything_runs() -> No
 def test_nothing_is_delivered_without_secrets() -> None:
     remote = FakeRemote()
     request = LaunchSpec(script="train.py", host_spec="gpu01:2,gpu02:2", working_dir=Path("/w"))
-    inputs = PlanInputs(run_id="R1", environ={"PATH": "/bin"}, is_root=False, python=PY)
+    inputs = PlanInputs(SessionEnv("R1", {"PATH": "/bin"}, False, PY))
     plan = make_plan(request, allocate(parse_host_spec("gpu01:2,gpu02:2"), None), inputs)
     assert deliver(remote, plan, PY) is None  # a dry run's plan: no token, no secret
     assert remote.calls == []

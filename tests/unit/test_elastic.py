@@ -16,10 +16,11 @@ from ringtrain.launch.elastic.watch import ElasticWatch, lost
 from ringtrain.launch.job.run import prepare
 from ringtrain.launch.job.rundir import make_run_dir
 from ringtrain.launch.plan.make import PlanInputs, make_plan
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.launch.record.absorbed import Absorbed
 from ringtrain.launch.record.snapshot import Progress, RankState, Snapshot
 from ringtrain.launch.supervise.detect import check
-from ringtrain.spec import Backend, ElasticPolicy, LaunchSpec, SupervisionPolicy
+from ringtrain.spec import Backend, ElasticPolicy, EnvSpec, LaunchSpec, SupervisionPolicy
 
 POLICY = SupervisionPolicy(start_timeout=30, heartbeat_timeout=10, stall_timeout=60)
 ALLOC = allocate(parse_host_spec("gpu01:1,gpu02:1,gpu03:1"))
@@ -51,8 +52,8 @@ def test_elastic_picks_horovodrun_with_gloo_and_checks_its_sizes(tmp_path: Path)
 def test_horovodrun_gets_its_elastic_flags_and_a_discovery_script(tmp_path: Path) -> None:
     spec = build_spec(LaunchOptions(script="t.py", elastic=True, min_np=2, max_np=4,
                                     runs_dir=tmp_path / "runs"), tmp_path)
-    inputs = PlanInputs(run_id="R1", environ={"PATH": "/usr/bin"}, is_root=False,
-                        python="/venv/bin/python", extra_env=(("HOROVOD_GLOO_IFACE", "eth0"),))
+    inputs = PlanInputs(SessionEnv("R1", {"PATH": "/usr/bin"}, False, "/venv/bin/python"),
+                        extra_env=(("HOROVOD_GLOO_IFACE", "eth0"),))
     plan = make_plan(spec, ALLOC, inputs)
     argv = list(plan.command.argv)
     discovery = plan.attempt_dir / "discover-hosts"
@@ -70,6 +71,17 @@ def test_horovodrun_gets_its_elastic_flags_and_a_discovery_script(tmp_path: Path
     found = HostDiscoveryScript(str(discovery), None).find_available_hosts_and_slots()
     assert found == {"gpu01": 1, "gpu02": 1, "gpu03": 1}
     assert oct(discovery.stat().st_mode & 0o777) == "0o700"
+    # a peer that dies while the ring forms again holds the others one Gloo timeout, not five
+    assert ("HOROVOD_GLOO_CONNECT_TIMEOUT_FACTOR", "1") in plan.command.env
+    mine = build_spec(LaunchOptions(script="t.py", elastic=True, runs_dir=tmp_path / "runs",
+                                    env=(EnvSpec.parse("HOROVOD_GLOO_CONNECT_TIMEOUT_FACTOR=3",
+                                                       plain=True),)), tmp_path)
+    assert ("HOROVOD_GLOO_CONNECT_TIMEOUT_FACTOR", "3") in make_plan(mine, ALLOC,
+                                                                      inputs).command.env
+    plain = build_spec(LaunchOptions(script="t.py", backend="horovodrun", gloo=True,
+                                     runs_dir=tmp_path / "runs"), tmp_path)
+    assert "HOROVOD_GLOO_CONNECT_TIMEOUT_FACTOR" not in dict(
+        make_plan(plain, ALLOC, inputs).command.env)  # Gloo's own outside --elastic
 
 
 def test_under_elastic_a_lost_rank_is_not_a_fault_but_a_stall_is() -> None:
@@ -167,8 +179,8 @@ def test_the_discovery_script_lists_every_host_the_pre_flight_passed(tmp_path: P
     spec = build_spec(LaunchOptions(script="t.py", elastic=True, np=2, max_np=4,
                                     network_interface="ib0", runs_dir=tmp_path / "runs"),
                       tmp_path)
-    inputs = PlanInputs(run_id="R1", environ={"PATH": "/usr/bin"}, is_root=False,
-                        python="/venv/bin/python", extra_env=(("HOROVOD_GLOO_IFACE", "eth0"),),
+    inputs = PlanInputs(SessionEnv("R1", {"PATH": "/usr/bin"}, False, "/venv/bin/python"),
+                        extra_env=(("HOROVOD_GLOO_IFACE", "eth0"),),
                         elastic_hosts=(("gpu01", 2), ("gpu02", 2)))
     plan = make_plan(spec, allocate(parse_host_spec("gpu01:2,gpu02:2"), 2), inputs)
     assert plan.elastic_hosts_text == "gpu01:2\ngpu02:2\n"
@@ -180,12 +192,12 @@ def test_the_discovery_script_lists_every_host_the_pre_flight_passed(tmp_path: P
     with pytest.raises(UsageError, match="has a ':', which PATH cannot hold"):
         make_plan(colon, allocate(parse_host_spec("gpu01:2,gpu02:2"), None), inputs)
     local = make_plan(spec, allocate(parse_host_spec("localhost:2"), None),
-                      PlanInputs(run_id="R2", environ={}, is_root=False, python="/py"))
+                      PlanInputs(SessionEnv("R2", {}, False, "/py")))
     local_argv = list(local.command.argv)  # --no-probe on one host: still no 2-host wait
     assert local_argv[local_argv.index("--network-interface") + 1] == "ib0"
     bare = build_spec(LaunchOptions(script="t.py", elastic=True, runs_dir=tmp_path), tmp_path)
     lone = make_plan(bare, allocate(parse_host_spec("localhost:2"), None),
-                     PlanInputs(run_id="R3", environ={}, is_root=False, python="/py"))
+                     PlanInputs(SessionEnv("R3", {}, False, "/py")))
     assert list(lone.command.argv)[list(lone.command.argv).index("--network-interface") + 1] == (
         "lo")
     with pytest.raises(UsageError, match=r"got 3 <= - <= 2"):

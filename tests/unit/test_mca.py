@@ -20,6 +20,7 @@ from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.plan import mca
 from ringtrain.launch.plan.make import PlanInputs, make_plan
 from ringtrain.launch.plan.mca import McaWord, UserMca, parse_words
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.spec import Backend, LaunchSpec, SshSpec
 
 ENVIRON = {"PATH": "/usr/bin:/bin", "HOME": "/root"}
@@ -33,8 +34,8 @@ def _plan(mpi_args: str = "", env: dict[str, str] | None = None, *, hosts: str =
                       runs_dir=Path("/w/runs"), backend=backend,
                       mpi_args=tuple(shlex.split(mpi_args)),
                       ssh=SshSpec(config=Path("/etc/rt/ssh_config")))
-    inputs = PlanInputs(run_id="R1", environ={**ENVIRON, **(env or {})}, is_root=False,
-                        python="/venv/bin/python", tcp_include=NET)
+    inputs = PlanInputs(SessionEnv("R1", {**ENVIRON, **(env or {})}, False, "/venv/bin/python"),
+                        tcp_include=NET)
     return make_plan(spec, allocate(parse_host_spec(hosts), None), inputs)
 
 

@@ -19,6 +19,7 @@ from ringtrain.launch.job.hosts import with_ssh_defaults
 from ringtrain.launch.job.run import prepare as run_prepare
 from ringtrain.launch.job.rundir import make_run_dir
 from ringtrain.launch.plan.make import PlanInputs, make_plan, read_recorded_spec
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.rank import envvars
 from ringtrain.spec import Backend, Entry, EnvSpec, LaunchSpec, SshSpec
 from tests.golden import assert_golden
@@ -49,7 +50,7 @@ def _plan(spec: str = "localhost:2", *, root: bool = True, **kw: object):  # typ
         **kw,  # type: ignore[arg-type]
     )
     alloc = allocate(parse_host_spec(spec), request.np)
-    inputs = PlanInputs(run_id="R1", environ=ENVIRON, is_root=root, python="/venv/bin/python")
+    inputs = PlanInputs(SessionEnv("R1", ENVIRON, root, "/venv/bin/python"))
     return make_plan(request, alloc, inputs)
 
 
@@ -136,7 +137,7 @@ def test_bad_env_names_rejected(text: str) -> None:
 def test_a_space_in_the_runs_dir_is_rejected_one_in_the_ssh_config_is_quoted() -> None:
     request = LaunchSpec(script="train.py", host_spec="gpu01:1,gpu02:1", working_dir=Path("/w"),
                          runs_dir=Path("/tmp/my runs"))
-    inputs = PlanInputs(run_id="R1", environ=ENVIRON, is_root=False, python="/venv/bin/python")
+    inputs = PlanInputs(SessionEnv("R1", ENVIRON, False, "/venv/bin/python"))
     with pytest.raises(UsageError, match="spaces"):  # mpirun splits its rsh agent's line
         make_plan(request, allocate(parse_host_spec("gpu01:1,gpu02:1"), None), inputs)
     plan = _plan("gpu01:1,gpu02:1", ssh_config=Path("/tmp/my config"))
@@ -209,8 +210,7 @@ def test_horovodruns_ssh_is_ringtrains_shim_with_per_host_settings_and_strict_ke
     hosts = with_ssh_defaults(parse_host_spec("gpu01:2,gpu02:2"), request.ssh)
     mixed = replace(hosts, hosts=(hosts.hosts[0], replace(hosts.hosts[1], port=2200)))
     ssh = shutil.which("ssh") or "/usr/bin/ssh"
-    inputs = PlanInputs(run_id="R1", environ=ENVIRON, is_root=False, python="/venv/bin/python",
-                        ssh_program=ssh)
+    inputs = PlanInputs(SessionEnv("R1", ENVIRON, False, "/venv/bin/python", ssh))
     plan = make_plan(request, allocate(mixed, None), inputs)
     assert "-p" not in plan.command.argv and "-i" not in plan.command.argv
     env = dict(plan.command.env)
@@ -262,7 +262,7 @@ def _supervised(backend: Backend | None, *, gloo: bool = False, attempt: int = 1
                          env=(EnvSpec("API_SECRET", "hunter2"), EnvSpec("MODE", "fast", plain=True),
                               *env))
     environ = {**ENVIRON, "AWS_SECRET_ACCESS_KEY": "aws-value", "HOROVOD_SECRET_KEY": "hvd-key"}
-    inputs = PlanInputs(run_id="R1", environ=environ, is_root=False, python="/venv/bin/python",
+    inputs = PlanInputs(SessionEnv("R1", environ, False, "/venv/bin/python"),
                         attempt=attempt, control_addr="10.0.0.1:5000", control_token="tok-value")
     return make_plan(request, allocate(parse_host_spec("gpu01:2,gpu02:2"), None), inputs), environ
 

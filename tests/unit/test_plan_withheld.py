@@ -10,6 +10,7 @@ import pytest
 
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.plan.make import PlanInputs, make_plan
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.rank import envvars
 from ringtrain.spec import Backend, EnvSpec, LaunchSpec
 
@@ -29,7 +30,7 @@ def _plan(backend: Backend, env: tuple[EnvSpec, ...] = (), *, gloo: bool = False
     spec = LaunchSpec(script="train.py", host_spec="localhost:2", working_dir=Path("/w"),
                       runs_dir=Path("/w/runs"), backend=backend, env=env, gloo=gloo)
     alloc = allocate(parse_host_spec("localhost:2"), spec.np)
-    inputs = PlanInputs(run_id="R1", environ=SHELL, is_root=False, python="/venv/bin/python",
+    inputs = PlanInputs(SessionEnv("R1", SHELL, False, "/venv/bin/python"),
                         control_addr="10.0.0.1:5000", control_token="t0ken")
     return make_plan(spec, alloc, inputs)
 
@@ -69,7 +70,7 @@ def test_env_asks_for_the_gpu_list_by_name_or_with_a_value() -> None:
 def test_a_shell_without_them_changes_nothing() -> None:
     spec = LaunchSpec(script="train.py", host_spec="localhost:2", working_dir=Path("/w"),
                       runs_dir=Path("/w/runs"))
-    inputs = PlanInputs(run_id="R1", environ={"PATH": "/bin"}, is_root=False, python="/p")
+    inputs = PlanInputs(SessionEnv("R1", {"PATH": "/bin"}, False, "/p"))
     plan = make_plan(spec, allocate(parse_host_spec("localhost:2"), 2), inputs)
     assert plan.command.withheld == ()
     assert "kept from the ranks" not in plan.describe()

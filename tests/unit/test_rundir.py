@@ -30,6 +30,7 @@ from ringtrain.launch.job.hosts import with_ssh_defaults
 from ringtrain.launch.job.run import prepare
 from ringtrain.launch.job.rundir import make_run_dir
 from ringtrain.launch.plan.make import PlanInputs, make_plan
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.spec import Backend, ElasticPolicy, LaunchSpec
 from ringtrain.trust import Owner, untrusted_dir
 
@@ -174,8 +175,8 @@ def test_a_swapped_run_directory_is_neither_written_through_nor_run(shared: Path
                       elastic=ElasticPolicy(), working_dir=shared)
     run_dir = make_run_dir(runs / "R1", spec.trust_groups)
     as_nobody(lambda: _swap(runs, "R1", secret, marker))
-    inputs = PlanInputs(run_id="R1", environ={"PATH": "/usr/bin:/bin"}, is_root=True,
-                        python="/venv/bin/python", reach=run_dir.reach)
+    inputs = PlanInputs(SessionEnv("R1", {"PATH": "/usr/bin:/bin"}, True, "/venv/bin/python"),
+                        reach=run_dir.reach)
     plan = make_plan(spec, allocate(parse_host_spec("localhost:1"), None), inputs)
     prepare(plan, run_dir)
     run_dir.write("result.json", '{"state": "succeeded"}')
@@ -212,8 +213,8 @@ def test_what_mpirun_and_horovodruns_ssh_read_is_reached_through_the_descriptor(
     hosts = with_ssh_defaults(parse_host_spec("gpu01:2,gpu02:2"), LaunchSpec("t.py").ssh)
     near = run_dir.reach / "attempt-1"
     ssh = shutil.which("ssh") or "/usr/bin/ssh"
-    inputs = PlanInputs(run_id="R1", environ={"PATH": "/usr/bin:/bin"}, is_root=True,
-                        python="/venv/bin/python", reach=run_dir.reach, ssh_program=ssh)
+    inputs = PlanInputs(SessionEnv("R1", {"PATH": "/usr/bin:/bin"}, True, "/venv/bin/python", ssh),
+                        reach=run_dir.reach)
     for backend in (Backend.MPIRUN, Backend.HOROVODRUN):
         spec = LaunchSpec(script="t.py", runs_dir=tmp_path / "runs", backend=backend,
                           working_dir=tmp_path)
@@ -259,8 +260,8 @@ def test_mpiruns_ssh_config_is_named_through_the_descriptor_up_to_open_mpis_tree
     for count, through in ((3, True), (OMPI_TREE_RADIX + 1, False)):
         hosts = ",".join(f"10.0.{i // 250}.{i % 250 + 1}:1" for i in range(count))
         spec = LaunchSpec(script="train.py", host_spec=hosts, runs_dir=runs)
-        inputs = PlanInputs(run_id="R1", environ={"PATH": "/usr/bin:/bin"}, is_root=True,
-                            python="/venv/bin/python", reach=run_dir.reach)
+        inputs = PlanInputs(SessionEnv("R1", {"PATH": "/usr/bin:/bin"}, True, "/venv/bin/python"),
+                            reach=run_dir.reach)
         plan = make_plan(spec, allocate(parse_host_spec(hosts), None), inputs)
         argv = list(plan.started.argv)
         agent = argv[argv.index("plm_rsh_agent") + 1]

@@ -13,6 +13,7 @@ from ringtrain.cli import cli
 from ringtrain.errors import SchedulerError
 from ringtrain.hostfile import Host, allocate, parse_slurm_env
 from ringtrain.launch.plan.make import PlanInputs, make_plan
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.schedulers.calls import SrunRemote, remote_for, srun_failure
 from ringtrain.schedulers.jobenv import slurm_job
 from ringtrain.spec import Backend, EnvSpec, LaunchSpec
@@ -29,7 +30,7 @@ def _srun_plan(nodelist: str, tasks: str, np: int | None = None):  # type: ignor
         env=(EnvSpec("MY_TOKEN"),),
     )
     alloc = allocate(parse_slurm_env(nodelist, tasks), np)
-    inputs = PlanInputs(run_id="R1", environ=ENVIRON, is_root=True, python="/venv/bin/python",
+    inputs = PlanInputs(SessionEnv("R1", ENVIRON, True, "/venv/bin/python"),
                         control_addr="10.0.0.1:4000", control_token="tok")
     return make_plan(request, alloc, inputs)
 
@@ -72,8 +73,7 @@ def test_srun_forwards_names_never_values() -> None:
 
 def test_srun_passes_the_chosen_network_by_environment() -> None:
     request = LaunchSpec(script="t.py", backend=Backend.SRUN, working_dir=Path("/w"))
-    inputs = PlanInputs(run_id="R", environ={}, is_root=False, python="/p",
-                        tcp_include="10.1.0.0/16")
+    inputs = PlanInputs(SessionEnv("R", {}, False, "/p"), tcp_include="10.1.0.0/16")
     plan = make_plan(request, allocate(parse_slurm_env("n[1-2]", "1(x2)"), None), inputs)
     assert dict(plan.command.env)["OMPI_MCA_btl_tcp_if_include"] == "10.1.0.0/16"
     assert "10.1.0.0/16" not in plan.command.argv

@@ -16,6 +16,7 @@ from ringtrain.cli import cli
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import allocate, parse_slurm_env
 from ringtrain.launch.plan.make import PlanInputs, make_plan
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.schedulers.batch import SBATCH_OWNED, BatchJob, render_sbatch
 from ringtrain.slurm_options import check_sbatch_arg, check_srun_args, srun_mpi
 from ringtrain.spec import Backend, LaunchSpec
@@ -84,7 +85,7 @@ def test_srun_mpi_plugin_the_users_then_slurm_mpi_type_then_pmix() -> None:
 def _srun_argv(environ: dict[str, str], srun_args: tuple[str, ...] = ()) -> tuple[str, ...]:
     spec = LaunchSpec(script="t.py", backend=Backend.SRUN, working_dir=Path("/w"),
                       srun_args=srun_args)
-    inputs = PlanInputs(run_id="R", environ=environ, is_root=False, python="/p")
+    inputs = PlanInputs(SessionEnv("R", environ, False, "/p"))
     return make_plan(spec, allocate(parse_slurm_env("n[1-2]", "2(x2)"), None),
                      inputs).command.argv
 

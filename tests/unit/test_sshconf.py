@@ -9,6 +9,7 @@ import pytest
 from ringtrain.errors import UsageError
 from ringtrain.hostfile import Host, allocate, parse_yaml_inventory
 from ringtrain.launch.plan.make import PlanInputs, make_plan
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.remote.sshconf import needs_ssh_config, render_ssh_config
 from ringtrain.spec import LaunchSpec, SshSpec
 
@@ -40,7 +41,8 @@ def test_plain_hosts_need_no_config() -> None:
 def test_plan_points_mpirun_at_the_generated_config() -> None:
     inv = parse_yaml_inventory(YAML, "inv.yaml")
     request = LaunchSpec(script="t.py", working_dir=Path("/w"), runs_dir=Path("/w/runs"))
-    plan = make_plan(request, allocate(inv), PlanInputs("R", {"PATH": "/bin"}, False, "/py"))
+    plan = make_plan(request, allocate(inv), PlanInputs(SessionEnv("R", {"PATH": "/bin"},
+                                                                   False, "/py")))
     assert "ssh -F /w/runs/R/attempt-1/ssh_config" in plan.command.argv
     assert "Host gpu02" in plan.ssh_config_text
 
@@ -56,13 +58,13 @@ def test_known_hosts_reaches_mpiruns_ssh_for_plain_hosts() -> None:
     inv = allocate(parse_yaml_inventory("hosts: [gpu01, gpu02]\n", "inv.yaml"))
     request = LaunchSpec(script="t.py", working_dir=Path("/w"), runs_dir=Path("/w/runs"),
                          ssh=SshSpec(known_hosts=Path("/etc/rt/known_hosts")))
-    plan = make_plan(request, inv, PlanInputs("R", {"PATH": "/bin"}, False, "/py"))
+    plan = make_plan(request, inv, PlanInputs(SessionEnv("R", {"PATH": "/bin"}, False, "/py")))
     assert "ssh -F /w/runs/R/attempt-1/ssh_config" in plan.command.argv
     text = plan.ssh_config_text
     assert '    UserKnownHostsFile "/etc/rt/known_hosts"\n    StrictHostKeyChecking yes\n' in text
     assert text.index("UserKnownHostsFile") < text.index("Include")  # ssh: first value wins
     local = make_plan(request, allocate(parse_yaml_inventory("hosts: [localhost]\n", "i.yaml")),
-                      PlanInputs("R", {"PATH": "/bin"}, False, "/py"))
+                      PlanInputs(SessionEnv("R", {"PATH": "/bin"}, False, "/py")))
     assert local.ssh_config_text == ""  # no ssh at all
 
 

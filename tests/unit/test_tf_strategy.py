@@ -15,6 +15,7 @@ from ringtrain.errors import AllocationError, UsageError
 from ringtrain.hostfile import allocate, parse_host_spec
 from ringtrain.launch.plan import tfcluster
 from ringtrain.launch.plan.make import PlanInputs, make_plan
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.rank import envvars, tfconfig
 from ringtrain.spec import Backend, LaunchSpec, Strategy
 from tests.golden import assert_golden
@@ -81,8 +82,8 @@ def test_each_rank_gets_its_own_tf_config() -> None:
 def test_the_dry_run_shows_every_task_and_its_tf_config() -> None:
     spec = _spec(tf_port=30000)
     alloc = allocate(parse_host_spec(HOSTS), None)
-    plan = make_plan(spec, alloc, PlanInputs(run_id="R1", environ={"PATH": "/usr/bin"},
-                                             is_root=True, python="/venv/bin/python"))
+    plan = make_plan(spec, alloc, PlanInputs(SessionEnv("R1", {"PATH": "/usr/bin"},
+                                                        True, "/venv/bin/python")))
     assert_golden("plan/tf_multiworker.txt", plan.describe() + "\n")
     env = dict(plan.command.env)
     assert json.loads(env[envvars.TF_CLUSTER])["cluster"]["worker"][2] == "gpu02:30000"
@@ -150,8 +151,8 @@ def test_more_ps_tasks_than_hosts_wrap_around() -> None:
 
 def test_the_tf_ps_dry_run_golden() -> None:
     spec, alloc = _ps_alloc()
-    plan = make_plan(spec, alloc, PlanInputs(run_id="R1", environ={"PATH": "/usr/bin"},
-                                             is_root=True, python="/venv/bin/python"))
+    plan = make_plan(spec, alloc, PlanInputs(SessionEnv("R1", {"PATH": "/usr/bin"},
+                                                        True, "/venv/bin/python")))
     assert_golden("plan/tf_ps.txt", plan.describe() + "\n")
     assert plan.hostfile_text == "gpu01 slots=4\ngpu02 slots=4\n"
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ringtrain.hostfile import AllocationPolicy, allocate, parse_inventory_text
 from ringtrain.launch.plan.make import PlanInputs, make_plan
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.spec import LaunchSpec
 
 
@@ -46,8 +47,7 @@ def _time(fn: object, repeats: int) -> float:
     return statistics.median(times)
 
 
-INPUTS = PlanInputs(run_id="bench", environ={"PATH": "/usr/bin"}, is_root=False,
-                    python="/usr/bin/python3")
+INPUTS = PlanInputs(SessionEnv("bench", {"PATH": "/usr/bin"}, False, "/usr/bin/python3"))
 
 
 def plan_times(n: int, fmt: str, repeats: int = 3) -> dict[str, float]:

@@ -226,6 +226,10 @@ def mca_notes(backend: Backend, alloc: Allocation, ctx: LaunchContext) -> tuple[
 
 
 HVD_DRIVER = "ringtrain.hvd_driver"  # horovodrun under --elastic
+# --elastic: a Gloo pair waits this many Gloo timeouts for its peer's first connection
+# (ringtrain's Horovod patch; Gloo's own 5 held every survivor 150 s when a peer died while the
+# ring formed again); --env HOROVOD_GLOO_CONNECT_TIMEOUT_FACTOR=N sets another
+CONNECT_FACTOR = ("HOROVOD_GLOO_CONNECT_TIMEOUT_FACTOR", "1")
 # Open MPI 4.1's routed_radix: mpirun starts this many daemons itself, they start the rest
 OMPI_TREE_RADIX = 64
 
@@ -249,6 +253,7 @@ class HorovodrunBackend:
             named = ctx.network_interface if _IFACE_RE.match(ctx.network_interface or "") else None
             argv += elastic_args(alloc, ctx.elastic, ctx.hostfile.parent / DISCOVERY,
                                  named or delta.get("HOROVOD_GLOO_IFACE"))
+            delta.setdefault(*CONNECT_FACTOR)
         argv.append("--gloo" if ctx.gloo else "--mpi")
         if ctx.ssh_config is not None and not alloc.is_local_only:
             # its ssh (and its mpirun's) is found on PATH: ringtrain's shim comes first

@@ -29,6 +29,7 @@ from ringtrain.launch.plan.launchers import (
 )
 from ringtrain.launch.plan.mca import UserMca
 from ringtrain.launch.plan.secretvars import REDACTED, Secrecy, by_file
+from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.rank import envvars, secretfile
 from ringtrain.remote.sshconf import render_ssh_config
 from ringtrain.slurm_options import srun_mpi
@@ -219,23 +220,28 @@ def _ranges(ranks: tuple[int, ...]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PlanInputs:
-    """The machine-dependent facts make_plan needs, gathered once at the edge."""
+    """What make_plan needs beyond the spec and the allocation: the launcher machine's facts
+    (``env``, gathered once at the edge) and this attempt's."""
 
-    run_id: str
-    environ: Mapping[str, str]
-    is_root: bool
-    python: str
+    env: SessionEnv
     tcp_include: str | None = None
     attempt: int = 1
     extra_env: tuple[tuple[str, str], ...] = ()
     control_addr: str | None = None
     control_token: str | None = None
     launcher_timeout: float | None = None
-    ssh_program: str = "/usr/bin/ssh"  # the ssh on the launcher's PATH (horovodrun's shim)
     reach: Path | None = None  # the run directory through the launcher's descriptor (RunDir)
     # --elastic: every host the pre-flight passed, with its usable slots (the discovery
     # script's list: Horovod may grow onto them up to --max-np); empty: the allocation's
     elastic_hosts: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def run_id(self) -> str:
+        return self.env.run_id
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        return self.env.environ
 
 
 def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> LaunchPlan:
@@ -264,13 +270,13 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
         forward = (*(n for n in forward if n not in names), envvars.ENV_FILE)
     attempt = f"attempt-{inputs.attempt}"
     ctx = LaunchContext(
-        python=spec.python or inputs.python,
+        python=spec.python or inputs.env.python,
         script=script,
         script_args=spec.script_args,
         hostfile=run_dir / attempt / "hostfile",
         env_delta=tuple(sorted(delta.items())),
         forward=forward,
-        is_root=inputs.is_root,
+        is_root=inputs.env.is_root,
         ssh_config=_ssh_config_path(spec, alloc, run_dir / attempt),
         launcher_path=inputs.environ.get("PATH", "/usr/bin:/bin"),
         elastic=spec.elastic,
@@ -300,7 +306,7 @@ def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> Launch
     if _own_ssh_config(spec, alloc):
         ssh_text = render_ssh_config(alloc.hosts, spec.ssh.config, spec.ssh.known_hosts)
     if near.ssh_config is not None and spec.launcher is Backend.HOROVODRUN:
-        shim = ssh_shim(inputs.ssh_program, near.ssh_config)
+        shim = ssh_shim(inputs.env.ssh, near.ssh_config)
     return LaunchPlan(
         mca_notes=mca_notes(spec.launcher, alloc, ctx),
         reach=inputs.reach,
