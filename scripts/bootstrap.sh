@@ -5,7 +5,7 @@
 #   2. A virtualenv in .venv (or $RINGTRAIN_VENV) with TensorFlow 2.15.1 first, then Horovod
 #      0.28.1 compiled against it (--no-build-isolation; MPI + Gloo + TensorFlow), then ringtrain
 #      and its pinned dependencies (requirements/constraints.txt). Horovod is ringtrain's
-#      0.28.1+ringtrain.1: PyPI's sdist with scripts/horovod-0.28.1-ringtrain.patch applied (a
+#      0.28.1+ringtrain.2: PyPI's sdist with scripts/horovod-0.28.1-ringtrain.patch applied (a
 #      peer lost while an elastic ring forms fails hvd.init() instead of std::terminate in every
 #      survivor). Its wheel is kept in ~/.cache/ringtrain/wheels/<cpu|gpu> (or
 #      $RINGTRAIN_WHEELS) and, like one on PIP_FIND_LINKS, installed instead of a new build.
@@ -29,7 +29,7 @@ APT_PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 
 EXTRAS="s3,hdfs,demo,bench,dev"
 STAMP="$VENV/.ringtrain-bootstrap"
 HOROVOD=0.28.1
-HOROVOD_OURS="$HOROVOD+ringtrain.1"  # keep in step with the patch's horovod/__init__.py
+HOROVOD_OURS="$HOROVOD+ringtrain.2"  # keep in step with the patch's horovod/__init__.py
 HOROVOD_PATCH=scripts/horovod-0.28.1-ringtrain.patch
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
