@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import socket
+import threading
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -259,42 +263,36 @@ def test_s3_readiness_tries_each_call_once_so_its_deadline_bounds_the_wait(tmp_p
     """A server that takes connections and never answers: one try of one call (a 5 s read
     timeout), then the error naming weed.log; not two tries of each of the probe's calls."""
     pytest.importorskip("s3fs")
-    import socket
-    import threading
-
     from ringtrain.errors import CheckpointError
     from ringtrain.sim.s3server import S3Server, _wait_ready
 
-    held: list[socket.socket] = []
-    with socket.create_server(("127.0.0.1", 0)) as mute:
-        def take() -> None:
-            while True:
-                try:
-                    held.append(mute.accept()[0])
-                except OSError:
-                    return
-
-        threading.Thread(target=take, daemon=True).start()
-        url = f"http://127.0.0.1:{mute.getsockname()[1]}"
+    with _silent_server() as (url, held):
         server = S3Server(os.getpid(), url, "b", "k", "s", state_dir=tmp_path)
         with pytest.raises(CheckpointError) as err:
             _wait_ready(server, timeout=0.5)
     assert len(held) == 1  # one request (the listing), not botocore's two
     assert "did not accept a write in 0.5 s (probes: 1, the last at" in err.value.message
     assert str(tmp_path / "weed.log") in err.value.message and "ReadTimeout" in err.value.message
-    for conn in held:
-        conn.close()
 
 
 def test_the_checkpoint_stores_s3_client_tries_a_call_once(tmp_path: Path) -> None:
     """The store's retries are ringtrain's RetryPolicy's (logged, the same for every backend):
     botocore tries each call once, so a silent endpoint costs one read timeout, not two."""
     pytest.importorskip("s3fs")
-    import socket
-    import threading
-
     from ringtrain.checkpoint.filesystems import _s3_filesystem
 
+    with _silent_server() as (url, held):
+        fs = _s3_filesystem({"endpoint_url": url, "key": "k", "secret": "s",
+                             "config_kwargs": {"read_timeout": 1, "connect_timeout": 1}})
+        with pytest.raises(Exception, match=r"(?i)timeout|timed out"):
+            fs.ls("bucket/prefix")
+    assert len(held) == 1
+
+
+@contextlib.contextmanager
+def _silent_server() -> Iterator[tuple[str, list[socket.socket]]]:
+    """An endpoint that takes connections and never answers: its URL, and the connections
+    it took (closed on the way out)."""
     held: list[socket.socket] = []
     with socket.create_server(("127.0.0.1", 0)) as mute:
         def take() -> None:
@@ -305,14 +303,11 @@ def test_the_checkpoint_stores_s3_client_tries_a_call_once(tmp_path: Path) -> No
                     return
 
         threading.Thread(target=take, daemon=True).start()
-        fs = _s3_filesystem({"endpoint_url": f"http://127.0.0.1:{mute.getsockname()[1]}",
-                             "key": "k", "secret": "s",
-                             "config_kwargs": {"read_timeout": 1, "connect_timeout": 1}})
-        with pytest.raises(Exception, match=r"(?i)timeout|timed out"):
-            fs.ls("bucket/prefix")
-    assert len(held) == 1
-    for conn in held:
-        conn.close()
+        try:
+            yield f"http://127.0.0.1:{mute.getsockname()[1]}", held
+        finally:
+            for conn in held:
+                conn.close()
 
 
 def test_s3_server_ports_avoid_a_grpc_socket_another_weed_holds(
