@@ -272,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                 summaries.append(summary)
                 records.append({**figures.as_json(summary),
                                 "step_lines": [[s.at, s.step, s.size] for s in steps]})
-                print(figures.HEADER + "\n" + figures.row(summary), flush=True)
+                clean = next((s.accuracy for s in summaries if s.interval is None), None)
+                print(figures.HEADER + "\n" + figures.row(summary, clean), flush=True)
         finally:
             sim.down(cluster.config, purge=True)
     print("\n".join(figures.report(summaries)))
