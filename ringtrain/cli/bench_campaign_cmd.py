@@ -25,7 +25,7 @@ Examples:
               "(horovodrun --elastic, the anchor), clean (memory, no faults, run once: the "
               "accuracy to compare with).")
 @click.option("--incidents", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--intervals", default="60,30", show_default=True,
+@click.option("--intervals", "--interval", default="60,30", show_default=True,
               help="Seconds between faults (kill -9, link down, stall, in turn), one run per "
               "mode and rate, each rate its own table; at least 5 each.")
 @click.option("--epochs", type=click.IntRange(min=2), default=40, show_default=True)

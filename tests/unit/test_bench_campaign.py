@@ -213,3 +213,13 @@ def test_a_job_that_failed_early_counts_only_the_batches_it_got_through() -> Non
 
     steps = [Step(0.2 * n, n, 3) for n in range(1, 11)]  # 10 of 100 batches, then it failed
     assert ettr(steps, total_steps=100, wall_s=4.0) == pytest.approx(0.5)
+
+
+def test_the_old_single_interval_option_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ringtrain.bench.launcher import campaign
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(campaign, "main", lambda argv: seen.append(argv) or 0)
+    result = CliRunner().invoke(cli, ["bench", "campaign", "--interval", "30"])
+    assert result.exit_code == 0, result.output
+    assert seen[0][seen[0].index("--intervals") + 1] == "30"

@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--modes", default="restart,memory,spare,horovodrun,clean")
     p.add_argument("--incidents", type=int, default=10)
-    p.add_argument("--intervals", type=parse_intervals, default=(60.0, 30.0),
+    p.add_argument("--intervals", "--interval", type=parse_intervals, default=(60.0, 30.0),
                    help="seconds between faults, one run per mode and rate: 60,30")
     p.add_argument("--warmup", type=float, default=20.0, help="seconds before the first fault")
     p.add_argument("--epochs", type=int, default=40)
