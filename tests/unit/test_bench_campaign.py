@@ -117,7 +117,8 @@ def test_a_fault_with_no_disruption_of_its_own_takes_none_of_the_next_ones() -> 
 def test_a_job_that_never_came_back_loses_the_rest_to_its_fault() -> None:
     steps = _run(5.0, 1, 76, 3)
     (kill,), led = _ledger_adds_up(steps, [Fault(20.1, "kill", "h3")], 0.0, 200.0)
-    assert kill.ttta_s is None  # no batch after it at all: no disruption seen
+    assert kill.ttta_s is None  # no batch after it at all: no disruption seen, but
+    assert kill.back_s is None and kill.lost_s == pytest.approx(200.0 - 20.1)  # not the end's
     steps += [Step(31.0, 70, 2)]  # one batch of a smaller world, then nothing
     (kill,), led = _ledger_adds_up(steps, [Fault(20.1, "kill", "h3")], 0.0, 200.0)
     assert kill.back_s is None and kill.lost_s == pytest.approx(200.0 - 20.1)

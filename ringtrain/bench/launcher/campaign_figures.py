@@ -16,7 +16,8 @@ One accounting of the wall time, from which every figure comes:
 * A fault's window runs from the fault to *training again at the rate before it*: the first
   batch past the high-water mark of its last disruption (every batch it cost trained again,
   every re-form it caused, a host back included, over). A fault with no disruption of its own
-  has an empty window; a job that never came back closes it at the end.
+  has an empty window, unless no batch came after it; a job that never came back closes the
+  window at the end.
 * Each moment of the wall time is lost to one bucket only: the latest fault whose window
   covers it (so when faults overlap, the time counts once, for the later fault), else start-up
   (launch to the first batch), else the end (the last batch to the job's end: evaluation and
@@ -135,7 +136,7 @@ def _windows(steps: list[Step], faults: list[Fault], gap_limit: float, ended: fl
     for k, fault in enumerate(faults):
         until = starts[k + 1] if k + 1 < len(faults) else float("inf")
         own = [(a, b) for a, b in marks if starts[k] <= a.at < until and b.at > fault.at]
-        back = fault.at
+        back = fault.at if steps and steps[-1].at > fault.at else ended  # no batch after it
         if own:
             a, b = own[-1]
             mark = max(high(a.at), a.step)
@@ -178,7 +179,8 @@ def account(steps: list[Step], faults: list[Fault], *, launched: float, ended: f
     incidents = []
     for (fault, own, back), lost_s in zip(windows, lost, strict=True):
         if not own:
-            incidents.append(Incident(fault, None, 0, 0, None, 0.0, lost_s))
+            incidents.append(Incident(fault, None, 0, 0, None,
+                                      None if back >= ended else 0.0, lost_s))
             continue
         b = own[0][1]
         whole = next((s.at - fault.at for s in steps if s.at >= b.at and s.size == full), None)
@@ -235,8 +237,8 @@ def row(s: Summary, clean: float | None = None) -> str:
     buckets (they add up to wall x (1 - ETTR)), accuracy and its difference from
     the fault-free run's ``clean`` in points."""
     led = s.ledger or Ledger(s.wall_s, 0.0, 0.0, 0.0, 0.0, 0.0)
-    unanswered = sum(i.ttta_s is None for i in s.incidents)
-    never = sum(i.ttta_s is not None and i.back_s is None for i in s.incidents)
+    unanswered = sum(i.ttta_s is None and i.back_s is not None for i in s.incidents)
+    never = sum(i.back_s is None for i in s.incidents)
     exit_code = "hang" if s.exit_code is None else str(s.exit_code)
     delta = (f"{100 * (s.accuracy - clean):+8.1f}"
              if s.accuracy is not None and clean is not None else f"{'-':>8s}")
