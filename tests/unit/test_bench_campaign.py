@@ -3,6 +3,9 @@ command line."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -182,7 +185,7 @@ def test_runs_start_with_the_fault_free_one_and_cover_each_rate() -> None:
     from ringtrain.bench.launcher.campaign import parse_intervals, runs
 
     assert runs(["memory", "clean", "horovodrun"], parse_intervals("30,60")) == [
-        ("clean", 0.0), ("memory", 60.0), ("horovodrun", 60.0), ("memory", 30.0),
+        ("clean", 60.0), ("memory", 60.0), ("horovodrun", 60.0), ("memory", 30.0),
         ("horovodrun", 30.0)]
 
 
@@ -224,3 +227,20 @@ def test_the_old_single_interval_option_still_works(monkeypatch: pytest.MonkeyPa
     result = CliRunner().invoke(cli, ["bench", "campaign", "--interval", "30"])
     assert result.exit_code == 0, result.output
     assert seen[0][seen[0].index("--intervals") + 1] == "30"
+
+
+def test_the_tables_come_again_from_a_kept_campaign_json(tmp_path: Path) -> None:
+    from ringtrain.bench.launcher import campaign
+    from ringtrain.bench.launcher.campaign_figures import as_json
+
+    steps = _run(5.0, 1, 76, 3) + _run(30.0, 72, 100, 2)
+    faults = [Fault(20.1, "kill", "h3")]
+    made = [summarise("memory", steps, faults, launched=0.0, ended=52.0, accuracy=0.97,
+                      exit_code=0, interval=60.0),
+            summarise("clean", steps[:70], [], launched=0.0, ended=20.0, accuracy=0.98,
+                      exit_code=0)]
+    kept = tmp_path / "campaign.json"
+    kept.write_text(json.dumps([{**as_json(s), "step_lines": [[x.at, x.step, x.size] for x in st]}
+                                for s, st in zip(made, (steps, steps[:70]), strict=True)]))
+    assert campaign.reload([kept]) == made
+    assert campaign.main(["--figures", str(kept)]) == 0

@@ -171,11 +171,13 @@ def run_mode(mode: str, cluster: sim.SimCluster, work: Path, opts: argparse.Name
             time.sleep(0.1)
         start = time.monotonic() + opts.warmup
         kinds = itertools.cycle(KINDS)
-        for turn in range(0 if mode == "clean" else opts.incidents):
+        # the fault-free run keeps the slowest rate's schedule without the faults, so its
+        # deadline counts from the same moment
+        for turn in range(opts.incidents):
             while time.monotonic() < start + turn * interval and proc.poll() is None:
                 time.sleep(0.05)
-            if proc.poll() is not None:
-                break
+            if proc.poll() is not None or mode == "clean":
+                continue
             kind, found = next(kinds), injector.victim(turn)
             if found is None:
                 print(f"  {mode}: no rank to hit at fault {turn + 1}", flush=True)
@@ -222,6 +224,25 @@ def plot(summaries: list[figures.Summary], path: Path) -> Path:
     return save_figure(plt, fig, path)
 
 
+def reload(paths: list[Path]) -> list[figures.Summary]:
+    """The summaries again from kept campaign.json files (``--out``), as run_mode made them."""
+    out = []
+    for path in paths:
+        try:
+            records = json.loads(path.read_text())
+            for r in records:
+                steps = [Step(*line) for line in r["step_lines"]]
+                faults = [figures.Fault(i["at"], i["kind"], i["host"]) for i in r["incidents"]]
+                out.append(figures.summarise(
+                    r["mode"], steps, faults, launched=r["launched"],
+                    ended=r["launched"] + r["wall_s"], accuracy=r["accuracy"],
+                    exit_code=r["exit_code"], interval=r["interval"]))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            sys.exit(f"{path}: not a campaign.json of this version ({err}); keep one with "
+                     "--out")
+    return out
+
+
 def parse_intervals(text: str) -> tuple[float, ...]:
     try:
         values = tuple(float(v) for v in text.split(","))
@@ -233,10 +254,11 @@ def parse_intervals(text: str) -> tuple[float, ...]:
 
 
 def runs(modes: list[str], intervals: tuple[float, ...]) -> list[tuple[str, float]]:
-    """The runs in order: the fault-free one first (once, whatever the rates), then every
-    faulted mode at each rate, the slowest rate first. PURE."""
+    """The runs in order: the fault-free one first (once, whatever the rates, on the slowest
+    rate's schedule without its faults), then every faulted mode at each rate, the slowest
+    first. PURE."""
     faulted = [m for m in modes if m != "clean"]
-    return ([("clean", 0.0)] if "clean" in modes else []) + [
+    return ([("clean", max(intervals))] if "clean" in modes else []) + [
         (m, i) for i in sorted(set(intervals), reverse=True) for m in faulted]
 
 
@@ -261,7 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline", type=float, default=1800.0,
                    help="seconds after the last fault before a job counts as hung")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--figures", type=Path, nargs="+", default=None, metavar="JSON",
+                   help="no run: the tables again from kept campaign.json files (every step "
+                   "line is in them), the fault-free run of any of them the reference")
     opts = p.parse_args(argv)
+    if opts.figures:
+        print("\n".join(figures.report(reload(opts.figures))))
+        return 0
     summaries, records = [], []
     with tempfile.TemporaryDirectory(prefix="rt-campaign-") as tmp:
         cluster = sim.up(sim.SimConfig(name="cbench", hosts=4, state_dir=Path(tmp) / "sim"))
