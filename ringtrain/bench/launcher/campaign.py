@@ -27,6 +27,7 @@ within the deadline). ``--out DIR`` keeps campaign.json (every incident, every s
 campaign.png.
 
     python -m ringtrain.bench.launcher.campaign --incidents 10 --intervals 60,30
+    python -m ringtrain.bench.launcher.campaign --figures out/campaign.json clean/campaign.json
 """
 
 from __future__ import annotations
