@@ -140,7 +140,7 @@ def test_summary_row_names_a_hang_and_faults_without_a_disruption() -> None:
                   accuracy=0.9, exit_code=None, interval=60.0)
     assert s.ettr == pytest.approx(0.5)
     text = row(s, 0.95)
-    assert "hang" in text and "1 faults with no disruption of their own" in text
+    assert "hang" in text and "1 faults never followed by training again" in text
     assert "-5.0" in text  # accuracy against the fault-free run's, in points
 
 
@@ -244,3 +244,19 @@ def test_the_tables_come_again_from_a_kept_campaign_json(tmp_path: Path) -> None
                                 for s, st in zip(made, (steps, steps[:70]), strict=True)]))
     assert campaign.reload([kept]) == made
     assert campaign.main(["--figures", str(kept)]) == 0
+
+
+def test_a_job_that_failed_after_training_again_loses_its_tail_to_the_fault() -> None:
+    """The kill is absorbed (training again at 30 s), then the job stops at 40 s and fails
+    at 80 s: 40 -> 80 s is the kill's, not the end's (the end is evaluation and exit)."""
+    steps = _run(5.0, 1, 76, 3) + _run(30.0, 77, 51, 2)  # to step 127 at 40.0 s
+    faults = [Fault(20.1, "kill", "h3")]
+    ok = summarise("memory", steps, faults, launched=0.0, ended=80.0, accuracy=None,
+                   exit_code=0)
+    failed = summarise("memory", steps, faults, launched=0.0, ended=80.0, accuracy=None,
+                       exit_code=1)
+    assert ok.ledger is not None and failed.ledger is not None
+    assert ok.ledger.end_s == pytest.approx(40.0) and failed.ledger.end_s == 0.0
+    assert failed.incidents[0].back_s is None
+    assert failed.incidents[0].lost_s == pytest.approx(ok.incidents[0].lost_s + 40.0)
+    assert failed.ledger.lost_s == pytest.approx(ok.ledger.lost_s)

@@ -310,8 +310,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{opts.link_down:g} s, stall {opts.stall:g} s); 3 ranks train the digits CNN, "
           f"{opts.epochs} x {opts.steps_per_epoch} batches of 32 with a {opts.pause:g} s pause, "
           f"commits every {opts.commit} batches, Gloo timeout {opts.gloo_timeout_seconds} s, "
-          f"cooldown {opts.cooldown[0]}-{opts.cooldown[1]} s. kill/link/stall: median time "
-          "back (s), from the fault to training again at the rate before it. faults s, "
+          f"cooldown {opts.cooldown[0]}-{opts.cooldown[1]} s. TTTA: median seconds from a fault "
+          "to the first batch after its first disruption; lost: median seconds lost per fault, "
+          "from the fault to training again at the rate before it, less the batches it "
+          "trained for the first time meanwhile. faults s, "
           "start/end, other: the wall time lost to the faults (each moment once), to start-up "
           "and the end, and to neither (steady batches' spread); together wall x (1 - ETTR). "
           "vs clean: accuracy minus the fault-free run's, in points.")

@@ -16,8 +16,9 @@ One accounting of the wall time, from which every figure comes:
 * A fault's window runs from the fault to *training again at the rate before it*: the first
   batch past the high-water mark of its last disruption (every batch it cost trained again,
   every re-form it caused, a host back included, over). A fault with no disruption of its own
-  has an empty window, unless no batch came after it; a job that never came back closes the
-  window at the end.
+  has an empty window, unless no batch came after it; a job that failed or hung stopped at its
+  last batch, a disruption of the fault before it that is never over (the window runs to the
+  end).
 * Each moment of the wall time is lost to one bucket only: the latest fault whose window
   covers it (so when faults overlap, the time counts once, for the later fault), else start-up
   (launch to the first batch), else the end (the last batch to the job's end: evaluation and
@@ -127,8 +128,10 @@ class HighWater:
 
 
 def _windows(steps: list[Step], faults: list[Fault], gap_limit: float, ended: float,
-             ) -> list[tuple[Fault, list[tuple[Step, Step]], float]]:
-    """Each fault, its own disruptions, and the end of its window (the wall clock)."""
+             failed: bool) -> list[tuple[Fault, list[tuple[Step, Step]], float]]:
+    """Each fault, its own disruptions, and the end of its window (the wall clock). A job
+    that ``failed`` (or hung) stopped at its last batch: a disruption with no batch after it,
+    its fault's like any other, never over."""
     marks = [(a, b) for a, b in itertools.pairwise(steps) if disrupted(a, b, gap_limit)]
     starts = [f.at - gap_limit for f in faults]
     high = HighWater(steps)
@@ -141,21 +144,24 @@ def _windows(steps: list[Step], faults: list[Fault], gap_limit: float, ended: fl
             a, b = own[-1]
             mark = max(high(a.at), a.step)
             back = next((s.at for s in steps if s.at >= b.at and s.step > mark), ended)
+        if failed and steps and starts[k] <= steps[-1].at < until:
+            back = ended
         out.append((fault, own, back))
     return out
 
 
 def account(steps: list[Step], faults: list[Fault], *, launched: float, ended: float,
-            gap_limit: float) -> tuple[tuple[Incident, ...], int, Ledger]:
+            gap_limit: float, failed: bool = False) -> tuple[tuple[Incident, ...], int, Ledger]:
     """Each fault's figures, the number of joins (the world grew back, not a fault's first
-    answer), and the ledger of the wall time from ``launched`` to ``ended``."""
+    answer), and the ledger of the wall time from ``launched`` to ``ended``; ``failed``: the
+    job did not end with status 0 (the time after its last batch is not the end's)."""
     steps = sorted(steps, key=lambda s: s.at)
     faults = sorted(faults, key=lambda f: f.at)
     gap = step_gap(steps) or 0.0
     high = HighWater(steps)
     joins = sum(is_join(a, b) and disrupted(a, b, gap_limit)
                 for a, b in itertools.pairwise(steps))
-    windows = _windows(steps, faults, gap_limit, ended)
+    windows = _windows(steps, faults, gap_limit, ended, failed)
     first = steps[0].at if steps else ended
     last = steps[-1].at if steps else ended
     cuts = sorted({min(max(t, launched), ended) for t in (
@@ -216,7 +222,7 @@ def summarise(mode: str, steps: list[Step], faults: list[Fault], *, launched: fl
               interval: float | None = None) -> Summary:
     gap = step_gap(steps) or 0.0
     found, joins, ledger = account(steps, faults, launched=launched, ended=ended,
-                                   gap_limit=max(1.0, 5 * gap))
+                                   gap_limit=max(1.0, 5 * gap), failed=exit_code != 0)
     return Summary(mode, found, joins, ledger.ettr if gap else None, accuracy, exit_code,
                    ended - launched, max((s.step for s in steps), default=0), ledger, interval,
                    launched)
