@@ -1,7 +1,8 @@
 """The fault campaign's task: the digits CNN (``ringtrain/models/digits.py``'s data and model:
 scikit-learn's 8x8 digits, nothing downloaded), whose fault-free accuracy is stable (about
-0.98-0.99 on the same 359 held-out images: 0.986 in the campaign), so a faulted run's accuracy can be
-judged against the fault-free run's. The recovery benchmark's toy task ended at chance (0.51).
+0.98-0.99 on the same 359 held-out images: 0.986 in the campaign), so a faulted run's
+accuracy can be judged against the fault-free run's.
+The recovery benchmark's toy task ended at chance (0.51).
 
 The protocol is ``recovery.RECOVERY_SCRIPT``'s: arguments EPOCHS SPE PAUSE COMMIT STYLE (hvd:
 Horovod's own ``hvd.elastic.run`` recipe, the anchor's; rt: the plain recipe with the three
