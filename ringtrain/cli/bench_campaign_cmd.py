@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import click
@@ -14,18 +15,19 @@ MODES = ("restart", "elastic", "memory", "spare", "cold-spare", "horovodrun", "c
 
 @click.command("campaign", epilog="""\b
 Examples:
-  sudo ringtrain bench campaign --out campaign          10 faults, one a minute, every mode
-  sudo ringtrain bench campaign --modes memory,horovodrun --incidents 6 --interval 30
+  sudo ringtrain bench campaign --out campaign      10 faults a run, one every 60 s and 30 s
+  sudo ringtrain bench campaign --modes memory,horovodrun,clean --incidents 6 --intervals 30
 """)
 @click.option("--modes", default="restart,memory,spare,horovodrun,clean", show_default=True,
               help="Ways back: restart (--max-restarts), elastic (hvd.elastic.run), memory "
               "(--elastic, the three ringtrain.keras lines), spare (memory with a fourth host "
               "held as a warm spare), cold-spare (the same, --cold-spares), horovodrun "
-              "(horovodrun --elastic, the anchor), clean (memory, no faults: the accuracy to "
-              "compare with).")
+              "(horovodrun --elastic, the anchor), clean (memory, no faults, run once: the "
+              "accuracy to compare with).")
 @click.option("--incidents", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--interval", type=click.FloatRange(min=5), default=60.0, show_default=True,
-              help="Seconds between faults (kill -9, link down, stall, in turn).")
+@click.option("--intervals", "--interval", default="60,30", show_default=True,
+              help="Seconds between faults (kill -9, link down, stall, in turn), one run per "
+              "mode and rate, each rate its own table; at least 5 each.")
 @click.option("--epochs", type=click.IntRange(min=2), default=40, show_default=True)
 @click.option("--steps-per-epoch", type=click.IntRange(min=2), default=100, show_default=True)
 @click.option("--link-down", type=click.FloatRange(min=1), default=20.0, show_default=True,
@@ -35,25 +37,30 @@ Examples:
 @click.option("--gloo-timeout-seconds", type=click.IntRange(min=1), default=10,
               show_default=True, help="Every mode's Gloo timeout, the anchor's too.")
 @click.option("--fallback-restarts", type=click.IntRange(min=0), default=0, show_default=True,
-              help="ringtrain's elastic modes also get --max-restarts N: a fault elastic "
-              "cannot absorb restarts the job from its last checkpoint.")
+              help="ringtrain's elastic modes (not the anchor) also get --max-restarts N: a "
+              "fault elastic cannot absorb restarts the job from its last checkpoint.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep campaign.json (every incident) and campaign.png here.")
-def campaign_cmd(modes: str, incidents: int, interval: float, epochs: int,
+def campaign_cmd(modes: str, incidents: int, intervals: str, epochs: int,
                  steps_per_epoch: int, link_down: float, stall: float,
                  gloo_timeout_seconds: int, fallback_restarts: int, out: Path | None) -> None:
     """A campaign of faults (needs root): 3 ranks on a 4-host simulated cluster train for
     EPOCHS x STEPS batches while a fault hits a host other than the first every INTERVAL
-    seconds. Per way back: time to training again by fault kind, batches trained again,
-    joins, the effective training time ratio, final accuracy, and whether the job hung."""
+    seconds. Per way back and rate: time back by fault kind, the wall time lost to the
+    faults, to start-up and end and to neither (together wall x (1 - ETTR)), the effective
+    training time ratio, final accuracy against the fault-free run's, and how the job ended."""
     from ringtrain.bench.launcher import campaign  # noqa: PLC0415 - starts a cluster
 
     unknown = set(modes.split(",")) - set(MODES)
     if unknown:
         raise click.BadParameter(f"{', '.join(sorted(unknown))}: choose from {', '.join(MODES)}",
                                  param_hint="--modes")
+    try:
+        campaign.parse_intervals(intervals)
+    except argparse.ArgumentTypeError as err:
+        raise click.BadParameter(str(err), param_hint="--intervals") from None
     raise SystemExit(campaign.main([
-        "--modes", modes, "--incidents", str(incidents), "--interval", str(interval),
+        "--modes", modes, "--incidents", str(incidents), "--intervals", intervals,
         "--epochs", str(epochs), "--steps-per-epoch", str(steps_per_epoch),
         "--link-down", str(link_down), "--stall", str(stall),
         "--gloo-timeout-seconds", str(gloo_timeout_seconds),

@@ -1,10 +1,10 @@
 """Fault campaign (issue 24, item 6): one long run per way back, with a fault at a fixed
 interval, and what each fault cost.
 
-On a simulated 4-host cluster (root needed) the recovery benchmark's tf.keras script
-(``recovery.RECOVERY_SCRIPT``) trains 3 ranks on the first 3 hosts. Once it is under way, a
-fault is injected every ``--interval`` seconds on a host other than the first (the launcher and
-rank 0 live there), cycling through the kinds:
+On a simulated 4-host cluster (root needed) the digits CNN (``campaign_task.CAMPAIGN_SCRIPT``:
+a task whose fault-free accuracy is stable) trains 3 ranks on the first 3 hosts. Once it is
+under way, a fault is injected every ``--intervals`` seconds (each rate a run of its own) on a
+host other than the first (the launcher and rank 0 live there), cycling through the kinds:
 
   kill    kill -9 of the rank's processes on the host
   link    the host's link goes down for ``--link-down`` seconds, then comes back
@@ -14,16 +14,20 @@ Modes: restart (ringtrain --max-restarts), elastic (hvd.elastic.run), memory (th
 ringtrain.keras lines under --elastic), spare (memory with the fourth host as a warm spare),
 cold-spare (the same, --cold-spares),
 horovodrun (horovodrun --elastic with a discovery script of the same 3 hosts: the anchor),
-clean (memory without faults: the accuracy and ETTR a fault-free run gets). Every elastic mode
-and the anchor get the same Gloo timeout and the same blacklist cooldown range.
+clean (memory without faults, run once: the accuracy and ETTR a fault-free run of the same task
+gets). Every elastic mode and the anchor get the same Gloo timeout and the same blacklist
+cooldown range; ``--fallback-restarts`` goes to ringtrain's elastic modes only (horovodrun has
+no such option).
 
-Per mode: median TTTA by kind, median "whole" (from a kill or a link fault to the first batch
-of the full world again), the most batches trained again for one fault, joins (a host
-back or a spare in), the effective training time ratio (arXiv 2410.21680), final accuracy,
-wall time, exit status ("hang": no end within the deadline). ``--out DIR`` keeps campaign.json
-(every incident) and campaign.png.
+One table per rate; per mode: the median time back by kind (from the fault to training again
+at the rate before it), the wall time lost to the faults, to start-up and end, and to
+neither, which add up to wall x (1 - ETTR) (campaign_figures says how), the final accuracy
+and its difference in points from the clean run's, wall time, exit status ("hang": no end
+within the deadline). ``--out DIR`` keeps campaign.json (every incident, every step line) and
+campaign.png.
 
-    python -m ringtrain.bench.launcher.campaign --incidents 10 --interval 60
+    python -m ringtrain.bench.launcher.campaign --incidents 10 --intervals 60,30
+    python -m ringtrain.bench.launcher.campaign --figures out/campaign.json clean/campaign.json
 """
 
 from __future__ import annotations
@@ -44,13 +48,8 @@ from pathlib import Path
 
 from ringtrain import sim
 from ringtrain.bench.launcher import campaign_figures as figures
-from ringtrain.bench.launcher.recovery import (
-    RECOVERY_SCRIPT,
-    _argv,
-    _prepare,
-    parse_steps,
-    rank_pids,
-)
+from ringtrain.bench.launcher.campaign_task import CAMPAIGN_SCRIPT
+from ringtrain.bench.launcher.recovery import Step, _argv, _prepare, parse_steps, rank_pids
 
 MODES = ("restart", "elastic", "memory", "spare", "cold-spare", "horovodrun", "clean")
 KINDS = ("kill", "link", "stall")
@@ -122,19 +121,28 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
 
 
+def launcher_options(mode: str, cooldown: tuple[int, int], fallback_restarts: int,
+                     ) -> tuple[str, ...]:
+    """The options ``mode`` adds to its launcher's command: each launcher only its own. PURE.
+    The anchor, horovodrun --elastic, gets the cooldown range (its own option) and nothing of
+    ringtrain's (it refuses --max-restarts); restart has its own --max-restarts."""
+    if mode == "restart":
+        return ()
+    ranges = ("--blacklist-cooldown-range", str(cooldown[0]), str(cooldown[1]))
+    if mode == "horovodrun":
+        return ranges
+    fallback = ("--max-restarts", str(fallback_restarts)) if fallback_restarts else ()
+    spares = ("--spares", "1", *(("--cold-spares",) if mode == "cold-spare" else ())
+              ) if mode in ("spare", "cold-spare") else ()
+    return (*ranges, *fallback, *spares)
+
+
 def _command(mode: str, cluster: sim.SimCluster, work: Path, opts: argparse.Namespace) -> str:
     script = work / "train.py"
-    script.write_text(RECOVERY_SCRIPT)
+    script.write_text(CAMPAIGN_SCRIPT)
     args = [str(opts.epochs), str(opts.steps_per_epoch), str(opts.pause), str(opts.commit)]
     path = _prepare(cluster, work)
-    cooldown = ("--blacklist-cooldown-range", str(opts.cooldown[0]), str(opts.cooldown[1]))
-    fallback = ("--max-restarts", str(opts.fallback_restarts)) if opts.fallback_restarts else ()
-    extra: tuple[str, ...] = (*cooldown, *fallback)
-    if mode == "restart":
-        extra = ()
-    elif mode in ("spare", "cold-spare"):
-        extra = (*cooldown, *fallback, "--spares", "1",
-                 *(("--cold-spares",) if mode == "cold-spare" else ()))
+    extra = launcher_options(mode, tuple(opts.cooldown), opts.fallback_restarts)
     # recovery._argv's modes; memory, the spares and clean launch as memory does
     launcher = mode if mode in ("horovodrun", "elastic", "restart") else "memory"
     argv = _argv(launcher, cluster, work, script, args, opts.gloo_timeout_seconds,
@@ -143,8 +151,8 @@ def _command(mode: str, cluster: sim.SimCluster, work: Path, opts: argparse.Name
     return f"cd {shlex.quote(str(work))} && {env}" + shlex.join(argv)
 
 
-def run_mode(mode: str, cluster: sim.SimCluster, work: Path,
-             opts: argparse.Namespace) -> figures.Summary:
+def run_mode(mode: str, cluster: sim.SimCluster, work: Path, opts: argparse.Namespace,
+             interval: float) -> tuple[figures.Summary, list[Step]]:
     work.mkdir(parents=True)
     command = _command(mode, cluster, work, opts)
     injector = Injector(cluster, work / "train.py", opts.link_down, opts.stall)
@@ -164,11 +172,13 @@ def run_mode(mode: str, cluster: sim.SimCluster, work: Path,
             time.sleep(0.1)
         start = time.monotonic() + opts.warmup
         kinds = itertools.cycle(KINDS)
-        for turn in range(0 if mode == "clean" else opts.incidents):
-            while time.monotonic() < start + turn * opts.interval and proc.poll() is None:
+        # the fault-free run keeps the slowest rate's schedule without the faults, so its
+        # deadline counts from the same moment
+        for turn in range(opts.incidents):
+            while time.monotonic() < start + turn * interval and proc.poll() is None:
                 time.sleep(0.05)
-            if proc.poll() is not None:
-                break
+            if proc.poll() is not None or mode == "clean":
+                continue
             kind, found = next(kinds), injector.victim(turn)
             if found is None:
                 print(f"  {mode}: no rank to hit at fault {turn + 1}", flush=True)
@@ -189,10 +199,11 @@ def run_mode(mode: str, cluster: sim.SimCluster, work: Path,
     ended = time.time()
     (work / "output.log").write_text("".join(lines))
     results = [json.loads(line.split("RESULT ", 1)[1]) for line in lines if "RESULT " in line]
+    steps = parse_steps(lines)
     return figures.summarise(
-        mode, parse_steps(lines), faults, total_steps=opts.epochs * opts.steps_per_epoch,
-        wall_s=ended - launched, accuracy=float(results[-1]["accuracy"]) if results else None,
-        exit_code=exit_code)
+        mode, steps, faults, launched=launched, ended=ended,
+        accuracy=float(results[-1]["accuracy"]) if results else None, exit_code=exit_code,
+        interval=None if mode == "clean" else interval), steps
 
 
 def plot(summaries: list[figures.Summary], path: Path) -> Path:
@@ -203,7 +214,8 @@ def plot(summaries: list[figures.Summary], path: Path) -> Path:
     for s in summaries:
         points = [(n, i.ttta_s) for n, i in enumerate(s.incidents, 1) if i.ttta_s is not None]
         if points:
-            ax.plot(*zip(*points, strict=True), marker="o", label=f"{s.mode} (ETTR "
+            ax.plot(*zip(*points, strict=True), marker="o", label=f"{s.mode}, every "
+                    f"{s.interval:g} s (ETTR "
                     f"{'-' if s.ettr is None else format(s.ettr, '.2f')})")
     ax.set_xlabel("incident")
     ax.set_ylabel("time to training again (s)")
@@ -213,11 +225,50 @@ def plot(summaries: list[figures.Summary], path: Path) -> Path:
     return save_figure(plt, fig, path)
 
 
+def reload(paths: list[Path]) -> list[figures.Summary]:
+    """The summaries again from kept campaign.json files (``--out``), as run_mode made them."""
+    out = []
+    for path in paths:
+        try:
+            records = json.loads(path.read_text())
+            for r in records:
+                steps = [Step(*line) for line in r["step_lines"]]
+                faults = [figures.Fault(i["at"], i["kind"], i["host"]) for i in r["incidents"]]
+                out.append(figures.summarise(
+                    r["mode"], steps, faults, launched=r["launched"],
+                    ended=r["launched"] + r["wall_s"], accuracy=r["accuracy"],
+                    exit_code=r["exit_code"], interval=r["interval"]))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            sys.exit(f"{path}: not a campaign.json of this version ({err}); keep one with "
+                     "--out")
+    return out
+
+
+def parse_intervals(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds, comma-separated: 60,30") from None
+    if not values or min(values) < 5:
+        raise argparse.ArgumentTypeError(f"{text!r}: each interval at least 5 s")
+    return values
+
+
+def runs(modes: list[str], intervals: tuple[float, ...]) -> list[tuple[str, float]]:
+    """The runs in order: the fault-free one first (once, whatever the rates, on the slowest
+    rate's schedule without its faults), then every faulted mode at each rate, the slowest
+    first. PURE."""
+    faulted = [m for m in modes if m != "clean"]
+    return ([("clean", max(intervals))] if "clean" in modes else []) + [
+        (m, i) for i in sorted(set(intervals), reverse=True) for m in faulted]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--modes", default="restart,memory,spare,horovodrun,clean")
     p.add_argument("--incidents", type=int, default=10)
-    p.add_argument("--interval", type=float, default=60.0)
+    p.add_argument("--intervals", "--interval", type=parse_intervals, default=(60.0, 30.0),
+                   help="seconds between faults, one run per mode and rate: 60,30")
     p.add_argument("--warmup", type=float, default=20.0, help="seconds before the first fault")
     p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--steps-per-epoch", type=int, default=100)
@@ -233,28 +284,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline", type=float, default=1800.0,
                    help="seconds after the last fault before a job counts as hung")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--figures", type=Path, nargs="+", default=None, metavar="JSON",
+                   help="no run: the tables again from kept campaign.json files (every step "
+                   "line is in them), the fault-free run of any of them the reference")
     opts = p.parse_args(argv)
-    summaries = []
+    if opts.figures:
+        print("\n".join(figures.report(reload(opts.figures))))
+        return 0
+    summaries, records = [], []
     with tempfile.TemporaryDirectory(prefix="rt-campaign-") as tmp:
         cluster = sim.up(sim.SimConfig(name="cbench", hosts=4, state_dir=Path(tmp) / "sim"))
         try:
-            for mode in opts.modes.split(","):
-                summaries.append(run_mode(mode, cluster, Path(tmp) / mode, opts))
-                print(figures.row(summaries[-1]), flush=True)
+            for mode, interval in runs(opts.modes.split(","), opts.intervals):
+                work = Path(tmp) / (mode if mode == "clean" else f"{mode}-{interval:g}")
+                summary, steps = run_mode(mode, cluster, work, opts, interval)
+                summaries.append(summary)
+                records.append({**figures.as_json(summary),
+                                "step_lines": [[s.at, s.step, s.size] for s in steps]})
+                clean = next((s.accuracy for s in summaries if s.interval is None), None)
+                print(figures.HEADER + "\n" + figures.row(summary, clean), flush=True)
         finally:
             sim.down(cluster.config, purge=True)
-    print("\n" + figures.HEADER)
-    for s in summaries:
-        print(figures.row(s))
-    print(f"\n{opts.incidents} faults, one every {opts.interval:g} s ({', '.join(KINDS)} in "
-          f"turn; link down {opts.link_down:g} s, stall {opts.stall:g} s); 3 ranks, "
-          f"{opts.epochs} x {opts.steps_per_epoch} batches of {opts.pause:g} s pause, commits "
-          f"every {opts.commit} batches, Gloo timeout {opts.gloo_timeout_seconds} s, cooldown "
-          f"{opts.cooldown[0]}-{opts.cooldown[1]} s. kill/link/stall: median TTTA (s).")
+    print("\n".join(figures.report(summaries)))
+    print(f"\n{opts.incidents} faults per run ({', '.join(KINDS)} in turn; link down "
+          f"{opts.link_down:g} s, stall {opts.stall:g} s); 3 ranks train the digits CNN, "
+          f"{opts.epochs} x {opts.steps_per_epoch} batches of 32 with a {opts.pause:g} s pause, "
+          f"commits every {opts.commit} batches, Gloo timeout {opts.gloo_timeout_seconds} s, "
+          f"cooldown {opts.cooldown[0]}-{opts.cooldown[1]} s. TTTA: median seconds from a fault "
+          "to the first batch after its first disruption; lost: median seconds lost per fault, "
+          "from the fault to training again at the rate before it, less the batches it "
+          "trained for the first time meanwhile. faults s, "
+          "start/end, other: the wall time lost to the faults (each moment once), to start-up "
+          "and the end, and to neither (steady batches' spread); together wall x (1 - ETTR). "
+          "vs clean: accuracy minus the fault-free run's, in points.")
     if opts.out is not None:
         opts.out.mkdir(parents=True, exist_ok=True)
-        (opts.out / "campaign.json").write_text(json.dumps(
-            [figures.as_json(s) for s in summaries], indent=1))
+        (opts.out / "campaign.json").write_text(json.dumps(records, indent=1))
         print(f"wrote {plot(summaries, opts.out / 'campaign.png')}")
     return 0
 

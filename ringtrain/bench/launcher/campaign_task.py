@@ -1,0 +1,73 @@
+"""The fault campaign's task: the digits CNN (``ringtrain/models/digits.py``'s data and model:
+scikit-learn's 8x8 digits, nothing downloaded), whose fault-free accuracy is stable (about
+0.98-0.99 on the same 359 held-out images: 0.986 in the campaign), so a faulted run's
+accuracy can be judged against the fault-free run's.
+The recovery benchmark's toy task ended at chance (0.51).
+
+The protocol is ``recovery.RECOVERY_SCRIPT``'s: arguments EPOCHS SPE PAUSE COMMIT STYLE (hvd:
+Horovod's own ``hvd.elastic.run`` recipe, the anchor's; rt: the plain recipe with the three
+``ringtrain.keras`` lines); rank 0 prints ``STEP <wall time> <global step> <world size>`` after
+every batch and ``RESULT {"accuracy": ...}`` at the end.
+"""
+
+CAMPAIGN_SCRIPT = """\
+import json, os, sys, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import horovod.tensorflow.keras as hvd
+import tensorflow as tf
+
+from ringtrain.models.digits import build_model, load_data
+
+hvd.init()
+EPOCHS, SPE, COMMIT = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[4])
+PAUSE, STYLE = float(sys.argv[3]), sys.argv[5]  # STYLE: hvd (hvd.elastic.run) or rt
+tf.keras.utils.set_random_seed(42)  # the same initial weights on every rank, every run
+x, y, x_test, y_test = load_data(42)
+data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().shuffle(
+    2000, seed=hvd.rank()).batch(32)
+model = build_model()
+model.compile(loss=tf.losses.SparseCategoricalCrossentropy(from_logits=True),
+              metrics=["accuracy"],
+              optimizer=hvd.DistributedOptimizer(tf.optimizers.Adam(0.001 * hvd.size())),
+              experimental_run_tf_function=False)
+
+
+class Steps(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(PAUSE)
+        if hvd.rank() == 0:
+            print(f"STEP {time.time():.3f} {self.epoch * SPE + batch + 1} {hvd.size()}",
+                  flush=True)
+
+
+if os.environ.get("HOROVOD_ELASTIC") == "1" and STYLE == "hvd":
+    state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+
+    def rescale():
+        tf.keras.backend.set_value(model.optimizer.lr, 0.001 * hvd.size())
+
+    state.register_reset_callbacks([rescale])
+    callbacks = [hvd.elastic.CommitStateCallback(state, batches_per_commit=COMMIT),
+                 hvd.elastic.UpdateBatchStateCallback(state),
+                 hvd.elastic.UpdateEpochStateCallback(state), Steps()]
+
+    @hvd.elastic.run
+    def train(state):
+        model.fit(data, steps_per_epoch=SPE, epochs=EPOCHS, initial_epoch=state.epoch,
+                  callbacks=callbacks, verbose=0)
+
+    train(state)
+else:
+    import ringtrain.keras as rt
+    start = rt.resume(model)
+    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), Steps(),
+                 *rt.callbacks(batch_size=32, commit_every=COMMIT)]
+    model.fit(data, steps_per_epoch=SPE, epochs=EPOCHS, initial_epoch=start,
+              callbacks=callbacks, verbose=0)
+accuracy = model.evaluate(x_test, y_test, verbose=0)[1]
+if hvd.rank() == 0:
+    print("RESULT " + json.dumps({"accuracy": accuracy, "size": hvd.size()}), flush=True)
+"""
