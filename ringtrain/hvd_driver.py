@@ -14,6 +14,8 @@ new worker in it in the same round (``ElasticDriver._update_host_assignments`` s
 slot not already held) and the world keeps its size; the new process takes the state from the
 survivors' memory commit. A slot that fails ``MAX_SLOT_FAILURES`` times blacklists its host, as
 Horovod would. Everything else (success, all failed, the reset limit) is Horovod's code.
+
+One setting of its rendezvous server changes too (``tune_rendezvous``): the listen backlog.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from collections.abc import Iterable
 from typing import Any
 
 MAX_SLOT_FAILURES = 3
+# listen(2)'s backlog for the rendezvous server; the kernel clamps it to net.core.somaxconn
+RENDEZVOUS_BACKLOG = 65535
 log = logging.getLogger("ringtrain.hvd_driver")
 
 
@@ -66,9 +70,22 @@ def patch() -> None:
     registry._on_workers_recorded = _on_workers_recorded
 
 
+def tune_rendezvous() -> None:
+    """Horovod's rendezvous server (``RendezvousHTTPServer``) listens with socketserver's
+    default backlog of 5, yet every worker of a re-form connects at once and holds its
+    ``rank_and_size`` request until all have asked: the kernel drops the connections that do
+    not fit and each waits for a SYN retransmit (1 s, then 3 s, 7 s...). With the backlog the
+    kernel allows, a re-form of 4,096 workers is served without one (docs/SCALE.md,
+    ``bench/launcher/rendezvous_scale.py``)."""
+    from horovod.runner.http import http_server  # noqa: PLC0415 - horovodrun's process
+
+    http_server.RendezvousHTTPServer.request_queue_size = RENDEZVOUS_BACKLOG
+
+
 def main() -> Any:
     """horovodrun's own entry point (its ``sys.exit(run_commandline())``), the rule changed."""
     patch()
+    tune_rendezvous()
     from horovod.runner.launch import run_commandline  # noqa: PLC0415
 
     sys.argv[0] = "horovodrun"
