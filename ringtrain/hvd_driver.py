@@ -15,7 +15,8 @@ slot not already held) and the world keeps its size; the new process takes the s
 survivors' memory commit. A slot that fails ``MAX_SLOT_FAILURES`` times blacklists its host, as
 Horovod would. Everything else (success, all failed, the reset limit) is Horovod's code.
 
-One setting of its rendezvous server changes too (``tune_rendezvous``): the listen backlog.
+Two settings of its rendezvous server change too (``tune_rendezvous``): the listen backlog
+and daemon handler threads.
 """
 
 from __future__ import annotations
@@ -71,15 +72,22 @@ def patch() -> None:
 
 
 def tune_rendezvous() -> None:
-    """Horovod's rendezvous server (``RendezvousHTTPServer``) listens with socketserver's
-    default backlog of 5, yet every worker of a re-form connects at once and holds its
-    ``rank_and_size`` request until all have asked: the kernel drops the connections that do
-    not fit and each waits for a SYN retransmit (1 s, then 3 s, 7 s...). With the backlog the
-    kernel allows, a re-form of 4,096 workers is served without one (docs/SCALE.md,
-    ``bench/launcher/rendezvous_scale.py``)."""
+    """Two settings of Horovod's rendezvous server (``RendezvousHTTPServer``), which every
+    worker of a re-form reaches at once, each holding its ``rank_and_size`` request in a
+    thread until all have asked (the driver's barrier):
+
+    - the listen backlog: socketserver's default is 5, so the kernel drops the connections
+      that do not fit and each waits for a SYN retransmit (1 s, then 3 s, 7 s...);
+    - daemon handler threads: socketserver keeps a list of its non-daemon threads and sweeps
+      the whole list on every request, so N held requests cost O(N^2) in the one thread that
+      accepts (seconds at 4,096). Horovod's server thread is a daemon already; nothing joins
+      these.
+
+    Measured in docs/SCALE.md (``bench/launcher/rendezvous_scale.py``)."""
     from horovod.runner.http import http_server  # noqa: PLC0415 - horovodrun's process
 
     http_server.RendezvousHTTPServer.request_queue_size = RENDEZVOUS_BACKLOG
+    http_server.RendezvousHTTPServer.daemon_threads = True
 
 
 def main() -> Any:

@@ -39,14 +39,15 @@ def test_it_is_horovodrun_its_parser_and_its_answers() -> None:
         assert mine.stderr.replace("hvd_driver.py", "horovodrun") == theirs.stderr, args
 
 
-def test_the_rendezvous_server_listens_with_the_backlog_the_kernel_allows() -> None:
+def test_the_rendezvous_server_takes_the_kernels_backlog_and_daemon_threads() -> None:
     """Horovod's rendezvous server takes socketserver's backlog of 5 (a re-form's burst of
-    connections waits for SYN retransmits); tune_rendezvous raises it, in a fresh process."""
-    code = ("from horovod.runner.http import http_server as h\n"
+    connections waits for SYN retransmits) and non-daemon threads (swept on every request);
+    tune_rendezvous changes both, here in a fresh process."""
+    code = ("from horovod.runner.http.http_server import RendezvousHTTPServer as S\n"
             "import ringtrain.hvd_driver as d\n"
-            "before = h.RendezvousHTTPServer.request_queue_size\n"
+            "before = (S.request_queue_size, S.daemon_threads)\n"
             "d.tune_rendezvous()\n"
-            "print(before, h.RendezvousHTTPServer.request_queue_size)\n")
+            "print(*before, S.request_queue_size, S.daemon_threads)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
-    assert out.stdout.split() == ["5", str(RENDEZVOUS_BACKLOG)]
+    assert out.stdout.split() == ["5", "False", str(RENDEZVOUS_BACKLOG), "True"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import queue
 import resource
 import subprocess
@@ -208,15 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", default="64,512,4096")
     p.add_argument("--mode", default="sample:1", help="full, or sample:K (K peers read)")
-    p.add_argument("--stock-server", action="store_true",
-                   help="Horovod's rendezvous server as it comes (backlog 5), not as "
-                        "ringtrain.hvd_driver runs it")
+    p.add_argument("--server", choices=("ringtrain", "horovod", "backlog"),
+                   default="ringtrain", help="the rendezvous server as ringtrain.hvd_driver "
+                   "runs it (tune_rendezvous), as Horovod ships it, or with the backlog only")
     p.add_argument("--json", type=Path, help="write the results here")
     a = p.parse_args(argv)
     sample = None if a.mode == "full" else int(a.mode.split(":", 1)[1])
     hvd_driver.patch()  # the driver ringtrain runs: Horovod's, its rule changed
-    if not a.stock_server:
+    if a.server == "ringtrain":
         hvd_driver.tune_rendezvous()
+    elif a.server == "backlog":  # one of ringtrain's two settings, to tell them apart
+        from horovod.runner.http import http_server
+        http_server.RendezvousHTTPServer.request_queue_size = hvd_driver.RENDEZVOUS_BACKLOG
     results = []
     print(f"{'workers':>7} {'round':>5} {'rank_and_size':>13} {'gloo':>8} {'total':>8} "
           f"{'req/s':>7} {'launcher CPU':>12} {'ms/req':>7} {'failed':>6} "
@@ -236,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['discovery_cpu_s'] * 1000:.1f} ms CPU per run; a join seen after "
                   f"{r['join']['discovered_s']:.2f} s", flush=True)
     if a.json:
-        a.json.write_text(json.dumps({"mode": a.mode, "pid": os.getpid(), "results": results},
+        a.json.write_text(json.dumps({"mode": a.mode, "server": a.server, "results": results},
                                      indent=1, default=str))
     return 0
 
