@@ -44,6 +44,7 @@ from ringtrain.bench.launcher.rendezvous_clients import gloo_mesh_cost
 from ringtrain.launch.plan.launchers import discovery_script
 
 SLOTS = 8
+FULL_MAX = 256  # --mode full beyond this is hours of the server's CPU (gloo_mesh_cost)
 
 
 def cpu_self() -> float:
@@ -212,7 +213,16 @@ def main(argv: list[str] | None = None) -> int:
                    "runs it (tune_rendezvous), as Horovod ships it, or with the backlog only")
     p.add_argument("--json", type=Path, help="write the results here")
     a = p.parse_args(argv)
-    sample = None if a.mode == "full" else int(a.mode.split(":", 1)[1])
+    sizes = [int(x) for x in a.workers.split(",")]
+    if a.mode == "full":
+        sample = None
+        if max(sizes) > FULL_MAX:
+            p.error(f"--mode full above {FULL_MAX} workers: Gloo's full mesh of {max(sizes)} "
+                    f"is {gloo_mesh_cost(max(sizes))[0]:,} requests; use --mode sample:K")
+    elif a.mode.startswith("sample:") and a.mode[7:].isdigit() and int(a.mode[7:]) > 0:
+        sample = int(a.mode[7:])
+    else:
+        p.error(f"--mode {a.mode}: full, or sample:K with K >= 1 (e.g. sample:1)")
     hvd_driver.patch()  # the driver ringtrain runs: Horovod's, its rule changed
     if a.server == "ringtrain":
         hvd_driver.tune_rendezvous()
@@ -224,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'req/s':>7} {'launcher CPU':>12} {'ms/req':>7} {'failed':>6} "
           f"{'overflows':>9} {'full-mesh req':>13} {'full-mesh GB':>12}", flush=True)
     with tempfile.TemporaryDirectory(prefix="rdv-scale-") as tmp:
-        for n in (int(x) for x in a.workers.split(",")):
+        for n in sizes:
             r = measure(n, sample, Path(tmp))
             results.append(r)
             for name in ("loss", "join"):
