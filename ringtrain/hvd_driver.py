@@ -14,6 +14,9 @@ new worker in it in the same round (``ElasticDriver._update_host_assignments`` s
 slot not already held) and the world keeps its size; the new process takes the state from the
 survivors' memory commit. A slot that fails ``MAX_SLOT_FAILURES`` times blacklists its host, as
 Horovod would. Everything else (success, all failed, the reset limit) is Horovod's code.
+
+Two settings of its rendezvous server change too (``tune_rendezvous``): the listen backlog
+and daemon handler threads.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from collections.abc import Iterable
 from typing import Any
 
 MAX_SLOT_FAILURES = 3
+# listen(2)'s backlog for the rendezvous server; the kernel clamps it to net.core.somaxconn
+RENDEZVOUS_BACKLOG = 65535
 log = logging.getLogger("ringtrain.hvd_driver")
 
 
@@ -66,9 +71,29 @@ def patch() -> None:
     registry._on_workers_recorded = _on_workers_recorded
 
 
+def tune_rendezvous() -> None:
+    """Two settings of Horovod's rendezvous server (``RendezvousHTTPServer``), which every
+    worker of a re-form reaches at once, each holding its ``rank_and_size`` request in a
+    thread until all have asked (the driver's barrier):
+
+    - the listen backlog: socketserver's default is 5, so the kernel drops the connections
+      that do not fit and each waits for a SYN retransmit (1 s, then 3 s, 7 s...);
+    - daemon handler threads: socketserver keeps a list of its non-daemon threads and sweeps
+      the whole list on every request, so N held requests cost O(N^2) in the one thread that
+      accepts (seconds at 4,096). Horovod's server thread is a daemon already; nothing joins
+      these.
+
+    Measured in docs/SCALE.md (``bench/launcher/rendezvous_scale.py``)."""
+    from horovod.runner.http import http_server  # noqa: PLC0415 - horovodrun's process
+
+    http_server.RendezvousHTTPServer.request_queue_size = RENDEZVOUS_BACKLOG
+    http_server.RendezvousHTTPServer.daemon_threads = True
+
+
 def main() -> Any:
     """horovodrun's own entry point (its ``sys.exit(run_commandline())``), the rule changed."""
     patch()
+    tune_rendezvous()
     from horovod.runner.launch import run_commandline  # noqa: PLC0415
 
     sys.argv[0] = "horovodrun"

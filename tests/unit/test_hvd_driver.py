@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from ringtrain.hvd_driver import MAX_SLOT_FAILURES, spared
+from ringtrain.hvd_driver import MAX_SLOT_FAILURES, RENDEZVOUS_BACKLOG, spared
 
 
 def test_a_failed_worker_whose_host_has_a_ready_worker_keeps_its_host() -> None:
@@ -37,3 +37,17 @@ def test_it_is_horovodrun_its_parser_and_its_answers() -> None:
                               check=False)
         assert (mine.returncode, mine.stdout) == (theirs.returncode, theirs.stdout), args
         assert mine.stderr.replace("hvd_driver.py", "horovodrun") == theirs.stderr, args
+
+
+def test_the_rendezvous_server_takes_the_kernels_backlog_and_daemon_threads() -> None:
+    """Horovod's rendezvous server takes socketserver's backlog of 5 (a re-form's burst of
+    connections waits for SYN retransmits) and non-daemon threads (swept on every request);
+    tune_rendezvous changes both, here in a fresh process."""
+    code = ("from horovod.runner.http.http_server import RendezvousHTTPServer as S\n"
+            "import ringtrain.hvd_driver as d\n"
+            "before = (S.request_queue_size, S.daemon_threads)\n"
+            "d.tune_rendezvous()\n"
+            "print(*before, S.request_queue_size, S.daemon_threads)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.split() == ["5", "False", str(RENDEZVOUS_BACKLOG), "True"]

@@ -74,7 +74,8 @@ LAYERS: dict[str, set[str]] = {
     "ringcheck": {"errors", "hostfile", "remote", "spec", "launch", "sim", "probe",
                   "rank"},  # rank: how ringtrain's own Python starts (isolated.py)
     "bench": {"errors", "hostfile", "remote", "rank", "checkpoint", "launch", "keras", "models",
-              "sim", "spec", "ringcheck", "probe"},
+              "sim", "spec", "ringcheck", "probe",
+              "hvd_driver"},  # rendezvous_scale runs the driver as ringtrain runs it
     # the assembly of a launch, below both doors: the ring pre-check runs a ringcheck job
     # and the config layers both doors read (rank: the RINGTRAIN_ prefix)
     "assembly": {"errors", "hostfile", "remote", "spec", "launch", "ringcheck", "probe",
