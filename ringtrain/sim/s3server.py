@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ringtrain.checkpoint.filesystems import Location, make_filesystem
 from ringtrain.errors import CheckpointError, SetupError
 from ringtrain.rank import procfs
 from ringtrain.sim.ports import free_ports, ports_free, server_state
@@ -318,11 +317,18 @@ def _spawn(
 def _wait_ready(server: S3Server, timeout: float) -> float:
     """Until an object can be written, read back and deleted, for at most ``timeout`` s plus
     one call: each is tried once (2 s to connect, 5 s to answer; botocore's max_attempts=1 is
-    two tries), with the deadline checked between calls, not only between probes."""
-    options = server.client_options()
-    options["config_kwargs"].update(connect_timeout=2, read_timeout=5,
-                                    retries={"total_max_attempts": 1, "mode": "standard"})
-    fs = make_filesystem(Location("s3", server.bucket), options)
+    two tries), with the deadline checked between calls, not only between probes. botocore's
+    own (synchronous) client, not s3fs: s3fs runs every call on fsspec's one event loop per
+    process, where a call of an earlier user of it can hold this one for minutes (the suite's
+    181 s "first listing" of a fresh server, probes: 1)."""
+    import botocore.session  # type: ignore[import-untyped]  # noqa: PLC0415 - the s3 extra
+    from botocore.config import Config  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    client = botocore.session.get_session().create_client(
+        "s3", endpoint_url=server.endpoint_url, region_name=server.region,
+        aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
+        config=Config(connect_timeout=2, read_timeout=5, s3={"addressing_style": "path"},
+                      retries={"total_max_attempts": 1, "mode": "standard"}))
     began = time.monotonic()
     deadline = began + timeout
     failed: list[str] = []
@@ -335,7 +341,7 @@ def _wait_ready(server: S3Server, timeout: float) -> float:
                 f"see {logfile}; is another server using {server.state_dir}?",
             )
         try:
-            _round_trip(fs, server.bucket, deadline)
+            _round_trip(client, server.bucket, deadline)
             return time.monotonic() - began
         except Exception as err:  # any answer but success means "not yet"
             failed.append(f"{time.monotonic() - began:.1f} s: {type(err).__name__}: "
@@ -348,20 +354,21 @@ def _wait_ready(server: S3Server, timeout: float) -> float:
     )
 
 
-def _round_trip(fs: Any, bucket: str, deadline: float) -> None:
+def _round_trip(client: Any, bucket: str, deadline: float) -> None:
     """List the bucket, then write, read back and delete one object: the listing answers from
     the filer, objects need the volume server (the first write grows a volume), which may
     register a second later (until then a GET answers 500)."""
-    probe = f"{bucket}/.ringtrain-ready-{secrets.token_hex(4)}"
-    for call, args in ((fs.ls, (bucket,)), (fs.pipe_file, (probe, b"ready"))):  # no listing cache
+    key = f".ringtrain-ready-{secrets.token_hex(4)}"
+    for call, kwargs in ((client.list_objects_v2, {"Bucket": bucket, "MaxKeys": 1}),
+                         (client.put_object, {"Bucket": bucket, "Key": key, "Body": b"ready"})):
         if time.monotonic() > deadline:
             raise TimeoutError("the deadline passed between two calls")
-        call(*args)
+        call(**kwargs)
     try:
-        if fs.cat_file(probe) != b"ready":
+        if client.get_object(Bucket=bucket, Key=key)["Body"].read() != b"ready":
             raise OSError("the probe object read back wrong")
     finally:
-        fs.rm_file(probe)
+        client.delete_object(Bucket=bucket, Key=key)
 
 
 def _log_tail(path: Path, lines: int = 3) -> str:

@@ -210,7 +210,8 @@ def test_from_run_dir_launches_the_recorded_spec_again(tmp_path: Path) -> None:
         " 'ARGS', sys.argv[1:], flush=True)\n"
     )
     first = _launch(tmp_path, "--dry-run", "--no-probe", "-H", "localhost:2", "--max-restarts",
-                    "1", "--env", "MODE=fast", "--env", "API_SECRET=hunter2", str(script), "--x")
+                    "1", "--env-plain", "MODE=fast", "--env", "API_SECRET=hunter2", str(script),
+                    "--x")  # a value said plain is recorded; any other --env value by name only
     assert first.returncode == 0, first.stderr
     (recorded,) = (tmp_path / "runs").iterdir()
     assert "hunter2" not in (recorded / "attempt-1" / "plan.json").read_text()
