@@ -10,6 +10,8 @@ Horovod's own ``hvd.elastic.run`` recipe, the anchor's; rt: the plain recipe wit
 every batch and ``RESULT {"accuracy": ...}`` at the end.
 """
 
+from ringtrain.bench.launcher.recovery import TRAINING_LOOP
+
 CAMPAIGN_SCRIPT = """\
 import json, os, sys, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -32,41 +34,7 @@ model.compile(loss=tf.losses.SparseCategoricalCrossentropy(from_logits=True),
               experimental_run_tf_function=False)
 
 
-class Steps(tf.keras.callbacks.Callback):
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        time.sleep(PAUSE)
-        if hvd.rank() == 0:
-            print(f"STEP {time.time():.3f} {self.epoch * SPE + batch + 1} {hvd.size()}",
-                  flush=True)
-
-
-if os.environ.get("HOROVOD_ELASTIC") == "1" and STYLE == "hvd":
-    state = hvd.elastic.KerasState(model, batch=0, epoch=0)
-
-    def rescale():
-        tf.keras.backend.set_value(model.optimizer.lr, 0.001 * hvd.size())
-
-    state.register_reset_callbacks([rescale])
-    callbacks = [hvd.elastic.CommitStateCallback(state, batches_per_commit=COMMIT),
-                 hvd.elastic.UpdateBatchStateCallback(state),
-                 hvd.elastic.UpdateEpochStateCallback(state), Steps()]
-
-    @hvd.elastic.run
-    def train(state):
-        model.fit(data, steps_per_epoch=SPE, epochs=EPOCHS, initial_epoch=state.epoch,
-                  callbacks=callbacks, verbose=0)
-
-    train(state)
-else:
-    import ringtrain.keras as rt
-    start = rt.resume(model)
-    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), Steps(),
-                 *rt.callbacks(batch_size=32, commit_every=COMMIT)]
-    model.fit(data, steps_per_epoch=SPE, epochs=EPOCHS, initial_epoch=start,
-              callbacks=callbacks, verbose=0)
+""" + TRAINING_LOOP + """\
 accuracy = model.evaluate(x_test, y_test, verbose=0)[1]
 if hvd.rank() == 0:
     print("RESULT " + json.dumps({"accuracy": accuracy, "size": hvd.size()}), flush=True)

@@ -58,33 +58,10 @@ from ringtrain.launch.plan.launchers import ssh_shim
 
 MODES = ("restart", "elastic", "memory", "horovodrun")
 
-RECOVERY_SCRIPT = """\
-import json, os, sys, time
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-import horovod.tensorflow.keras as hvd
-import numpy as np
-import tensorflow as tf
-
-hvd.init()
-EPOCHS, SPE, COMMIT = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[4])
-PAUSE, STYLE = float(sys.argv[3]), sys.argv[5]  # STYLE: hvd (hvd.elastic.run) or rt
-rng = np.random.default_rng(1234)
-x = rng.random((4096, 14, 14, 1), dtype=np.float32)
-y = (x.reshape(4096, -1).sum(axis=1) > 98).astype(np.int64)
-data = tf.data.Dataset.from_tensor_slices((x[:3584], y[:3584])).repeat().shuffle(
-    1000, seed=hvd.rank()).batch(32)
-model = tf.keras.Sequential([
-    tf.keras.layers.Input(shape=(14, 14, 1)),
-    tf.keras.layers.Conv2D(8, [3, 3], activation="relu"),
-    tf.keras.layers.Flatten(),
-    tf.keras.layers.Dense(16, activation="relu"),
-    tf.keras.layers.Dense(2, activation="softmax"),
-])
-model.compile(loss=tf.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"],
-              optimizer=hvd.DistributedOptimizer(tf.optimizers.Adam(0.001 * hvd.size())),
-              experimental_run_tf_function=False)
-
-
+# the training loop both the recovery benchmark and the campaign run (a script of each
+# defines model, data, EPOCHS, SPE, COMMIT, PAUSE and STYLE before it): the step lines
+# rank 0 prints, and the recovery under hvd.elastic.run or the three ringtrain.keras lines
+TRAINING_LOOP = """\
 class Steps(tf.keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -120,6 +97,36 @@ else:
                  *rt.callbacks(batch_size=32, commit_every=COMMIT)]
     model.fit(data, steps_per_epoch=SPE, epochs=EPOCHS, initial_epoch=start,
               callbacks=callbacks, verbose=0)
+"""
+
+RECOVERY_SCRIPT = """\
+import json, os, sys, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import horovod.tensorflow.keras as hvd
+import numpy as np
+import tensorflow as tf
+
+hvd.init()
+EPOCHS, SPE, COMMIT = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[4])
+PAUSE, STYLE = float(sys.argv[3]), sys.argv[5]  # STYLE: hvd (hvd.elastic.run) or rt
+rng = np.random.default_rng(1234)
+x = rng.random((4096, 14, 14, 1), dtype=np.float32)
+y = (x.reshape(4096, -1).sum(axis=1) > 98).astype(np.int64)
+data = tf.data.Dataset.from_tensor_slices((x[:3584], y[:3584])).repeat().shuffle(
+    1000, seed=hvd.rank()).batch(32)
+model = tf.keras.Sequential([
+    tf.keras.layers.Input(shape=(14, 14, 1)),
+    tf.keras.layers.Conv2D(8, [3, 3], activation="relu"),
+    tf.keras.layers.Flatten(),
+    tf.keras.layers.Dense(16, activation="relu"),
+    tf.keras.layers.Dense(2, activation="softmax"),
+])
+model.compile(loss=tf.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"],
+              optimizer=hvd.DistributedOptimizer(tf.optimizers.Adam(0.001 * hvd.size())),
+              experimental_run_tf_function=False)
+
+
+""" + TRAINING_LOOP + """\
 accuracy = model.evaluate(x[3584:], y[3584:], verbose=0)[1]
 if hvd.rank() == 0:
     print("RESULT " + json.dumps({"accuracy": accuracy, "size": hvd.size()}), flush=True)
