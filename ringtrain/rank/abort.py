@@ -15,10 +15,21 @@ the descriptor to its owner (Gloo closes it when the context goes), and a descri
 inode changed (closed, then reused by a newer ring's socket) is left alone: an abort can only
 ever reach the ring it was meant for.
 
+A ring that is still forming (``hvd.init`` running: ``forming``) can be aborted too. A peer
+lost while the Gloo contexts form left every survivor waiting for its connection (Gloo's pair
+waits, with ringtrain's Horovod, one Gloo timeout: 30 s by default). The sockets ``hvd.init``
+has opened so far (its pairs' listeners and connections) are shut down: the listener's
+``accept`` fails, Gloo raises, ``hvd.init`` fails (ringtrain's Horovod patch) and the reset
+runs again at once. A forming ring is doomed (``abort_forming``): what its init opens is shut
+down until the init ends, for a process that joins that round after the loss (a new process
+filling a slot) opens its pairs later. Connections to Horovod's rendezvous server are left
+alone: its HTTP store gives up after three failed requests, outside any handler.
+
 Who aborts: ``ringtrain.keras.memory.reset`` before it shuts Horovod down (the rank's own
 failure: the others that wait on it fail too), and the rank agent when the launcher says a
 rank of this ring is lost (``abort`` on the control channel: a rank that noticed nothing, a
-host whose link went down). Standard library only, like the rest of ``ringtrain.rank``.
+host whose link went down), or a rank of the ring forming now (``ring`` names the generation
+after this rank's last). Standard library only, like the rest of ``ringtrain.rank``.
 """
 
 from __future__ import annotations
@@ -27,11 +38,14 @@ import contextlib
 import os
 import socket
 import threading
+import time
 
-__all__ = ["abort", "generation", "open_sockets", "remember", "ring_sockets"]
+__all__ = ["abort", "abort_forming", "forming", "generation", "open_sockets", "remember",
+           "ring_sockets"]
 
 _LOCK = threading.Lock()
-_RING: dict[str, object] = {"sockets": {}, "generation": 0}
+# forming: the sockets open when the running hvd.init() began (None: none runs)
+_RING: dict[str, object] = {"sockets": {}, "generation": 0, "forming": None}
 
 
 def open_sockets() -> dict[int, int]:
@@ -65,10 +79,18 @@ def remember(before: dict[int, int], after: dict[int, int]) -> int:
     for the first ``init``)."""
     ring = ring_sockets(before, after)
     with _LOCK:
+        _RING["forming"] = None
         if ring:
             _RING["sockets"] = ring
             _RING["generation"] = generation() + 1
         return generation()
+
+
+def forming(before: dict[int, int] | None) -> None:
+    """``hvd.init()`` begins with ``before`` open (its sockets from now on are the forming
+    ring's), or ended without a ring (None)."""
+    with _LOCK:
+        _RING["forming"] = before
 
 
 def generation() -> int:
@@ -79,13 +101,21 @@ def generation() -> int:
 
 def abort(want: int | None = None) -> int:
     """Shut down the ring's sockets (both ways), when the ring is generation ``want`` (None:
-    whichever is current). Returns how many were shut down; 0 when none is left, the ring is
-    another, or ``hvd.init`` never returned here."""
+    whichever is current), or the one forming when ``want`` is the next generation and an
+    ``hvd.init()`` runs (what it opened so far but its rendezvous requests; the forming state
+    stays, as it may open more). Returns how many were shut down; 0 when none is left, the
+    ring is another, or ``hvd.init`` never returned here."""
+    skip: tuple[str, int] | None = None
     with _LOCK:
-        if want is not None and want != generation():
+        before = _RING["forming"]
+        if want is not None and want == generation() + 1 and isinstance(before, dict):
+            ring: object = ring_sockets(before, open_sockets())
+            skip = rendezvous_server()
+        elif want is not None and want != generation():
             return 0
-        ring = _RING["sockets"]
-        _RING["sockets"] = {}
+        else:
+            ring = _RING["sockets"]
+            _RING["sockets"] = {}
     done = 0
     for fd, inode in (ring.items() if isinstance(ring, dict) else ()):
         with contextlib.suppress(OSError):
@@ -96,9 +126,47 @@ def abort(want: int | None = None) -> int:
                 # a socket object over the duplicate; shutdown acts on the socket itself
                 with socket.socket(fileno=mine) as sock:
                     mine = -1  # the socket object closes the duplicate
+                    if skip is not None and _peer(sock) == skip:
+                        continue
                     sock.shutdown(socket.SHUT_RDWR)
                     done += 1
             finally:
                 if mine >= 0:
                     os.close(mine)
     return done
+
+
+def abort_forming(want: int, limit_s: float, every_s: float = 0.05) -> int:
+    """The forming ring ``want`` is doomed (a rank of its round was lost): shut down what the
+    ``hvd.init()`` running now opens, at once and every ``every_s`` until that init ends or
+    ``limit_s`` has passed (a pair's sockets appear once the round's rank assignment comes).
+    A later init (the reset's next try) is never touched. Returns how many were shut down; 0
+    when no init runs or the ring is another. Blocks: the rank agent runs it in a thread."""
+    with _LOCK:
+        running = _RING["forming"]
+    if running is None:
+        return 0
+    deadline = time.monotonic() + limit_s
+    done = 0
+    while time.monotonic() < deadline:
+        with _LOCK:
+            if _RING["forming"] is not running or want != generation() + 1:
+                break  # that init ended (failed, or formed a ring)
+        done += abort(want)
+        time.sleep(every_s)
+    return done
+
+
+def rendezvous_server() -> tuple[str, int] | None:
+    """Horovod's rendezvous server (its HTTP store), from the variables its driver sets."""
+    addr = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
+    port = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT", "")
+    return (addr, int(port)) if addr and port.isdigit() else None
+
+
+def _peer(sock: socket.socket) -> tuple[str, int] | None:
+    try:
+        peer = sock.getpeername()
+    except OSError:  # a listener, or not connected
+        return None
+    return (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None

@@ -218,18 +218,32 @@ class RankAgent:
     def _abort(self, msg: dict[str, Any]) -> None:
         """A rank of this ring is lost (the launcher saw it end or go silent): fail this
         rank's collectives now instead of after Gloo's timeout. Only the ring the launcher
-        knew this rank in (``ring``: its generation); a ring formed since is left alone."""
-        ring = msg.get("ring")
+        knew this rank in (``ring``: its generation); a ring formed since is left alone. The
+        ring after it (a rank of the round forming now was lost): what this rank's running
+        ``hvd.init()`` opens is shut down until it ends, in a thread of its own."""
+        ring, lost = msg.get("ring"), msg.get("lost")
         if not isinstance(ring, int) or isinstance(ring, bool):
+            return
+        who = f"rank {lost}" if isinstance(lost, int) and not isinstance(lost, bool) else (
+            "a rank")
+        if ring == abort.generation() + 1:
+            threading.Thread(target=self._abort_forming, args=(ring, who),
+                             name="ringtrain-abort-forming", daemon=True).start()
             return
         shut = abort.abort(ring)
         if shut:
-            lost = msg.get("lost")
-            who = f"rank {lost}" if isinstance(lost, int) and not isinstance(lost, bool) else (
-                "a rank")
             _warn(f"the launcher says {who} of this ring is lost: shut down this rank's "
                   f"{shut} ring connection(s), so its collectives fail now, not after Gloo's "
                   "timeout")
+
+    @staticmethod
+    def _abort_forming(ring: int, who: str) -> None:
+        limit = gloo_timeout_s()
+        shut = abort.abort_forming(ring, limit)
+        if shut:
+            _warn(f"the launcher says {who} of the round forming now is lost: shut down the "
+                  f"{shut} connection(s) hvd.init() opened for it, so it fails now, not after "
+                  f"Gloo's timeout ({limit:.0f} s)")
 
     def _hang_up(self, why: str) -> None:
         """Whatever answered at the launcher's address is not to be heard: close the
@@ -351,6 +365,13 @@ def start_from_env() -> RankAgent | relay.RelaySender | None:
     return candidate
 
 
+def gloo_timeout_s(environ: Any = os.environ) -> float:
+    """Horovod's Gloo timeout (``HOROVOD_GLOO_TIMEOUT_SECONDS``, 30 s by default): as long as
+    a doomed round's init could wait."""
+    value = str(environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", ""))
+    return float(value) if value.isdigit() and int(value) > 0 else 30.0
+
+
 def _report_init(line: RankAgent | relay.RelaySender) -> None:
     """Horovod's init for every job; TensorFlow's cluster forming under a TF strategy."""
     def report_init(hvd: Any) -> None:
@@ -358,7 +379,9 @@ def _report_init(line: RankAgent | relay.RelaySender) -> None:
                   ring=abort.generation())
 
     def report_begin() -> None:
-        line.send("init_begin")
+        # when this process started: the launcher tells a process of a doomed round from the
+        # lost rank's replacement by it (launch/control/rounds.py)
+        line.send("init_begin", started=procfs.started_at())
 
     hooks.on_import(hooks.HOROVOD_BASICS,
                     lambda module: hooks.wrap_init(module, report_init, report_begin))

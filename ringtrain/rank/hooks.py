@@ -73,10 +73,13 @@ def wrap_init(
         with contextlib.suppress(Exception):
             on_begin()
         before = abort.open_sockets()
+        abort.forming(before)  # until it returns, what it opens may be aborted (rank/abort.py)
         try:
             result = original(self, *args, **kwargs)
         except ValueError as exc:
             raise ring_not_formed(exc) from exc
+        finally:
+            abort.forming(None)
         with contextlib.suppress(Exception):
             abort.remember(before, abort.open_sockets())  # the ring's sockets (rank/abort.py)
             on_init(self)

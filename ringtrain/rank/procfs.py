@@ -50,6 +50,17 @@ def start_time(pid: int | str) -> int | None:
     return int(fields[19]) if len(fields) > 19 else None
 
 
+def started_at(pid: int | str = "self") -> float | None:
+    """When the process started, in seconds since the epoch (the boot time in /proc/stat plus
+    its start in clock ticks); None when either cannot be read."""
+    ticks = start_time(pid)
+    boot = [line.split()[1] for line in read("/proc/stat").decode(errors="replace").splitlines()
+            if line.startswith("btime ")]
+    if ticks is None or not boot or not boot[0].isdigit():
+        return None
+    return int(boot[0]) + ticks / os.sysconf("SC_CLK_TCK")
+
+
 def comm(pid: int) -> str:
     return read(f"/proc/{pid}/comm").decode(errors="replace").strip()
 

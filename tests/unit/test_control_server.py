@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 import ringtrain
+from ringtrain.launch.control.rounds import DoomedRound, joined, ring_to_abort
 from ringtrain.launch.control.server import MAX_PENDING, ControlServer
-from ringtrain.launch.record.snapshot import Progress
+from ringtrain.launch.record.snapshot import Progress, RankState
 from ringtrain.rank.events import (
     MAX_LINE,
     PROTOCOL,
@@ -541,3 +542,118 @@ def test_a_rank_of_another_ringtrain_release_is_refused_by_name_with_the_fix(
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "rank 0 on gpu07 speaks ringtrain control protocol" in said
     assert f"install ringtrain {ringtrain.__version__}" in said
+
+
+def _rank(rank: int, *, ring: int, ring_at: float, begun_at: float = 0.0,
+          last_heard: float = 100.0, started: float | None = None) -> RankState:
+    return RankState(rank=rank, host="gpu01", pid=1000 + rank, ring=ring, ring_at=ring_at,
+                     begun_at=begun_at, last_heard=last_heard, started=started)
+
+
+@pytest.mark.parametrize(("survivor", "gone", "want"), [
+    # the ring it formed had the lost rank (formed before the lost rank's last word)
+    (_rank(1, ring=2, ring_at=10.0), _rank(0, ring=2, ring_at=10.0), 2),
+    # a ring formed after the lost rank's last word is without it
+    (_rank(1, ring=3, ring_at=120.0), _rank(0, ring=2, ring_at=10.0), None),
+    # no ring formed yet, nothing forming
+    (_rank(1, ring=0, ring_at=0.0), _rank(0, ring=2, ring_at=10.0), None),
+    # both were forming the next ring (a fault during the re-form): abort the forming one
+    (_rank(1, ring=2, ring_at=10.0, begun_at=50.0), _rank(0, ring=2, ring_at=10.0,
+                                                          begun_at=50.5), 3),
+    # a new process (refilled slot) lost while forming its first ring
+    (_rank(1, ring=2, ring_at=10.0, begun_at=50.0), _rank(3, ring=0, ring_at=0.0,
+                                                          begun_at=49.0), 3),
+    # the lost rank died in the old ring; the survivor forms a round without it: left alone
+    (_rank(1, ring=2, ring_at=10.0, begun_at=50.0), _rank(0, ring=2, ring_at=10.0), None),
+    # the launcher never knew the lost rank: the formed ring, never a forming one
+    (_rank(1, ring=2, ring_at=10.0), None, 2),
+    (_rank(1, ring=2, ring_at=10.0, begun_at=50.0), None, None),
+])
+def test_the_ring_a_survivor_aborts(survivor: RankState, gone: RankState | None,
+                                    want: int | None) -> None:
+    assert ring_to_abort(survivor, gone) == want
+
+
+def test_a_process_joining_a_doomed_round_is_told_once_and_a_formed_ring_ends_it() -> None:
+    """Rank 3 was lost (at t=1000) while the round formed; ranks 1 and 2 were told then. A
+    process that started before the loss (filling slot 0 for an earlier one) begins its init
+    later: told, once. The lost rank's replacement (started after the loss) joins the next
+    round: not told; nor a process that did not say when it started, nor rank 1 beginning
+    again after its failed init."""
+    doomed = DoomedRound(lost=3, at=1000.0, told={1001, 1002})
+    newcomer = _rank(0, ring=0, ring_at=0.0, begun_at=60.0, started=999.5)
+    assert doomed.joined(newcomer) == 1
+    assert doomed.joined(newcomer) is None
+    assert doomed.joined(_rank(4, ring=0, ring_at=0.0, begun_at=61.0, started=1000.8)) is None
+    assert doomed.joined(_rank(5, ring=0, ring_at=0.0, begun_at=61.0)) is None
+    assert doomed.joined(_rank(1, ring=2, ring_at=10.0, begun_at=61.0, started=900.0)) is None
+    assert doomed.joined(_rank(6, ring=3, ring_at=62.0, begun_at=61.0, started=900.0)) is None
+    assert joined(doomed, newcomer, "init") == (None, None)  # a ring formed: it ends
+
+
+class _Peer:
+    """A rank over a real control connection: its messages sealed, the launcher's opened."""
+
+    def __init__(self, server: ControlServer, rank: int) -> None:
+        host, port = server.address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)))
+        self.out, self.inn = answer_challenge(
+            self.sock, server.token, say_hello(self.sock, rank=rank, host="h", pid=100 + rank))
+
+    def send(self, kind: str, **fields: object) -> None:
+        self.sock.sendall(self.out.seal(kind, **fields))
+
+    def read(self, kind: str, timeout: float = 5.0) -> dict[str, object]:
+        """The next message of ``kind`` (heartbeats skipped)."""
+        self.sock.settimeout(timeout)
+        while True:
+            msg = self.inn.open(read_line(self.sock))
+            assert msg is not None
+            if msg["t"] == kind:
+                return msg
+
+    def nothing(self, seconds: float, kind: str = "abort") -> bool:
+        self.sock.settimeout(seconds)
+        try:
+            while True:
+                msg = self.inn.open(read_line(self.sock))
+                if msg is None or msg["t"] == kind:
+                    return False
+        except TimeoutError:
+            return True
+
+
+def test_the_launcher_tells_a_late_joiner_of_a_doomed_round_over_the_wire() -> None:
+    """Over real control connections: ranks 1 and 3 formed ring 1 and both begin the next;
+    rank 3 is lost, rank 1 is told to abort the forming ring 2. A process that checks in as
+    rank 0 afterwards and begins its init is told too (its ring 1); after a ring forms, its
+    next beginning is told nothing."""
+    server = ControlServer(ranks=4, elastic_world=4)
+    peers: dict[int, _Peer] = {}
+    try:
+        for rank in (1, 3):
+            peers[rank] = _Peer(server, rank)
+            peers[rank].send("init", size=4, local_rank=rank, hvd_rank=rank, ring=1)
+        time.sleep(0.05)
+        for rank in (1, 3):
+            peers[rank].send("init_begin")
+        assert _wait(lambda: sum(r.forming_ring for r in server.snapshot().ranks) == 2)
+        assert server.abort_ring(3) == 1
+        told = peers[1].read("abort")
+        assert (told["ring"], told["lost"]) == (2, 3)
+        peers[3].sock.close()  # the lost rank's connection closes (it died)
+        peers[0] = _Peer(server, 0)  # started before the loss, begins its init after it
+        peers[0].send("init_begin", started=time.time() - 30)
+        told = peers[0].read("abort")
+        assert (told["ring"], told["lost"]) == (1, 3)
+        peers[2] = _Peer(server, 2)  # the lost rank's replacement: started after the loss
+        peers[2].send("init_begin", started=time.time())
+        assert peers[2].nothing(0.5)
+        peers[1].send("init", size=3, local_rank=1, hvd_rank=1, ring=2)
+        time.sleep(0.05)
+        peers[0].send("init_begin", started=time.time() - 30)
+        assert peers[0].nothing(0.5)
+    finally:
+        for peer in peers.values():
+            peer.sock.close()
+        server.close()

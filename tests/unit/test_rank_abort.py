@@ -109,3 +109,88 @@ def test_an_init_that_opened_nothing_leaves_the_ring_as_it_is(listener: socket.s
     assert peer.recv(1) == b""
     for s in (ring, peer):
         s.close()
+
+
+def test_a_forming_ring_is_aborted_by_the_next_generation_and_its_listener_wakes(
+        listener: socket.socket) -> None:
+    """A peer lost while ``hvd.init`` forms the ring: Gloo's pair waits in epoll on its
+    listener for the dead peer's connection. The launcher names the ring after this rank's
+    last; what the init opened so far is shut down, epoll reports the listener, its
+    ``accept`` fails (Gloo raises: the init fails at once). The formed ring is left alone."""
+    import select
+    import time
+
+    before = abort.open_sockets()
+    ring, ring_peer = _pair(listener)
+    generation = abort.remember(before, abort.open_sockets())
+    assert abort.abort(generation + 1) == 0  # no init runs: nothing forms
+    abort.forming(abort.open_sockets())
+    pair = socket.create_server(("127.0.0.1", 0))  # a Gloo pair's listener
+    pair.setblocking(False)
+    poller = select.epoll()
+    poller.register(pair.fileno(), select.EPOLLIN)
+    seen: list[list[tuple[int, int]]] = []
+    waiter = threading.Thread(target=lambda: seen.append(poller.poll(10)))
+    waiter.start()
+    time.sleep(0.1)
+    began = time.monotonic()
+    assert abort.abort(generation + 1) == 1  # the listener, not the formed ring
+    waiter.join(5)
+    assert seen and seen[0] and time.monotonic() - began < 1, seen
+    with pytest.raises(OSError):
+        pair.accept()
+    ring.sendall(b"z")  # the ring formed before still works
+    assert ring_peer.recv(1) == b"z"
+    abort.forming(None)
+    assert abort.abort(generation + 1) == 0
+    poller.close()
+    for s in (pair, ring, ring_peer):
+        s.close()
+
+
+def test_a_doomed_round_shuts_what_its_init_opens_later_but_not_the_rendezvous(
+        listener: socket.socket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that joined a doomed round: its pairs' listeners appear after the launcher's
+    word (once the round's assignment comes). ``abort_forming`` shuts them as they appear,
+    leaves the connection to Horovod's rendezvous server alone (its HTTP store gives up after
+    three failed requests, outside any handler), and stops when that init ends: the next
+    init is never touched."""
+    import time
+
+    rendezvous = socket.create_server(("127.0.0.1", 0))
+    monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1")
+    monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", str(rendezvous.getsockname()[1]))
+    abort.forming(abort.open_sockets())
+    want = abort.generation() + 1
+    result: list[int] = []
+    doomer = threading.Thread(target=lambda: result.append(abort.abort_forming(want, 10)))
+    doomer.start()
+    time.sleep(0.2)
+    store = socket.create_connection(rendezvous.getsockname())  # an HTTP store request
+    pair = socket.create_server(("127.0.0.1", 0))  # a pair's listener, opened late
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        try:
+            pair.setblocking(False)
+            pair.accept()
+        except BlockingIOError:
+            time.sleep(0.02)  # still listening
+        except OSError:
+            break  # shut down
+    else:
+        pytest.fail("the late listener was not shut down")
+    store.sendall(b"GET")  # the rendezvous connection still works
+    served, _ = rendezvous.accept()
+    assert served.recv(3) == b"GET"
+    abort.forming(None)  # that init failed
+    doomer.join(2)
+    assert not doomer.is_alive() and result and result[0] >= 1
+    abort.forming(abort.open_sockets())  # the reset's next init
+    again = socket.create_server(("127.0.0.1", 0))
+    time.sleep(0.2)
+    again.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        again.accept()  # listening, untouched
+    abort.forming(None)
+    for s in (rendezvous, store, pair, served, again):
+        s.close()

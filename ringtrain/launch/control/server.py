@@ -38,6 +38,7 @@ from typing import Any
 
 from ringtrain.launch.control.admission import IDLE_S, PER_SOURCE, Admission
 from ringtrain.launch.control.hello import Hello, authentic, challenge, claim, outside, read_hello
+from ringtrain.launch.control.rounds import DoomedRound, joined, ring_of, ring_to_abort
 from ringtrain.launch.record.snapshot import Progress, RankState, Restored, Snapshot
 from ringtrain.launch.record.steptimes import StepTimes
 from ringtrain.rank.events import (
@@ -100,6 +101,7 @@ class ControlServer:
         self._resets: list[float] = []  # bounded (ELASTIC_KEPT): a peer cannot grow them
         self._restores: list[Restored] = []
         self.preempt_commit: tuple[int | None, int | None] | None = None  # (epoch, step)
+        self._doomed: DoomedRound | None = None  # a rank lost while the ring formed (rounds.py)
         self._conns: set[_Conn] = set()
         # connections before their handshake's end: bounded in all, per address, in time
         self._pending: Admission[_Conn] = Admission(
@@ -257,7 +259,8 @@ class ControlServer:
         with self._lock:
             self._conns.discard(conn)
             if conn.rank is not None and conn.rank in self._ranks:
-                self._ranks[conn.rank] = replace(self._ranks[conn.rank], connected=False)
+                self._ranks[conn.rank] = replace(self._ranks[conn.rank], connected=False,
+                                                 gone_at=self._clock())
         with conn.lock, contextlib.suppress(OSError):
             conn.sock.close()
 
@@ -314,6 +317,8 @@ class ControlServer:
                     initialized=state.initialized or kind == "init",
                     ring=ring_of(msg, state.ring) if kind == "init" else state.ring,
                     ring_at=now if kind == "init" else state.ring_at,
+                    begun_at=now if kind == "init_begin" else state.begun_at,
+                    started=number(msg.get("started")) if kind == "init_begin" else state.started,
                     forming_since=(now if kind == "tf_forming" else None
                                    if kind == "tf_formed" else state.forming_since),
                     done_at=now if kind == "done" and state.done_at is None else state.done_at,
@@ -322,6 +327,9 @@ class ControlServer:
                     if kind == "steps" else state.steps,
                 )
                 self._ranks[conn.rank] = state
+                self._doomed, ring = joined(self._doomed, state, kind)
+                if ring is not None and self._doomed is not None:
+                    self._send(conn, "abort", ring=ring, lost=self._doomed.lost)
             if kind == "progress":  # a field of the wrong type is left out, never trusted
                 self._progress = Progress(
                     epoch=count(msg.get("epoch")),
@@ -355,19 +363,17 @@ class ControlServer:
             self._send(conn, kind)
 
     def abort_ring(self, lost: int) -> int:
-        """Rank ``lost`` is gone (--elastic): every other rank that formed a ring is told to
-        shut down that ring's sockets now (rank/abort.py), naming the ring it was in as far as
-        the launcher knows, so a ring formed since is never touched (nor one a rank said it
-        formed after the lost rank's last word: that ring is without it). Returns how many
-        were told."""
+        """Rank ``lost`` is gone (--elastic): each rank whose ring had it is told to shut it
+        down now (rank/abort.py; which ring: rounds.py). Returns how many were told."""
         with self._lock:
             gone = self._ranks.get(lost)
-            last = gone.last_heard if gone is not None else float("inf")
-            told = [(c, self._ranks[c.rank].ring) for c in self._conns
+            told = [(c, ring, r.pid) for c in self._conns
                     if c.out is not None and c.rank is not None and c.rank != lost
-                    and c.rank in self._ranks and self._ranks[c.rank].ring > 0
-                    and self._ranks[c.rank].ring_at <= last]
-        for conn, ring in told:
+                    and (r := self._ranks.get(c.rank)) and (ring := ring_to_abort(r, gone))]
+            if gone is not None and gone.forming_ring:  # at: its loss on the ranks' clocks
+                at = time.time() - (self._clock() - (gone.gone_at or self._clock()))
+                self._doomed = DoomedRound(lost, at, {pid for _, _, pid in told})
+        for conn, ring, _ in told:
             self._send(conn, "abort", ring=ring, lost=lost)
         return len(told)
 
@@ -386,10 +392,6 @@ def _address(peer: Any) -> str:
     return f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
 
 
-def ring_of(msg: dict[str, Any], known: int) -> int:
-    """The ring generation an ``init`` names (a count; anything else keeps ``known``)."""
-    ring = msg.get("ring")
-    return ring if isinstance(ring, int) and not isinstance(ring, bool) and ring > 0 else known
 ELASTIC_KEPT = 64
 
 

@@ -25,6 +25,9 @@ class RankState:
     initialized: bool = False
     ring: int = 0  # the ring (hvd.init generation) the rank last said it formed; 0: none yet
     ring_at: float = 0.0  # when it said so
+    begun_at: float = 0.0  # when it last said its hvd.init() began (after ring_at: forming)
+    started: float | None = None  # when its process started (epoch seconds), as it said
+    gone_at: float | None = None  # when its connection closed
     # since when the rank waits inside TensorFlow for its cluster's other tasks (None: not
     # waiting); TensorFlow holds the GIL there, so its heartbeats stop
     forming_since: float | None = None
@@ -36,6 +39,11 @@ class RankState:
     @property
     def done(self) -> bool:
         return self.done_at is not None
+
+    @property
+    def forming_ring(self) -> bool:
+        """Its ``hvd.init()`` runs: it began after the rank's last ring formed."""
+        return self.begun_at > self.ring_at
 
 
 @dataclass(frozen=True, slots=True)
