@@ -74,7 +74,7 @@ def test_a_peer_missing_while_the_ring_forms_fails_init_and_the_ranks_form_it_ag
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.http.http_server import RendezvousServer
 
-    assert horovod.__version__ == "0.28.1+ringtrain.2", "bootstrap builds ringtrain's Horovod"
+    assert horovod.__version__ == "0.28.1+ringtrain.3", "bootstrap builds ringtrain's Horovod"
     plan = get_host_assignments(parse_hosts("localhost:3"), 3)
     server = RendezvousServer()
     port = server.start()
