@@ -51,3 +51,34 @@ def test_the_rendezvous_server_takes_the_kernels_backlog_and_daemon_threads() ->
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert out.stdout.split() == ["5", "False", str(RENDEZVOUS_BACKLOG), "True"]
+
+
+def test_horovods_own_cooldown_brings_a_host_back_within_ringtrains_range() -> None:
+    """Issue 38 item 6 ("the driver stops using a host after 3 failures whatever the cooldown
+    says"), checked against Horovod 0.28.1's own HostState: there is no such count. With a
+    range (ringtrain always passes --blacklist-cooldown-range, 60 240 by default) each
+    blacklisting doubles the cooldown, capped at the range's top, and the host comes back
+    after it, the tenth time as the first. Without one (horovodrun's default) a blacklisted
+    host never comes back: why ringtrain never leaves it out."""
+    from unittest import mock
+
+    from horovod.runner.elastic import discovery
+
+    from ringtrain.spec import ElasticPolicy
+
+    low, high = ElasticPolicy().cooldown_range
+    now = [1000.0]
+    with mock.patch.object(discovery.time, "time", lambda: now[0]):
+        host = discovery.HostState((low, high))
+        for _ in range(10):
+            host.blacklist()
+            assert host.is_blacklisted() and not host.is_resurrected()
+            now[0] += low - 1
+            assert not host.is_resurrected()
+            now[0] += high - low + 2
+            assert host.is_resurrected()
+            host.whitelist()
+        forever = discovery.HostState()
+        forever.blacklist()
+        now[0] += 10 * 3600
+        assert forever.is_blacklisted() and not forever.is_resurrected()
