@@ -55,6 +55,10 @@ class SlurmSimConfig:
     # How long a requeued job waits before it may run again (Slurm's AuthInfo cred_expire,
     # 120 s by default, which would make every requeue test wait two minutes).
     cred_expire_s: int = 20
+    # Seconds between the main scheduler's passes (SchedulerParameters sched_interval, 60 s by
+    # default). Once a requeued job's begin time (cred_expire + 1 s) has passed, only such a
+    # pass starts it: `scontrol requeue` to RUNNING took 59 s with the default, 21 s with 1 s.
+    sched_interval_s: int = 1
 
     def __post_init__(self) -> None:
         if not (self.name.isascii() and self.name.isalnum() and len(self.name) <= 16):
@@ -185,7 +189,8 @@ def render_slurm_conf(cfg: SlurmSimConfig, state: Path, host: str, ports: list[i
         "TaskPlugin=task/none", "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none", "JobCompType=jobcomp/none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
-        "SlurmdParameters=config_overrides", "SchedulerParameters=batch_sched_delay=0",
+        "SlurmdParameters=config_overrides",
+        f"SchedulerParameters=batch_sched_delay=0,sched_interval={cfg.sched_interval_s}",
         f"TmpFS={state}/nodetmp/%n", "GresTypes=gpu", "MpiDefault=none", "ReturnToService=2",
         "MailProg=/bin/true", f"KillWait={cfg.kill_wait_s}", "InactiveLimit=0",
         f"NodeName={nodes} NodeHostname={host} NodeAddr=127.0.0.1 Port={first}-{last} "

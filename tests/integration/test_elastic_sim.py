@@ -27,6 +27,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.ssh]
 SCRIPT = Path(__file__).parent / "user_scripts" / "keras_elastic_style.py"
 PLAIN = Path(__file__).parent / "user_scripts" / "keras_mnist_style.py"
 TAPE = Path(__file__).parent / "user_scripts" / "tape_style.py"
+# Epochs: enough that the job still trains well after the kill and its recovery, no more (the
+# rest of the run is time no assertion reads). Measured under the lock on the 2-core machine:
+# the plain script's gpu03 was back (2 -> 3 ranks) 5 s and 3 epochs after the kill at epoch 3,
+# then ~0.4 s an epoch; the custom loop's kill landed at epoch 5-6 and the survivors trained
+# again 0.1-1.2 s later, then ~0.17 s an epoch. With 300 and 120 epochs they trained 49 s and
+# 42 s more after that, which no assertion reads. The lost host's survivors cannot train
+# while its silence is timed (their collectives wait on it), so any epochs left after it do;
+# with 60 they trained 22 s more.
+REGROW_EPOCHS = "60"
+TAPE_EPOCHS = "60"
+LOST_HOST_EPOCHS = "30"
 
 
 def _rank_pid(cluster: sim.SimCluster, host: str) -> int | None:
@@ -116,7 +127,7 @@ def test_plain_keras_script_with_ringtrain_lines_survives_a_killed_rank_and_regr
     last in-memory commit (at most 10 steps back); after its cooldown the lost host joins
     again with a new process, and all three end with identical weights."""
     status, stdout, stderr, survivors = _launch_and_kill(
-        sim_cluster, tmp_path, PLAIN, ["120"], kill_after="checkpoint: committed epoch 3",
+        sim_cluster, tmp_path, PLAIN, [REGROW_EPOCHS], kill_after="checkpoint: committed epoch 3",
         options=("--blacklist-cooldown-range", "1", "2"))
     assert status == 0, stderr[-4000:]
     assert re.search(fr"elastic: rank \d on {G3} ended before its script returned", stderr), (
@@ -158,7 +169,7 @@ def test_custom_loop_with_rt_batches_survives_a_killed_rank(
     """Horovod's custom-loop recipe (GradientTape) with ringtrain's lines and rt.batches: the
     survivors go on from their last memory commit, mid-epoch, with identical weights."""
     status, stdout, stderr, survivors = _launch_and_kill(
-        sim_cluster, tmp_path, TAPE, ["300"], kill_after="epoch 5:")
+        sim_cluster, tmp_path, TAPE, [TAPE_EPOCHS], kill_after="epoch 5:")
     assert status == 0, stderr[-4000:]
     resets = re.findall(r"rank \d \(pid (\d+)\): a collective failed", stderr)
     assert sorted(int(p) for p in resets) == sorted(survivors.values()), stderr[-3000:]
@@ -217,8 +228,8 @@ def test_plain_keras_script_survives_a_lost_host(
     commit without waiting for Gloo's timeout."""
     try:
         status, stdout, stderr, survivors = _launch_and_kill(
-            sim_cluster, tmp_path, PLAIN, ["60"], kill_after="checkpoint: committed epoch 3",
-            link_down=True)
+            sim_cluster, tmp_path, PLAIN, [LOST_HOST_EPOCHS],
+            kill_after="checkpoint: committed epoch 3", link_down=True)
     finally:
         sim.set_link(sim_cluster.config, G3, up=True)
     assert status == 0, stderr[-4000:]
