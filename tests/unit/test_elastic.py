@@ -18,7 +18,7 @@ from ringtrain.launch.job.rundir import make_run_dir
 from ringtrain.launch.plan.make import PlanInputs, make_plan
 from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.launch.record.absorbed import Absorbed
-from ringtrain.launch.record.snapshot import Progress, RankState, Snapshot
+from ringtrain.launch.record.snapshot import Progress, RankState, Restored, Snapshot
 from ringtrain.launch.supervise.detect import check
 from ringtrain.spec import Backend, ElasticPolicy, EnvSpec, LaunchSpec, SupervisionPolicy
 
@@ -263,3 +263,23 @@ def test_training_again_counts_only_progress_after_a_ring_formed_since_the_loss(
     watch.tick(Snapshot(reformed, Progress(epoch=2, at=105.0), now=105.1), notes.append)
     assert watch.incidents[0].ttta_s == pytest.approx(4.7)  # named lost at 100.3
     assert notes[-1] == "elastic: training again 4.7 s after rank 1 was lost"
+
+
+def test_a_lone_survivor_that_trains_again_before_the_loss_is_named_is_training_again() -> None:
+    """Two ranks, one killed: the survivor resets at once, forms a ring of one and restores
+    its state before the launcher's tick names the loss. Its ring and restore count for the
+    loss (they came after its reset for it), so its next progress is training again (this
+    released a held spare only after SPARE_DELAY_S)."""
+    where = {0: "gpu01", 1: "gpu02"}
+    ranks = (replace(_rank(0, "gpu01", 100.2), ring=1, ring_at=100.0),
+             _rank(1, "gpu02", 99.5, connected=False))
+    notes: list[str] = []
+    watch = ElasticWatch(where, 10, started=40)
+    snap = Snapshot(ranks, Progress(epoch=3, at=100.25), now=100.3, resets=(99.8,),
+                    restores=(Restored(100.05, 0, 3, 0, 1, 220_000),))
+    watch.tick(snap, notes.append)
+    (incident,) = watch.incidents
+    assert incident.reset == pytest.approx(59.8) and incident.formed == pytest.approx(60.0)
+    assert incident.restored == pytest.approx(60.05)
+    assert incident.training_again == pytest.approx(60.25)
+    assert notes[-1] == "elastic: training again 0.0 s after rank 1 was lost"

@@ -116,8 +116,9 @@ class ElasticWatch:
             since = loss.formed if rings else loss.at
             if loss.training_again is None and since is not None and at > since:
                 self.incidents[i] = replace(loss, training_again=at)
-                note(f"elastic: training again {at - loss.at:.1f} s after rank {loss.rank} "
-                     "was lost")
+                # the survivors can be faster than the tick that names the loss: 0.0 s then
+                note(f"elastic: training again {max(0.0, at - loss.at):.1f} s after rank "
+                     f"{loss.rank} was lost")
                 if self.keeper is not None:
                     self.keeper.release()  # the spare joins at the next commit
 
@@ -135,13 +136,19 @@ class ElasticWatch:
             taken = max(taken, loss.reset if loss.reset is not None else first or taken)
             if loss.reset is None and first is not None:
                 self.incidents[i] = replace(loss, reset=first)
-            if self.incidents[i].formed is None:  # a rank's later ring, formed after the loss
-                ring = next((t for t in formed if t > loss.at), None)
+            # the new world: after the loss, or after the survivors' reset for it when that
+            # came first (a lone survivor's ring of one can form and restore before the
+            # launcher names the loss; its training again then released a held spare only
+            # at SPARE_DELAY_S)
+            reset = self.incidents[i].reset
+            since = loss.at if reset is None else min(loss.at, reset)
+            if self.incidents[i].formed is None:  # a rank's later ring, formed after that
+                ring = next((t for t in formed if t > since), None)
                 if ring is not None:
                     self.incidents[i] = replace(self.incidents[i], formed=ring)
             if self.incidents[i].restored is None:
                 found: tuple[float, Restored] | None = next(
-                    ((t, r) for t, r in restores if t >= loss.at), None)
+                    ((t, r) for t, r in restores if t >= since), None)
                 if found is not None:
                     text = restored_text(found[1])
                     self.incidents[i] = replace(self.incidents[i], restored=found[0],
