@@ -108,3 +108,15 @@ def test_the_stage_table_splits_each_reset_and_projects_each_phase() -> None:
     # re-form 1.9 s at 4, 4.0 s at 8: -0.2 + 0.525 x ranks -> 268.6 s at 512
     assert far.split()[2] == "268.6"
     assert stage_table([Outcome("restart", 40.0, 5, 0.3, None, 0, 90.0)]) == []
+
+
+def test_keep_refuses_a_folder_that_holds_something(tmp_path: Path) -> None:
+    """--keep DIR keeps every run's logs (an incident worth reading is not deleted with the
+    temporary folder); a folder that already holds files is refused before any run."""
+    from ringtrain.bench.launcher import recovery
+
+    (tmp_path / "old.log").write_text("x")
+    with pytest.raises(SystemExit, match="not a new or empty folder"):
+        recovery.main(["--keep", str(tmp_path)])
+    with pytest.raises(SystemExit, match="not a new or empty folder"):
+        recovery.main(["--keep", str(tmp_path / "old.log")])

@@ -36,6 +36,7 @@ final accuracy on held-out data, and the exit status.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -330,14 +331,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kill-at", type=int, default=40, help="batches before the kill")
     p.add_argument("--gloo-timeout-seconds", type=int, default=0,
                    help="every mode's Gloo timeout (0: Horovod's 30 s)")
+    p.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                   help="keep every run's logs (rank logs, events.log, result.json) in DIR, a "
+                        "new or empty folder; by default they go to a temporary one, deleted")
     args = p.parse_args(argv)
+    if args.keep is not None and args.keep.exists() and (
+            not args.keep.is_dir() or any(args.keep.iterdir())):
+        sys.exit(f"--keep {args.keep}: not a new or empty folder; name another")
     opts = {"epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
             "pause": args.pause, "commit": args.commit, "kill_at": args.kill_at,
             "gloo_timeout": args.gloo_timeout_seconds}
     sizes = [int(n) for n in args.ranks.split(",")]
     if min(sizes) < 3:
         sys.exit("--ranks: at least 3 (--min-np 2 must hold after a loss)")
-    with tempfile.TemporaryDirectory(prefix="rt-recovery-bench-") as tmp:
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    with (contextlib.nullcontext(str(args.keep)) if args.keep is not None
+          else tempfile.TemporaryDirectory(prefix="rt-recovery-bench-")) as tmp:
         cluster = sim.up(sim.SimConfig(name="rbench", hosts=max(sizes),
                                        state_dir=Path(tmp) / "sim"))
         print(HEADER, flush=True)
@@ -353,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sim.down(cluster.config, purge=True)
     print("\n".join(stage_table(outcomes)))
+    if args.keep is not None:
+        print(f"\nEach run's logs: {args.keep}/MODE-RANKS-I/runs/")
     print(f"\nOne rank per simulated host, {args.epochs} epochs of {args.steps_per_epoch} "
           f"batches ({args.pause:g} s pause each); one rank killed after {args.kill_at} "
           "batches. TTTA: from the kill to the first batch of the smaller world; resets: the "
