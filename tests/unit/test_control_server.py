@@ -10,6 +10,7 @@ import re
 import socket
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -580,7 +581,7 @@ def test_a_process_joining_a_doomed_round_is_told_once_and_a_formed_ring_ends_it
     later: told, once. The lost rank's replacement (started after the loss) joins the next
     round: not told; nor a process that did not say when it started, nor rank 1 beginning
     again after its failed init."""
-    doomed = DoomedRound(lost=3, at=1000.0, told={1001, 1002})
+    doomed = DoomedRound(lost=3, at=1000.0, told={("gpu01", 1001), ("gpu01", 1002)})
     newcomer = _rank(0, ring=0, ring_at=0.0, begun_at=60.0, started=999.5)
     assert doomed.joined(newcomer) == 1
     assert doomed.joined(newcomer) is None
@@ -589,6 +590,9 @@ def test_a_process_joining_a_doomed_round_is_told_once_and_a_formed_ring_ends_it
     assert doomed.joined(_rank(1, ring=2, ring_at=10.0, begun_at=61.0, started=900.0)) is None
     assert doomed.joined(_rank(6, ring=3, ring_at=62.0, begun_at=61.0, started=900.0)) is None
     assert joined(doomed, newcomer, "init") == (None, None)  # a ring formed: it ends
+    elsewhere = replace(_rank(1, ring=2, ring_at=10.0, begun_at=61.0, started=900.0),
+                        host="gpu02")  # another host's process with rank 1's pid
+    assert doomed.joined(elsewhere) == 3
 
 
 class _Peer:

@@ -44,3 +44,20 @@ def test_child_environment_and_zombie() -> None:
         child.kill()
         child.wait()
     assert procfs.stat_fields(child.pid) == [] and procfs.start_time(child.pid) is None
+
+
+def test_started_at_is_the_process_start_on_the_wall_clock() -> None:
+    """What a rank's init_begin says of itself (the launcher tells a process of a doomed
+    round from the lost rank's replacement by it): a child started now reads as now, to the
+    clock tick; this process started before it; a gone process reads None."""
+    before = time.time()
+    child = subprocess.Popen(["sleep", "5"])
+    try:
+        started = procfs.started_at(child.pid)
+        assert started is not None and before - 1.0 <= started <= time.time() + 1.0
+        mine = procfs.started_at()
+        assert mine is not None and mine <= started
+    finally:
+        child.kill()
+        child.wait()
+    assert procfs.started_at(child.pid) is None

@@ -41,15 +41,16 @@ class DoomedRound:
 
     lost: int
     at: float  # when it was lost, in seconds since the epoch (the ranks' clocks)
-    told: set[int] = field(default_factory=set)  # pids
+    told: set[tuple[str, int]] = field(default_factory=set)  # (host, pid): pids repeat
 
     def joined(self, rank: RankState) -> int | None:
         """``rank`` said its init began: the forming ring to abort when this process started
         before the loss and was not told yet, else None. Marks it told."""
-        if rank.pid in self.told or not rank.forming_ring or rank.started is None or (
+        who = (rank.host, rank.pid)
+        if who in self.told or not rank.forming_ring or rank.started is None or (
                 rank.started >= self.at):
             return None
-        self.told.add(rank.pid)
+        self.told.add(who)
         return rank.ring + 1
 
 

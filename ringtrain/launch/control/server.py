@@ -367,12 +367,12 @@ class ControlServer:
         down now (rank/abort.py; which ring: rounds.py). Returns how many were told."""
         with self._lock:
             gone = self._ranks.get(lost)
-            told = [(c, ring, r.pid) for c in self._conns
+            told = [(c, ring, (r.host, r.pid)) for c in self._conns
                     if c.out is not None and c.rank is not None and c.rank != lost
                     and (r := self._ranks.get(c.rank)) and (ring := ring_to_abort(r, gone))]
             if gone is not None and gone.forming_ring:  # at: its loss on the ranks' clocks
                 at = time.time() - (self._clock() - (gone.gone_at or self._clock()))
-                self._doomed = DoomedRound(lost, at, {pid for _, _, pid in told})
+                self._doomed = DoomedRound(lost, at, {who for _, _, who in told})
         for conn, ring, _ in told:
             self._send(conn, "abort", ring=ring, lost=lost)
         return len(told)
