@@ -79,7 +79,6 @@ def remember(before: dict[int, int], after: dict[int, int]) -> int:
     for the first ``init``)."""
     ring = ring_sockets(before, after)
     with _LOCK:
-        _RING["forming"] = None
         if ring:
             _RING["sockets"] = ring
             _RING["generation"] = generation() + 1
@@ -105,19 +104,54 @@ def abort(want: int | None = None) -> int:
     ``hvd.init()`` runs (what it opened so far but its rendezvous requests; the forming state
     stays, as it may open more). Returns how many were shut down; 0 when none is left, the
     ring is another, or ``hvd.init`` never returned here."""
-    skip: tuple[str, int] | None = None
     with _LOCK:
-        before = _RING["forming"]
-        if want is not None and want == generation() + 1 and isinstance(before, dict):
-            ring: object = ring_sockets(before, open_sockets())
-            skip = rendezvous_server()
-        elif want is not None and want != generation():
+        if want is not None and want == generation() + 1:
+            return len(_shut_forming(set()))
+        if want is not None and want != generation():
             return 0
-        else:
-            ring = _RING["sockets"]
-            _RING["sockets"] = {}
-    done = 0
-    for fd, inode in (ring.items() if isinstance(ring, dict) else ()):
+        ring = _RING["sockets"]
+        _RING["sockets"] = {}
+    return len(_shut(ring if isinstance(ring, dict) else {}, None))
+
+
+def abort_forming(want: int, limit_s: float, every_s: float = 0.05) -> int:
+    """The forming ring ``want`` is doomed (a rank of its round was lost): shut down what the
+    ``hvd.init()`` running now opens, at once and every ``every_s`` until that init ends or
+    ``limit_s`` has passed (a pair's sockets appear once the round's rank assignment comes),
+    each socket once. A later init (the reset's next try) is never touched. Returns how many
+    were shut down; 0 when no init runs or the ring is another. Blocks: the rank agent runs
+    it in a thread."""
+    with _LOCK:
+        running = _RING["forming"]
+    if running is None:
+        return 0
+    deadline = time.monotonic() + limit_s
+    done: set[tuple[int, int]] = set()
+    while time.monotonic() < deadline:
+        with _LOCK:
+            if _RING["forming"] is not running or want != generation() + 1:
+                break  # that init ended (failed, or formed a ring)
+            done |= _shut_forming(done)
+        time.sleep(every_s)
+    return len(done)
+
+
+def _shut_forming(done: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Under the lock: shut down what the running ``hvd.init()`` opened and is not in
+    ``done`` (descriptor, inode), but its rendezvous requests; what was shut down."""
+    before = _RING["forming"]
+    if not isinstance(before, dict):
+        return set()
+    opened = {fd: ino for fd, ino in ring_sockets(before, open_sockets()).items()
+              if (fd, ino) not in done}
+    return _shut(opened, rendezvous_server())
+
+
+def _shut(ring: dict[int, int], skip: tuple[str, int] | None) -> set[tuple[int, int]]:
+    """Shut down each socket of ``ring`` (descriptor -> inode) still that socket, both ways,
+    but one connected to ``skip``; the (descriptor, inode) pairs shut down."""
+    shut: set[tuple[int, int]] = set()
+    for fd, inode in ring.items():
         with contextlib.suppress(OSError):
             mine = os.dup(fd)
             try:
@@ -129,32 +163,11 @@ def abort(want: int | None = None) -> int:
                     if skip is not None and _peer(sock) == skip:
                         continue
                     sock.shutdown(socket.SHUT_RDWR)
-                    done += 1
+                    shut.add((fd, inode))
             finally:
                 if mine >= 0:
                     os.close(mine)
-    return done
-
-
-def abort_forming(want: int, limit_s: float, every_s: float = 0.05) -> int:
-    """The forming ring ``want`` is doomed (a rank of its round was lost): shut down what the
-    ``hvd.init()`` running now opens, at once and every ``every_s`` until that init ends or
-    ``limit_s`` has passed (a pair's sockets appear once the round's rank assignment comes).
-    A later init (the reset's next try) is never touched. Returns how many were shut down; 0
-    when no init runs or the ring is another. Blocks: the rank agent runs it in a thread."""
-    with _LOCK:
-        running = _RING["forming"]
-    if running is None:
-        return 0
-    deadline = time.monotonic() + limit_s
-    done = 0
-    while time.monotonic() < deadline:
-        with _LOCK:
-            if _RING["forming"] is not running or want != generation() + 1:
-                break  # that init ended (failed, or formed a ring)
-        done += abort(want)
-        time.sleep(every_s)
-    return done
+    return shut
 
 
 def rendezvous_server() -> tuple[str, int] | None:
