@@ -45,7 +45,7 @@ import traceback
 from types import FrameType
 from typing import IO, TextIO
 
-from ringtrain.rank import cleanup, envvars, relay, rerun, secretfile
+from ringtrain.rank import cleanup, envvars, iterators, relay, rerun, secretfile
 from ringtrain.rank.events import ERROR_MARK
 from ringtrain.rank.lines import LineStream
 
@@ -82,7 +82,7 @@ def run_script(args: list[str], *, module: bool = False) -> None:
     from the top, when an elastic reset asks for it (``rerun``)."""
     rerun.enable()
     while not _run_once(args, module=module):
-        pass
+        iterators.let_go()  # the failed run's traceback is gone: its iterators go beside this one
     _finish()
 
 
@@ -95,6 +95,7 @@ def _finish() -> None:
         _report(exc)
         _exit_now(1)
     _done()
+    iterators.settle()
 
 
 def _run_once(args: list[str], *, module: bool) -> bool:
@@ -121,6 +122,7 @@ def _run_once(args: list[str], *, module: bool) -> bool:
         _exit_now(code)
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt) and rerun.wanted(exc):
+            iterators.set_aside(exc)  # freed beside the next run, not on the way to it
             return False
         _report(exc)
         _exit_now(1)

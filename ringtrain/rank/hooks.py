@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from ringtrain.rank import abort
+from ringtrain.rank import abort, iterators
 
 
 class WrapOnImport(importlib.abc.MetaPathFinder):
@@ -125,9 +125,22 @@ def wrap_elastic_run(module: ModuleType) -> None:
     internal = getattr(module, "HorovodInternalError", None)
     if original is None or not (isinstance(internal, type) and issubclass(internal, Exception)):
         return
+    updated = getattr(module, "HostsUpdatedInterrupt", internal)
+    resets: tuple[type[BaseException], ...] = (internal,)
+    if isinstance(updated, type) and issubclass(updated, BaseException):
+        resets = (internal, updated)
 
     def run_fn(func: Callable[..., Any], reset: Callable[[], Any]) -> Any:
+        @functools.wraps(func)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return func(*args, **kwargs)
+            except resets as exc:  # Horovod resets: the failed run's iterators go aside
+                iterators.set_aside(exc)
+                raise
+
         def reset_again() -> Any:
+            iterators.let_go()  # Horovod's except has let the failure go: drop them beside
             for attempt in range(1, RESET_TRIES + 1):
                 try:
                     return reset()
@@ -139,7 +152,7 @@ def wrap_elastic_run(module: ModuleType) -> None:
                                      "round\n")
             return None
 
-        return original(func, reset_again)
+        return original(run, reset_again)
 
     module.run_fn = run_fn  # type: ignore[attr-defined]
 
