@@ -5,10 +5,11 @@
 #   2. A virtualenv in .venv (or $RINGTRAIN_VENV) with TensorFlow 2.15.1 first, then Horovod
 #      0.28.1 compiled against it (--no-build-isolation; MPI + Gloo + TensorFlow), then ringtrain
 #      and its pinned dependencies (requirements/constraints.txt). Horovod is ringtrain's
-#      0.28.1+ringtrain.3: PyPI's sdist with scripts/horovod-0.28.1-ringtrain.patch applied (a
+#      0.28.1+ringtrain.4: PyPI's sdist with scripts/horovod-0.28.1-ringtrain.patch applied (a
 #      peer lost while an elastic ring forms fails hvd.init() instead of std::terminate in every
 #      survivor; a Gloo pair waits one timeout, not five, for a peer's first connection; a stray
-#      message on a broken ring fails that pair, not the process). Its wheel is kept in ~/.cache/ringtrain/wheels/<cpu|gpu> (or
+#      message on a broken ring fails that pair, not the process; a peer lost mid-message fails
+#      the buffer that message was filling at once, not after Gloo's timeout). Its wheel is kept in ~/.cache/ringtrain/wheels/<cpu|gpu> (or
 #      $RINGTRAIN_WHEELS) and, like one on PIP_FIND_LINKS, installed instead of a new build.
 #      On a machine where nvidia-smi lists a GPU: TensorFlow's GPU build with its CUDA 12 wheels
 #      (tensorflow[and-cuda]) and Horovod built with HOROVOD_GPU_OPERATIONS=NCCL (NCCL from
@@ -30,7 +31,7 @@ APT_PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 
 EXTRAS="s3,hdfs,demo,bench,dev"
 STAMP="$VENV/.ringtrain-bootstrap"
 HOROVOD=0.28.1
-HOROVOD_OURS="$HOROVOD+ringtrain.3"  # keep in step with the patch's horovod/__init__.py
+HOROVOD_OURS="$HOROVOD+ringtrain.4"  # keep in step with the patch's horovod/__init__.py
 HOROVOD_PATCH=scripts/horovod-0.28.1-ringtrain.patch
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }

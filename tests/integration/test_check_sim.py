@@ -135,7 +135,7 @@ def test_host_reporting_another_horovod(cluster: Any) -> None:
         code, data, err = check(cluster)
         assert code == 4
         assert row(data, G2)["problems"] == [
-            "horovod 0.27.0 (others 0.28.1+ringtrain.3); fix the host or pass --on-bad-host "
+            "horovod 0.27.0 (others 0.28.1+ringtrain.4); fix the host or pass --on-bad-host "
             "exclude"]
         assert others_ok(data, G2)
         assert err.count("horovod") == 1  # a diff naming the odd host, not a dump of all
@@ -155,7 +155,7 @@ def test_a_gpu_host_that_would_train_on_its_cpu_is_refused(cluster: Any) -> None
         assert problems[0].startswith("[tf-cpu-build] tensorflow-cpu 2.15.1 on a host with 4 "
                                       "GPUs (expected a TensorFlow that sees the GPUs); "
                                       "install TensorFlow's GPU build"), problems
-        assert problems[1].startswith("[hvd-no-nccl] horovod 0.28.1+ringtrain.3 built without "
+        assert problems[1].startswith("[hvd-no-nccl] horovod 0.28.1+ringtrain.4 built without "
                                       "NCCL"), problems
         assert others_ok(data, G4)
         code, data, _ = check(cluster, "--on-bad-host", "tf-cpu-build=warn,hvd-no-nccl=warn")

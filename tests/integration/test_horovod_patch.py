@@ -74,7 +74,7 @@ def test_a_peer_missing_while_the_ring_forms_fails_init_and_the_ranks_form_it_ag
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.http.http_server import RendezvousServer
 
-    assert horovod.__version__ == "0.28.1+ringtrain.3", "bootstrap builds ringtrain's Horovod"
+    assert horovod.__version__ == "0.28.1+ringtrain.4", "bootstrap builds ringtrain's Horovod"
     plan = get_host_assignments(parse_hosts("localhost:3"), 3)
     server = RendezvousServer()
     port = server.start()
@@ -101,4 +101,71 @@ def test_a_peer_missing_while_the_ring_forms_fails_init_and_the_ranks_form_it_ag
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        server.stop()
+
+
+BIG = """
+import sys, time
+import tensorflow as tf
+import horovod.tensorflow as hvd
+hvd.init()
+x = tf.ones([int(sys.argv[2])], tf.float32)
+hvd.allreduce(tf.constant(1.0), op=hvd.Sum)  # the ring formed, the op path warm
+print("READY", flush=True)
+sys.stdin.readline()
+started = time.monotonic()
+try:
+    hvd.broadcast(x, root_rank=0)
+    print("DONE", flush=True)
+except Exception as exc:
+    print(f"FAILED after {time.monotonic() - started:.1f} s: {type(exc).__name__}", flush=True)
+"""
+BIG_FLOATS = 256 * 1024 * 1024  # 1 GiB: about a second on loopback, so the kill lands mid-message
+GLOO_TIMEOUT_S = 20
+
+
+def test_a_peer_lost_mid_message_fails_the_survivors_receive_at_once() -> None:
+    """Gloo's pair takes the buffer a read in progress fills off its pending list, so when the
+    peer is lost mid-message nothing tells that buffer and its receive waits out Gloo's
+    timeout (in bench recovery: a survivor 30 s in "Timed out waiting 30000ms for recv
+    operation to complete", 2 kills in 20). A broadcast's receive is one message: rank 0 is
+    killed while it sends 1 GiB to rank 1. With ringtrain's Horovod (0.28.1+ringtrain.4) rank
+    1's broadcast fails at once; with 0.28.1+ringtrain.3 it failed after the 20 s timeout."""
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+    from horovod.runner.http.http_server import RendezvousServer
+
+    plan = get_host_assignments(parse_hosts("localhost:2"), 2)
+    server = RendezvousServer()
+    port = server.start()
+    server.init(plan)
+    env = {**os.environ, "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+           "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port), "HOROVOD_CONTROLLER": "gloo",
+           "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_IFACE": "lo",
+           "HOROVOD_HOSTNAME": "localhost", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_SIZE": "2",
+           "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1",
+           "HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_S), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    ranks = [subprocess.Popen([sys.executable, "-c", BIG, str(rank), str(BIG_FLOATS)],
+                              env={**env, "HOROVOD_RANK": str(rank),
+                                   "HOROVOD_LOCAL_RANK": str(rank)},
+                              text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL) for rank in (0, 1)]
+    try:
+        for proc in ranks:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "READY"
+        for proc in ranks:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        time.sleep(0.25)
+        ranks[0].kill()  # mid-message: rank 1 is reading rank 0's gigabyte
+        assert ranks[1].stdout is not None
+        line = ranks[1].stdout.readline().strip()
+        assert line.startswith("FAILED after "), f"{line} (the broadcast ended before the kill)"
+        assert float(line.split()[2]) < GLOO_TIMEOUT_S / 2, line
+    finally:
+        for proc in ranks:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
         server.stop()

@@ -27,7 +27,7 @@ def test_no_gpu_gets_the_cpu_build_and_changes_nothing(tmp_path: Path) -> None:
     done = plan(tmp_path, RINGTRAIN_VENV=str(tmp_path / "venv"))
     assert done.returncode == 0, done.stderr
     assert "TensorFlow: cpu build (nvidia-smi lists no GPU)" in done.stderr
-    assert ("tensorflow-cpu==2.15.1; Horovod 0.28.1+ringtrain.3 without GPU operations"
+    assert ("tensorflow-cpu==2.15.1; Horovod 0.28.1+ringtrain.4 without GPU operations"
             in done.stderr)
     assert not (tmp_path / "venv").exists()  # a plan installs nothing
 
