@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -42,17 +43,27 @@ for attempt in (1, 2):
 """
 
 
-def _rank(rank: int, port: int) -> subprocess.Popen[str]:
+def _rank(rank: int, port: int, *, script: str = RANK, size: int = 3, timeout_s: int = 3,
+          args: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    """One Horovod rank on loopback, of ``size`` on one host, Horovod's rendezvous at ``port``."""
     env = {**os.environ, "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port), "HOROVOD_CONTROLLER": "gloo",
            "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_IFACE": "lo",
-           "HOROVOD_HOSTNAME": "localhost", "HOROVOD_RANK": str(rank), "HOROVOD_SIZE": "3",
-           "HOROVOD_LOCAL_RANK": str(rank), "HOROVOD_LOCAL_SIZE": "3",
+           "HOROVOD_HOSTNAME": "localhost", "HOROVOD_RANK": str(rank), "HOROVOD_SIZE": str(size),
+           "HOROVOD_LOCAL_RANK": str(rank), "HOROVOD_LOCAL_SIZE": str(size),
            "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1",
-           "HOROVOD_GLOO_TIMEOUT_SECONDS": "3", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.Popen([sys.executable, "-c", RANK, str(rank)], env=env, text=True,
+           "HOROVOD_GLOO_TIMEOUT_SECONDS": str(timeout_s), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.Popen([sys.executable, "-c", script, str(rank), *args], env=env, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
+
+
+def _end(ranks: list[subprocess.Popen[str]], server: Any) -> None:
+    for proc in ranks:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    server.stop()
 
 
 def _line(proc: subprocess.Popen[str], timeout: float) -> str:
@@ -97,11 +108,7 @@ def test_a_peer_missing_while_the_ring_forms_fails_init_and_the_ranks_form_it_ag
         assert all("terminate called" not in (p.stderr.read() if p.stderr else "")
                    for p in ranks)
     finally:
-        for proc in ranks:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        server.stop()
+        _end(ranks, server)
 
 
 BIG = """
@@ -138,17 +145,8 @@ def test_a_peer_lost_mid_message_fails_the_survivors_receive_at_once() -> None:
     server = RendezvousServer()
     port = server.start()
     server.init(plan)
-    env = {**os.environ, "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
-           "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port), "HOROVOD_CONTROLLER": "gloo",
-           "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_IFACE": "lo",
-           "HOROVOD_HOSTNAME": "localhost", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_SIZE": "2",
-           "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1",
-           "HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_S), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    ranks = [subprocess.Popen([sys.executable, "-c", BIG, str(rank), str(BIG_FLOATS)],
-                              env={**env, "HOROVOD_RANK": str(rank),
-                                   "HOROVOD_LOCAL_RANK": str(rank)},
-                              text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL) for rank in (0, 1)]
+    ranks = [_rank(rank, port, script=BIG, size=2, timeout_s=GLOO_TIMEOUT_S,
+                   args=(str(BIG_FLOATS),)) for rank in (0, 1)]
     try:
         for proc in ranks:
             assert proc.stdout is not None
@@ -164,8 +162,4 @@ def test_a_peer_lost_mid_message_fails_the_survivors_receive_at_once() -> None:
         assert line.startswith("FAILED after "), f"{line} (the broadcast ended before the kill)"
         assert float(line.split()[2]) < GLOO_TIMEOUT_S / 2, line
     finally:
-        for proc in ranks:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-        server.stop()
+        _end(ranks, server)
