@@ -125,10 +125,9 @@ def wrap_elastic_run(module: ModuleType) -> None:
     internal = getattr(module, "HorovodInternalError", None)
     if original is None or not (isinstance(internal, type) and issubclass(internal, Exception)):
         return
-    updated = getattr(module, "HostsUpdatedInterrupt", internal)
-    resets: tuple[type[BaseException], ...] = (internal,)
-    if isinstance(updated, type) and issubclass(updated, BaseException):
-        resets = (internal, updated)
+    updated = getattr(module, "HostsUpdatedInterrupt", None)
+    resets = tuple(kind for kind in (internal, updated)
+                   if isinstance(kind, type) and issubclass(kind, BaseException))
 
     def run_fn(func: Callable[..., Any], reset: Callable[[], Any]) -> Any:
         @functools.wraps(func)

@@ -109,12 +109,14 @@ def let_go() -> threading.Thread | None:
 
 def _unclaimed() -> list[Any]:
     """The handles set aside whose iterators are gone; the others given back. (A function
-    of its own: no local of the caller may hold a handle past the thread's.)"""
+    of its own: its locals, a handle among them, end before the thread starts.)"""
+    handles = []
     for iterator, handle in _ASIDE:
         alive = iterator()
-        if alive is not None:
+        if alive is None:
+            handles.append(handle)
+        else:
             vars(alive)[RESOURCE] = handle
-    handles = [handle for iterator, handle in _ASIDE if iterator() is None]
     _ASIDE.clear()
     return handles
 
