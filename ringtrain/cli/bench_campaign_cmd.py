@@ -15,7 +15,7 @@ MODES = ("restart", "elastic", "memory", "spare", "cold-spare", "horovodrun", "c
 
 @click.command("campaign", epilog="""\b
 Examples:
-  sudo ringtrain bench campaign --out campaign      10 faults a run, one every 60 s and 30 s
+  sudo ringtrain bench campaign --out campaign      a fault every 60 s, then every 30 s
   sudo ringtrain bench campaign --modes memory,horovodrun,clean --incidents 6 --intervals 30
 """)
 @click.option("--modes", default="restart,memory,spare,horovodrun,clean", show_default=True,
@@ -24,7 +24,8 @@ Examples:
               "held as a warm spare), cold-spare (the same, --cold-spares), horovodrun "
               "(horovodrun --elastic, the anchor), clean (memory, no faults, run once: the "
               "accuracy to compare with).")
-@click.option("--incidents", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--incidents", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Faults per run at most; 0: one every interval until the job ends.")
 @click.option("--intervals", "--interval", default="60,30", show_default=True,
               help="Seconds between faults (kill -9, link down, stall, in turn), one run per "
               "mode and rate, each rate its own table; at least 5 each.")
@@ -34,8 +35,9 @@ Examples:
               help="Seconds a host's link stays down.")
 @click.option("--stall", type=click.FloatRange(min=0.5), default=4.0, show_default=True,
               help="Seconds a straggler's processes stay stopped.")
-@click.option("--gloo-timeout-seconds", type=click.IntRange(min=1), default=10,
-              show_default=True, help="Every mode's Gloo timeout, the anchor's too.")
+@click.option("--gloo-timeout-seconds", type=click.IntRange(min=0), default=0,
+              show_default=True, help="Every mode's Gloo timeout, the anchor's too; 0: none "
+              "given, each launcher's default (Horovod's 30 s), as a user meets it.")
 @click.option("--fallback-restarts", type=click.IntRange(min=0), default=0, show_default=True,
               help="ringtrain's elastic modes (not the anchor) also get --max-restarts N: a "
               "fault elastic cannot absorb restarts the job from its last checkpoint.")

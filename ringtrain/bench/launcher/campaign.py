@@ -3,8 +3,9 @@ interval, and what each fault cost.
 
 On a simulated 4-host cluster (root needed) the digits CNN (``campaign_task.CAMPAIGN_SCRIPT``:
 a task whose fault-free accuracy is stable) trains 3 ranks on the first 3 hosts. Once it is
-under way, a fault is injected every ``--intervals`` seconds (each rate a run of its own) on a
-host other than the first (the launcher and rank 0 live there), cycling through the kinds:
+under way, a fault is injected every ``--intervals`` seconds until the job ends (each rate a
+run of its own; ``--incidents N``: at most N) on a host other than the first (the launcher
+and rank 0 live there), cycling through the kinds:
 
   kill    kill -9 of the rank's processes on the host
   link    the host's link goes down for ``--link-down`` seconds, then comes back
@@ -15,9 +16,9 @@ ringtrain.keras lines under --elastic), spare (memory with the fourth host as a 
 cold-spare (the same, --cold-spares),
 horovodrun (horovodrun --elastic with a discovery script of the same 3 hosts: the anchor),
 clean (memory without faults, run once: the accuracy and ETTR a fault-free run of the same task
-gets). Every elastic mode and the anchor get the same Gloo timeout and the same blacklist
-cooldown range; ``--fallback-restarts`` goes to ringtrain's elastic modes only (horovodrun has
-no such option).
+gets). Every elastic mode and the anchor get the same Gloo timeout (by default none: each
+launcher's own, as a user meets it) and the same blacklist cooldown range;
+``--fallback-restarts`` goes to ringtrain's elastic modes only (horovodrun has no such option).
 
 One table per rate; per mode: the median time back by kind (from the fault to training again
 at the rate before it), the wall time lost to the faults, to start-up and end, and to
@@ -26,7 +27,7 @@ and its difference in points from the clean run's, wall time, exit status ("hang
 within the deadline). ``--out DIR`` keeps campaign.json (every incident, every step line) and
 campaign.png.
 
-    python -m ringtrain.bench.launcher.campaign --incidents 10 --intervals 60,30
+    python -m ringtrain.bench.launcher.campaign --intervals 60,30
     python -m ringtrain.bench.launcher.campaign --figures out/campaign.json clean/campaign.json
 """
 
@@ -116,6 +117,12 @@ class Injector:
             self._resume(host, [pid])
 
 
+def _stalled(lines: list[str], deadline: float) -> bool:
+    """No step line for ``deadline`` seconds: the job is hung, the faults stop."""
+    steps = parse_steps(lines)
+    return bool(steps) and time.time() - steps[-1].at > deadline
+
+
 def _signal(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
@@ -172,13 +179,15 @@ def run_mode(mode: str, cluster: sim.SimCluster, work: Path, opts: argparse.Name
             time.sleep(0.1)
         start = time.monotonic() + opts.warmup
         kinds = itertools.cycle(KINDS)
-        # the fault-free run keeps the slowest rate's schedule without the faults, so its
-        # deadline counts from the same moment
-        for turn in range(opts.incidents):
+        # a fault every interval until the job ends (or --incidents are in, or training has
+        # stopped for --deadline: hung); the fault-free run waits for its end
+        for turn in itertools.count():
+            if mode == "clean" or (opts.incidents and turn >= opts.incidents):
+                break
             while time.monotonic() < start + turn * interval and proc.poll() is None:
                 time.sleep(0.05)
-            if proc.poll() is not None or mode == "clean":
-                continue
+            if proc.poll() is not None or _stalled(lines, opts.deadline):
+                break
             kind, found = next(kinds), injector.victim(turn)
             if found is None:
                 print(f"  {mode}: no rank to hit at fault {turn + 1}", flush=True)
@@ -266,7 +275,8 @@ def runs(modes: list[str], intervals: tuple[float, ...]) -> list[tuple[str, floa
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--modes", default="restart,memory,spare,horovodrun,clean")
-    p.add_argument("--incidents", type=int, default=10)
+    p.add_argument("--incidents", type=int, default=0,
+                   help="faults per run at most; 0: one every interval until the job ends")
     p.add_argument("--intervals", "--interval", type=parse_intervals, default=(60.0, 30.0),
                    help="seconds between faults, one run per mode and rate: 60,30")
     p.add_argument("--warmup", type=float, default=20.0, help="seconds before the first fault")
@@ -276,13 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commit", type=int, default=10)
     p.add_argument("--link-down", type=float, default=20.0)
     p.add_argument("--stall", type=float, default=4.0)
-    p.add_argument("--gloo-timeout-seconds", type=int, default=10)
+    p.add_argument("--gloo-timeout-seconds", type=int, default=0,
+                   help="every mode's Gloo timeout, the anchor's too; 0: none given, each "
+                   "launcher's default (Horovod's 30 s), as a user meets it")
     p.add_argument("--cooldown", type=int, nargs=2, default=(10, 40), metavar=("MIN", "MAX"))
     p.add_argument("--fallback-restarts", type=int, default=0,
                    help="ringtrain's elastic modes: --max-restarts N, a restart from the last "
                    "checkpoint when the elastic job itself fails")
     p.add_argument("--deadline", type=float, default=1800.0,
-                   help="seconds after the last fault before a job counts as hung")
+                   help="seconds without a batch (faults stop), then after the last fault, "
+                   "before a job counts as hung")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--figures", type=Path, nargs="+", default=None, metavar="JSON",
                    help="no run: the tables again from kept campaign.json files (every step "
@@ -306,10 +319,13 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sim.down(cluster.config, purge=True)
     print("\n".join(figures.report(summaries)))
-    print(f"\n{opts.incidents} faults per run ({', '.join(KINDS)} in turn; link down "
+    count = f"{opts.incidents} faults per run" if opts.incidents else "a fault every interval"
+    gloo = (f"Gloo timeout {opts.gloo_timeout_seconds} s" if opts.gloo_timeout_seconds
+            else "the launchers' default Gloo timeout")
+    print(f"\n{count} ({', '.join(KINDS)} in turn; link down "
           f"{opts.link_down:g} s, stall {opts.stall:g} s); 3 ranks train the digits CNN, "
           f"{opts.epochs} x {opts.steps_per_epoch} batches of 32 with a {opts.pause:g} s pause, "
-          f"commits every {opts.commit} batches, Gloo timeout {opts.gloo_timeout_seconds} s, "
+          f"commits every {opts.commit} batches, {gloo}, "
           f"cooldown {opts.cooldown[0]}-{opts.cooldown[1]} s. TTTA: median seconds from a fault "
           "to the first batch after its first disruption; lost: median seconds lost per fault, "
           "from the fault to training again at the rate before it, less the batches it "
