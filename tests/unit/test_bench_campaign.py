@@ -102,6 +102,11 @@ def test_overlapping_faults_are_not_counted_twice() -> None:
     assert first.lost_s == pytest.approx(29.0 - 20.1)  # until the later fault took over
     # their windows overlap (29.0 -> 30.0 s): summing time back would count that twice
     assert (first.back_s or 0) + (second.back_s or 0) > together + 0.9
+    # the second landed while the job was not training (inside the first's pause)
+    assert (first.amid, second.amid) == (False, True)
+    s = summarise("memory", steps, [Fault(20.1, "kill", "h3"), Fault(29.0, "kill", "h2")],
+                  launched=0.0, ended=ended, accuracy=None, exit_code=0, interval=30.0)
+    assert "1 landed while it was not training" in row(s)
 
 
 def test_a_fault_with_no_disruption_of_its_own_takes_none_of_the_next_ones() -> None:

@@ -55,6 +55,8 @@ class Incident:
     back_s: float | None = None  # its window: to training again at the rate before, its
     # last disruption (a host back, say) included; None: never back
     lost_s: float = 0.0  # the wall time lost to it (its bucket)
+    amid: bool = False  # it landed while the job was not training (in a pause that began
+    # before it: a re-form, a restore, a stall), the moment a fault is hardest to absorb
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,17 +184,20 @@ def account(steps: list[Step], faults: list[Fault], *, launched: float, ended: f
         else:
             other += here
     full = max((s.size for s in steps), default=0)
+    pauses = [(a.at, b.at) for a, b in itertools.pairwise(steps) if disrupted(a, b, gap_limit)]
     incidents = []
     for (fault, own, back), lost_s in zip(windows, lost, strict=True):
+        # a pause that began more than gap_limit before the fault is not the fault's own
+        amid = any(u < fault.at - gap_limit and fault.at < v for u, v in pauses)
         if not own:
             incidents.append(Incident(fault, None, 0, 0, None,
-                                      None if back >= ended else 0.0, lost_s))
+                                      None if back >= ended else 0.0, lost_s, amid))
             continue
         b = own[0][1]
         whole = next((s.at - fault.at for s in steps if s.at >= b.at and s.size == full), None)
         redone = sum(max(0, x.step - (y.step - 1)) for x, y in own)
         incidents.append(Incident(fault, b.at - fault.at, redone, b.size, whole,
-                                  None if back >= ended else back - fault.at, lost_s))
+                                  None if back >= ended else back - fault.at, lost_s, amid))
     productive = gap * (high(ended) - high(launched))
     ledger = Ledger(ended - launched, productive, sum(lost), startup, end, other)
     return tuple(incidents), joins, ledger
@@ -245,11 +250,13 @@ def row(s: Summary, clean: float | None = None) -> str:
     led = s.ledger or Ledger(s.wall_s, 0.0, 0.0, 0.0, 0.0, 0.0)
     unanswered = sum(i.ttta_s is None and i.back_s is not None for i in s.incidents)
     never = sum(i.back_s is None for i in s.incidents)
+    amid = sum(i.amid for i in s.incidents)
     exit_code = "hang" if s.exit_code is None else str(s.exit_code)
     delta = (f"{100 * (s.accuracy - clean):+8.1f}"
              if s.accuracy is not None and clean is not None else f"{'-':>8s}")
     notes = [f"{unanswered} faults with no disruption of their own"] if unanswered else []
     notes += [f"{never} faults never followed by training again"] if never else []
+    notes += [f"{amid} landed while it was not training (a re-form, a restore)"] if amid else []
     return (f"{s.mode:10s} {len(s.incidents):6d} "
             + " ".join(_median(s.ttta(k)) for k in ("kill", "link", "stall")) + " "
             + " ".join(_median(s.lost(k)) for k in ("kill", "link", "stall"))
@@ -287,5 +294,6 @@ def as_json(s: Summary) -> dict[str, object]:
                 "other_s": led.other_s},
             "incidents": [{"at": i.fault.at, "kind": i.fault.kind, "host": i.fault.host,
                            "ttta_s": i.ttta_s, "back_s": i.back_s, "lost_s": i.lost_s,
-                           "lost": i.lost, "size_after": i.size_after, "whole_s": i.whole_s}
+                           "lost": i.lost, "size_after": i.size_after, "whole_s": i.whole_s,
+                           "amid": i.amid}
                           for i in s.incidents]}
