@@ -265,3 +265,16 @@ def test_a_job_that_failed_after_training_again_loses_its_tail_to_the_fault() ->
     assert failed.incidents[0].back_s is None
     assert failed.incidents[0].lost_s == pytest.approx(ok.incidents[0].lost_s + 40.0)
     assert failed.ledger.lost_s == pytest.approx(ok.ledger.lost_s)
+
+
+def test_a_job_without_a_batch_for_the_deadline_is_hung() -> None:
+    """The faults stop and the job is ended as hung once no batch came for --deadline
+    seconds (a job with no step yet is the start-up's to judge)."""
+    import time
+
+    from ringtrain.bench.launcher.campaign import _stalled
+
+    now = time.time()
+    assert _stalled([f"STEP {now - 400:.3f} 7 3\n"], 300.0)
+    assert not _stalled([f"STEP {now - 100:.3f} 7 3\n"], 300.0)
+    assert not _stalled(["starting\n"], 300.0)

@@ -195,10 +195,9 @@ def run_mode(mode: str, cluster: sim.SimCluster, work: Path, opts: argparse.Name
             faults.append(figures.Fault(time.time(), kind, found[0]))
             injector.inject(kind, *found)
             print(f"  {mode}: fault {turn + 1}: {kind} on {found[0]}", flush=True)
-        try:
-            exit_code = proc.wait(timeout=opts.deadline)
-        except subprocess.TimeoutExpired:
-            exit_code = None
+        while proc.poll() is None and not _stalled(lines, opts.deadline):
+            time.sleep(0.5)
+        exit_code = proc.poll()  # None: no batch for --deadline seconds, a hang
     finally:
         injector.undo()
         if proc.poll() is None:
@@ -293,9 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fallback-restarts", type=int, default=0,
                    help="ringtrain's elastic modes: --max-restarts N, a restart from the last "
                    "checkpoint when the elastic job itself fails")
-    p.add_argument("--deadline", type=float, default=1800.0,
-                   help="seconds without a batch (faults stop), then after the last fault, "
-                   "before a job counts as hung")
+    p.add_argument("--deadline", type=float, default=300.0,
+                   help="seconds without a batch before a job counts as hung (the faults "
+                   "stop, the job is ended)")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--figures", type=Path, nargs="+", default=None, metavar="JSON",
                    help="no run: the tables again from kept campaign.json files (every step "
