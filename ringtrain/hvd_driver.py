@@ -15,6 +15,17 @@ slot not already held) and the world keeps its size; the new process takes the s
 survivors' memory commit. A slot that fails ``MAX_SLOT_FAILURES`` times blacklists its host, as
 Horovod would. Everything else (success, all failed, the reset limit) is Horovod's code.
 
+One round per fault (``one_round``, issue 38 item 2): a warm spare that ringtrain puts in a
+lost host's place joins the round that forms the new ring, not a second one. Horovod's driver
+reads its hosts every second in a thread of its own, and forms a round with whatever that
+thread last read; a change it reads while the round forms reaches the workers as "hosts
+updated" after it, a second reset of every survivor. Here the round reads the hosts itself,
+and when ringtrain holds a warm spare ready (the attempt's ``elastic-spares`` file, beside the
+discovery script: the warm spare slots), a round that blacklisted a host reads the hosts
+itself, waiting up to ``HOSTS_WAIT_S`` for that host to leave the list (ringtrain publishes a
+loss within a supervision poll, the spare in its place). No "hosts updated" is sent while a
+round forms: that round takes the hosts as Horovod's thread read them, the change included.
+
 Two settings of its rendezvous server change too (``tune_rendezvous``): the listen backlog
 and daemon handler threads.
 """
@@ -23,11 +34,18 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 MAX_SLOT_FAILURES = 3
+# a round waits at most this long for ringtrain to publish a lost host's spare (it does so
+# within a supervision poll, 0.2 s), reading the list every HOSTS_POLL_S
+HOSTS_WAIT_S = 1.0
+HOSTS_POLL_S = 0.05
+SPARES_FILE = "elastic-spares"  # launchers.ELASTIC_SPARES: beside the discovery script
 # listen(2)'s backlog for the rendezvous server; the kernel clamps it to net.core.somaxconn
 RENDEZVOUS_BACKLOG = 65535
 log = logging.getLogger("ringtrain.hvd_driver")
@@ -71,6 +89,97 @@ def patch() -> None:
     registry._on_workers_recorded = _on_workers_recorded
 
 
+def awaited(failed: Iterable[tuple[str, int]], blacklisted: Callable[[str], bool],
+            listed: Iterable[str]) -> set[str]:
+    """The hosts this round blacklisted that the discovery list still shows: ringtrain has
+    not published their loss yet. Pure."""
+    shown = set(listed)
+    return {host for host, _ in failed if host in shown and blacklisted(host)}
+
+
+def spares_ready(text: str | None) -> int:
+    """The warm spare slots ringtrain holds (its ``elastic-spares`` file; none when the file
+    is missing or not a count: then nothing is waited for). Pure."""
+    try:
+        return max(0, int((text or "").strip() or 0))
+    except ValueError:
+        return 0
+
+
+def read_hosts(driver: Any, spares: Callable[[], int], *,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> None:
+    """When this round blacklisted a host and ringtrain holds a warm spare (``spares()`` >
+    0), read the hosts until that host has left ringtrain's list (the spare in its place), at
+    most HOSTS_WAIT_S. Otherwise the round takes the hosts Horovod's thread read last, as
+    Horovod does: running the discovery script costs 0.1-0.2 s."""
+    from horovod.runner.elastic import registration  # noqa: PLC0415 - horovodrun's process
+
+    manager = driver._host_manager
+    failed = set(driver._worker_registry.get(registration.FAILURE))
+    if not any(manager.is_blacklisted(host) for host, _ in failed) or spares() <= 0:
+        return
+    deadline = clock() + HOSTS_WAIT_S
+    while True:
+        try:
+            manager.update_available_hosts()
+        except Exception as exc:  # Horovod's own thread retries it the same way
+            log.warning("ringtrain: reading the hosts for this round failed (%s): the round "
+                        "takes the hosts read before", exc)
+            return
+        waiting = awaited(failed, manager.is_blacklisted, manager._current_hosts.host_slots)
+        if not waiting or clock() >= deadline:
+            if waiting:
+                log.warning("ringtrain: %s still listed %.1f s into the round: it forms "
+                            "without a spare in its place", ", ".join(sorted(waiting)),
+                            HOSTS_WAIT_S)
+            return
+        sleep(HOSTS_POLL_S)
+
+
+def one_round(discovery_script: str | None) -> None:
+    """Horovod's driver reads the hosts as a round forms and sends no "hosts updated" while
+    one forms (the module's docstring)."""
+    from horovod.runner.elastic import driver as elastic  # noqa: PLC0415 - horovodrun's
+
+    spares_path = (Path(discovery_script).parent / SPARES_FILE) if discovery_script else None
+
+    def spares() -> int:
+        if spares_path is None:
+            return 0
+        try:
+            return spares_ready(spares_path.read_text())
+        except OSError:
+            return 0
+
+    cls = elastic.ElasticDriver
+    horovods_resume, horovods_notify = cls.resume, cls._notify_workers_host_changes
+
+    def resume(self: Any) -> None:
+        with self._wait_hosts_cond:  # the discovery thread waits meanwhile
+            read_hosts(self, spares)
+            horovods_resume(self)
+
+    def _notify_workers_host_changes(self: Any, current_hosts: Any, update_res: Any) -> None:
+        if self._worker_registry.get_recorded_slots():
+            log.info("ringtrain: hosts changed while a round forms: it reads them itself")
+            return
+        horovods_notify(self, current_hosts, update_res)
+
+    cls.resume = resume
+    cls._notify_workers_host_changes = _notify_workers_host_changes
+
+
+def discovery_script(argv: list[str]) -> str | None:
+    """horovodrun's ``--host-discovery-script`` value in ``argv`` (its own spellings). Pure."""
+    for i, word in enumerate(argv):
+        if word == "--host-discovery-script" and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith("--host-discovery-script="):
+            return word.split("=", 1)[1]
+    return None
+
+
 def tune_rendezvous() -> None:
     """Two settings of Horovod's rendezvous server (``RendezvousHTTPServer``), which every
     worker of a re-form reaches at once, each holding its ``rank_and_size`` request in a
@@ -93,6 +202,7 @@ def tune_rendezvous() -> None:
 def main() -> Any:
     """horovodrun's own entry point (its ``sys.exit(run_commandline())``), the rule changed."""
     patch()
+    one_round(discovery_script(sys.argv[1:]))
     tune_rendezvous()
     from horovod.runner.launch import run_commandline  # noqa: PLC0415
 

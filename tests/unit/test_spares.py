@@ -117,6 +117,31 @@ def test_a_spare_is_offered_once_the_survivors_train_again_or_after_the_delay() 
     assert published[-1] == "gpu02:2\ngpu03:2\n"
 
 
+def test_a_warm_spare_is_offered_at_once_to_join_the_round_that_forms_now() -> None:
+    """Warm spares: the loss goes out at once, the lost host out and the spare in its place
+    (Horovod's driver, ringtrain's hvd_driver, waits for this list as the round forms: one
+    round per fault, issue 38 item 2), and the spares left are said (their count is what the
+    driver reads). A loss with no spare left is held, as without spares."""
+    from ringtrain.launch.elastic.sparekeeper import SpareKeeper
+
+    published: list[str] = []
+    said: list[str] = []
+    told: list[tuple[tuple[str, int], ...]] = []
+    keeper = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), published.append,
+                         lambda _: None, said.append, lambda: 100.0, warm=told.append)
+    assert told == [(("gpu03", 2),)]
+    keeper.lost("gpu02")
+    assert published == ["gpu01:2\ngpu03:2\n"] and told[-1] == ()
+    assert said[-1] == ("elastic: gpu03 offered to Horovod's driver now: its warm process "
+                        "joins the ring the survivors form again")
+    keeper.release()  # the survivors train again: nothing is held
+    assert len(published) == 1
+    keeper.lost("gpu03")  # no spare left: the removal is held as without spares
+    assert len(published) == 1
+    keeper.release()
+    assert published[-1] == "gpu01:2\n"
+
+
 def test_a_short_cooldown_holds_the_removal_for_half_of_it() -> None:
     """Horovod re-admits a blacklisted host after its cooldown: the removal must reach it
     before then."""

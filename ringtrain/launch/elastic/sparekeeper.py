@@ -1,7 +1,13 @@
 """The loop side of launch/elastic/spares.py under ``--elastic``: apply a lost host to the
 pool, check hosts whose cooldown ended (in a thread, one at a time, so supervision never waits
 on SSH) and publish the discovery list Horovod's driver reads every second when it changes;
-and keep warm processes waiting on the spares (warmspares.py)."""
+and keep warm processes waiting on the spares (warmspares.py).
+
+A warm spare takes a lost host's place in the round that forms the new ring (issue 38 item
+2): the list goes out at once, without the lost host and with the spare, and the driver
+(``ringtrain.hvd_driver.one_round``) waits for it while the keeper says it holds warm spare
+slots (the attempt's ``elastic-spares`` file). A cold spare (``--cold-spares``) is held back
+until the survivors train again: their ring would wait for its imports."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from ringtrain.hostfile import Host, Inventory
 from ringtrain.launch.elastic.spares import Pool, Slots, due, lose, pool_of, readmit, split
 from ringtrain.launch.elastic.warmspares import WarmSpares
 from ringtrain.launch.job.rundir import RunDir
-from ringtrain.launch.plan.launchers import ELASTIC_HOSTS
+from ringtrain.launch.plan.launchers import ELASTIC_HOSTS, ELASTIC_SPARES
 from ringtrain.launch.plan.make import LaunchPlan
 from ringtrain.probe.gate import evaluate_remembering, gpu_rule, policy_for
 from ringtrain.probe.hostprobe import probe
@@ -46,7 +52,9 @@ class SpareKeeper:
                  hosts: tuple[Host, ...] = ()) -> None:
         self.pool, self.range = pool, cooldown_range
         self._publish, self._check, self._note, self._clock = publish, check, note, clock
-        self._warm = warm  # called with the spares whenever they change
+        # warm spares: called with the spares whenever they change (warm processes, and the
+        # count of spare slots the driver may wait for)
+        self._warm = warm
         self.hosts = hosts  # every host the job may use, spares included (the teardown's)
         self._lock = threading.Lock()
         self._checking: threading.Thread | None = None
@@ -57,17 +65,27 @@ class SpareKeeper:
             warm(pool.spares)
 
     def lost(self, host: str) -> None:
+        text = None
         with self._lock:
             before = {name for name, _ in self.pool.active}
             self.pool, said = lose(self.pool, host, self._clock(), self.range)
             joined = frozenset(n for n, _ in self.pool.active if n not in before)
-            if joined:
+            if joined and self._warm is not None:
+                # in the round forming now: the driver waits for this list (hvd_driver)
+                text, self._stale = self._text(), None
+            elif joined:
                 held = self._held[0] if self._held else frozenset()
                 self._held = (held | joined, self._clock())
-            if said is not None and self._stale is None:
+            if said is not None and self._stale is None and text is None:
                 self._stale = self._clock()
         if said is not None:
             self._note(said)
+        if text is not None:
+            self._publish(text)
+            self._note(f"elastic: {', '.join(sorted(joined))} offered to Horovod's driver "
+                       "now: its warm process joins the ring the survivors form again")
+        if joined and self._warm is not None:
+            self._warm(self.pool.spares)
 
     def release(self) -> None:
         """Offer the held spares now: the survivors train again (or the wait is over)."""
@@ -144,6 +162,14 @@ def keeper_for(spec: LaunchSpec, inventory: Inventory, plan: LaunchPlan, run_dir
     if spares:
         note(f"elastic: {', '.join(h.name for h in spares)} held back as spare(s)")
     warm = WarmSpares(remote, python, run_id, by_name, note) if el.warm_spares else None
+
+    def keep_warm(spares: Slots) -> None:
+        assert warm is not None
+        warm.keep(spares)
+        # the spare slots Horovod's driver may wait for as a round forms (hvd_driver)
+        run_dir.write(f"{plan.attempt_name}/{ELASTIC_SPARES}",
+                      f"{sum(slots for _, slots in spares)}\n")
+
     return SpareKeeper(pool_of(active, spares), el.cooldown_range, publish, check, note,
-                       time.monotonic, warm=warm.keep if warm else None,
+                       time.monotonic, warm=keep_warm if warm else None,
                        hosts=tuple(inventory.hosts))

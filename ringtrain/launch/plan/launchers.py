@@ -344,6 +344,7 @@ class SrunBackend:
 SHIM_DIR = "bin"
 DISCOVERY = "discover-hosts"  # --elastic: the attempt's host discovery script
 ELASTIC_HOSTS = "elastic-hosts"  # ... and the file it prints: host:slots lines
+ELASTIC_SPARES = "elastic-spares"  # ... and beside it, the warm spare slots (hvd_driver reads)
 
 
 def elastic_args(alloc: Allocation, el: ElasticPolicy, discovery: Path,
