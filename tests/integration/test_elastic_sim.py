@@ -187,9 +187,11 @@ def test_a_spare_takes_the_lost_hosts_place_and_the_size_holds(
     sim_cluster: sim.SimCluster, tmp_path: Path
 ) -> None:
     """--spares 1: gpu03 is held back, with a warm process waiting there; when the rank on
-    gpu02 is killed, ringtrain's discovery list puts gpu03 in gpu02's place, Horovod starts a
-    rank there, which the warm process takes, and the job is back at two ranks, the new one
-    taking the survivor's memory commit. Every process ends with the job, the spare's too."""
+    gpu02 is killed, ringtrain's discovery list puts gpu03 in gpu02's place at once, Horovod's
+    driver (ringtrain's hvd_driver) takes it into the round that forms the new ring, Horovod
+    starts a rank there, which the warm process takes, and the job is back at two ranks in that
+    one round (issue 38 item 2): the survivor resets once, the new rank taking its memory
+    commit. Every process ends with the job, the spare's too."""
     status, stdout, stderr, _ = _launch_and_kill(
         sim_cluster, tmp_path, PLAIN, ["80"], kill_after="checkpoint: committed epoch 3",
         victim=G2, options=("--spares", "1", "--min-np", "1"))
@@ -200,11 +202,15 @@ def test_a_spare_takes_the_lost_hosts_place_and_the_size_holds(
                      stderr), stderr[-3000:]
     # the spare's rank ran in the process that had imported TensorFlow and Horovod ahead
     assert f"this rank starts warm on {G3}" in stdout + stderr, (stdout + stderr)[-3000:]
-    # the survivor may form a ring of one first, or wait for the spare's rank: either way the
-    # last memory restore brings the world back to two
+    assert f"elastic: {G3} offered to Horovod's driver now" in stderr, stderr[-3000:]
+    # one round: the survivor's only reset is its failed collective (no "hosts were updated"
+    # after it), and the one restore is to two ranks, the spare's among them
+    resets = [line.split("): ", 1)[-1] for line in stderr.splitlines()
+              if "forming the ring again and running the script again" in line]
+    assert len(resets) == 1 and resets[0].startswith("a collective failed"), stderr[-3000:]
     restores = re.findall(r"resumed in memory at epoch \d+ step \d+ from rank \d .*; "
                           r"(\d) -> (\d) ranks", stdout)
-    assert restores and restores[-1][1] == "2", stdout[-3000:]
+    assert restores == [("2", "2")], stdout[-3000:]
     results = _results(stdout)
     assert len(results) == 2 and len({r["checksum"] for r in results}) == 1, results
     hosts = (tmp_path / "runs").glob("*/attempt-1/elastic-hosts")
