@@ -19,12 +19,12 @@ One round per fault (``one_round``, issue 38 item 2): a warm spare that ringtrai
 lost host's place joins the round that forms the new ring, not a second one. Horovod's driver
 reads its hosts every second in a thread of its own, and forms a round with whatever that
 thread last read; a change it reads while the round forms reaches the workers as "hosts
-updated" after it, a second reset of every survivor. Here the round reads the hosts itself,
-and when ringtrain holds a warm spare ready (the attempt's ``elastic-spares`` file, beside the
-discovery script: the warm spare slots), a round that blacklisted a host reads the hosts
-itself, waiting up to ``HOSTS_WAIT_S`` for that host to leave the list (ringtrain publishes a
-loss within a supervision poll, the spare in its place). No "hosts updated" is sent while a
-round forms: that round takes the hosts as Horovod's thread read them, the change included.
+updated" after it, a second reset of every survivor. Here, when ringtrain holds a warm spare
+(the attempt's ``elastic-spares`` file, beside the discovery script: the warm spare slots), a
+round that blacklisted a host reads the hosts itself, waiting up to ``HOSTS_WAIT_S`` for that
+host to leave the list (ringtrain publishes a loss within a supervision poll, the spare in its
+place). And no "hosts updated" is sent while a round forms: that round takes the hosts as
+Horovod's thread read them, the change included.
 
 Two settings of its rendezvous server change too (``tune_rendezvous``): the listen backlog
 and daemon handler threads.
