@@ -137,27 +137,29 @@ def read_hosts(driver: Any, spares: Callable[[], int], *,
         sleep(HOSTS_POLL_S)
 
 
-def one_round(discovery_script: str | None) -> None:
+def spares_beside(discovery: Any) -> int:
+    """The warm spare slots ringtrain's keeper wrote beside the driver's own discovery script
+    (``HostDiscoveryScript``); 0 for any other discovery, or no such file."""
+    script = getattr(discovery, "_discovery_script", None)
+    if not script:
+        return 0
+    try:
+        return spares_ready((Path(script).parent / SPARES_FILE).read_text())
+    except OSError:
+        return 0
+
+
+def one_round() -> None:
     """Horovod's driver reads the hosts as a round forms and sends no "hosts updated" while
     one forms (the module's docstring)."""
     from horovod.runner.elastic import driver as elastic  # noqa: PLC0415 - horovodrun's
-
-    spares_path = (Path(discovery_script).parent / SPARES_FILE) if discovery_script else None
-
-    def spares() -> int:
-        if spares_path is None:
-            return 0
-        try:
-            return spares_ready(spares_path.read_text())
-        except OSError:
-            return 0
 
     cls = elastic.ElasticDriver
     horovods_resume, horovods_notify = cls.resume, cls._notify_workers_host_changes
 
     def resume(self: Any) -> None:
         with self._wait_hosts_cond:  # the discovery thread waits meanwhile
-            read_hosts(self, spares)
+            read_hosts(self, lambda: spares_beside(self._host_manager._discovery))
             horovods_resume(self)
 
     def _notify_workers_host_changes(self: Any, current_hosts: Any, update_res: Any) -> None:
@@ -168,16 +170,6 @@ def one_round(discovery_script: str | None) -> None:
 
     cls.resume = resume
     cls._notify_workers_host_changes = _notify_workers_host_changes
-
-
-def discovery_script(argv: list[str]) -> str | None:
-    """horovodrun's ``--host-discovery-script`` value in ``argv`` (its own spellings). Pure."""
-    for i, word in enumerate(argv):
-        if word == "--host-discovery-script" and i + 1 < len(argv):
-            return argv[i + 1]
-        if word.startswith("--host-discovery-script="):
-            return word.split("=", 1)[1]
-    return None
 
 
 def tune_rendezvous() -> None:
@@ -202,7 +194,7 @@ def tune_rendezvous() -> None:
 def main() -> Any:
     """horovodrun's own entry point (its ``sys.exit(run_commandline())``), the rule changed."""
     patch()
-    one_round(discovery_script(sys.argv[1:]))
+    one_round()
     tune_rendezvous()
     from horovod.runner.launch import run_commandline  # noqa: PLC0415
 

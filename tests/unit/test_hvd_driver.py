@@ -13,7 +13,6 @@ from ringtrain.hvd_driver import (
     RENDEZVOUS_BACKLOG,
     SPARES_FILE,
     awaited,
-    discovery_script,
     spared,
     spares_ready,
 )
@@ -118,7 +117,7 @@ def main():
     script.chmod(0o700)
     d.patch()
     if which == "ringtrain":
-        d.one_round(str(script))
+        d.one_round()
     notified = []
     horovods = ElasticDriver._notify_workers_host_changes
 
@@ -193,7 +192,4 @@ def test_the_round_waits_only_for_blacklisted_hosts_still_listed() -> None:
     assert awaited(failed, lambda h: h == "b", ["a", "b", "c"]) == {"b"}
     assert awaited(failed, lambda h: True, ["a"]) == set()
     assert [spares_ready(t) for t in ("2\n", "", None, "x", "-3")] == [2, 0, 0, 0, 0]
-    assert discovery_script(["-np", "2", "--host-discovery-script", "/r/d", "x"]) == "/r/d"
-    assert discovery_script(["--host-discovery-script=/r/d"]) == "/r/d"
-    assert discovery_script(["-np", "2"]) is None
     assert SPARES_FILE == ELASTIC_SPARES

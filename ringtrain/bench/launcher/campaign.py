@@ -118,9 +118,10 @@ class Injector:
 
 
 def _stalled(lines: list[str], deadline: float) -> bool:
-    """No step line for ``deadline`` seconds: the job is hung, the faults stop."""
-    steps = parse_steps(lines)
-    return bool(steps) and time.time() - steps[-1].at > deadline
+    """No step line for ``deadline`` seconds: the job is hung, the faults stop. (The last
+    step line only: this runs every half second while the job trains.)"""
+    last = next((steps for line in reversed(lines) if (steps := parse_steps([line]))), [])
+    return bool(last) and time.time() - last[-1].at > deadline
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
