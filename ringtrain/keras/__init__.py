@@ -48,7 +48,8 @@ Modules: ``restore`` (resume), ``epochs`` (callbacks, save, the commit), ``state
 share: checkpoint URL, stores, staging), ``world`` (who trains together), ``steps`` (every
 rank's step times), ``memory`` (in-memory commits and resets under ``--elastic``),
 ``uploader`` (rank 0's uploads in the background: training goes on while a checkpoint
-commits; ``wait_for_commits()`` waits for the one in flight).
+commits; ``wait_for_commits()`` waits for the one in flight), ``fitend`` (``fit``'s own
+tf.data iterator freed beside the script at its end: TensorFlow 2.15 can wait 60 s there).
 """
 
 from __future__ import annotations

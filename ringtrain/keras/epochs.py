@@ -18,6 +18,7 @@ from ringtrain.checkpoint.store import StorageError
 from ringtrain.errors import CheckpointError
 from ringtrain.keras import memory, state
 from ringtrain.keras import world as keras_world
+from ringtrain.keras.fitend import FreeAtTrainEnd
 from ringtrain.keras.state import (
     CKPT_PREFIX,
     FORMAT,
@@ -60,9 +61,10 @@ def callbacks(
     # background on worker 0 alone mismatched them)
     async_commit = async_commit and world.kind == keras_world.HOROVOD
     # step times around the all-reduce; under parameter servers only the chief runs callbacks
-    timer = [StepTimer(every_s=progress_every_s)] if world.kind != keras_world.PS else []
+    timer: list[Any] = [StepTimer(every_s=progress_every_s)] if world.kind != keras_world.PS else []
     if world.kind == keras_world.HOROVOD and memory.enabled():
         timer.append(memory.MemoryCommit(commit_every))  # last: the checkpoint commits first
+    timer.append(FreeAtTrainEnd())  # fit's own iterator freed aside at its end (fitend)
     if world.kind == keras_world.HOROVOD and memory.under_elastic_driver():
         # a script in hvd.elastic.run keeps these callbacks across resets, and rank 0 may then
         # be another process: every rank holds them, whichever is rank 0 at the time acts

@@ -16,7 +16,9 @@ What each rank does before and after the training script:
 * it checks in with a supervising launcher (``ringtrain.rank.agent``), when there is one, and
   sets torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (``worldenv``).
 * when the script returns (or exits with status 0) it tells the launcher "done" before the
-  interpreter finalises, so a slow exit is never mistaken for a dead host.
+  interpreter finalises, so a slow exit is never mistaken for a dead host. A thread still
+  freeing ``fit``'s iterator then (TensorFlow's autotune wait, up to 60 s; ``iterators``) is
+  not waited for: the rank runs its ``atexit`` handlers, flushes its files and ends.
 * under Horovod's elastic driver, a script using ``ringtrain.keras`` that fails only because
   the ring must be formed again (a rank lost, hosts added) runs again from the top in this
   process (``rerun``, ``ringtrain.keras.memory``): survivors keep their imports.
@@ -34,6 +36,8 @@ from __future__ import annotations
 import atexit
 import codecs
 import contextlib
+import gc
+import io
 import os
 import runpy
 import signal
@@ -48,6 +52,8 @@ from typing import IO, TextIO
 from ringtrain.rank import cleanup, envvars, iterators, relay, rerun, secretfile
 from ringtrain.rank.events import ERROR_MARK
 from ringtrain.rank.lines import LineStream
+
+SETTLE_S = 1.0  # how long a done rank waits for iterators freed beside it (iterators.settle)
 
 
 def _flush() -> None:
@@ -95,7 +101,35 @@ def _finish() -> None:
         _report(exc)
         _exit_now(1)
     _done()
-    iterators.settle()
+    if not iterators.settle(SETTLE_S):
+        _exit_beside_a_free()
+
+
+def _exit_beside_a_free() -> None:
+    """A thread still frees a tf.data iterator, waiting out TensorFlow's autotune period (up
+    to 60 s; ``iterators``), and the script is done and said so: end as a normal exit would,
+    less finalising TensorFlow beneath that thread. The script's own threads are joined, the
+    ``atexit`` handlers run (Horovod's shutdown among them), every open file is flushed, and
+    the process ends with status 0."""
+    main_thread = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main_thread and not thread.daemon:
+            thread.join()
+    atexit.unregister(iterators.settle)  # that is the wait this exit skips
+    atexit._run_exitfuncs()
+    _flush_files()
+    _exit_now(0)
+
+
+def _flush_files() -> None:
+    """What finalising would write: every open file's buffer (text layers first)."""
+    found = gc.get_objects()
+    for kind in (io.TextIOBase, io.BufferedIOBase):
+        for value in found:
+            if isinstance(value, kind):
+                with contextlib.suppress(Exception):
+                    if not value.closed:
+                        value.flush()
 
 
 def _run_once(args: list[str], *, module: bool) -> bool:

@@ -154,3 +154,54 @@ def test_keras_fit_s_iterator_is_found_though_keras_filters_its_frames_out() -> 
     thread = iterators.let_go()
     assert thread is not None
     thread.join(10)
+
+
+class _Spy(tf.keras.callbacks.Callback):
+    """Before FreeAtTrainEnd: notes fit's iterator and who frees its handle."""
+
+    def on_train_end(self, logs: Any = None) -> None:
+        import sys  # noqa: PLC0415
+
+        found = iterators.fit_iterators(sys._getframe(1), self.model)
+        self.found = [weakref.ref(it) for it in found]
+        self.handle, self.where = _freed_by(getattr(found[0], iterators.RESOURCE))
+
+
+def _small_model() -> Any:
+    model = tf.keras.Sequential([tf.keras.layers.Input(shape=(1,)), tf.keras.layers.Dense(1)])
+    model.compile(loss="mse", optimizer="sgd")
+    return model
+
+
+def test_fit_s_own_iterator_is_freed_in_a_thread_at_the_end_of_fit() -> None:
+    """ringtrain.keras' FreeAtTrainEnd: the iterator fit made gives up its handle at
+    on_train_end, and a thread of its own frees it, not fit's return."""
+    from ringtrain.keras.fitend import FreeAtTrainEnd  # noqa: PLC0415
+
+    model, spy, free = _small_model(), _Spy(), FreeAtTrainEnd()
+    data = tf.data.Dataset.from_tensor_slices((np.ones((64, 1)), np.ones((64, 1)))).repeat()
+    model.fit(data.batch(4), steps_per_epoch=8, epochs=2, callbacks=[spy, free], verbose=0)
+    assert len(spy.found) == 1 and free.freed == 1
+    assert iterators.settle(10)
+    assert spy.handle() is None and spy.where == ["ringtrain-old-iterators"]
+    model.fit(data.batch(4), steps_per_epoch=2, epochs=1, callbacks=[free], verbose=0)
+    assert free.freed == 2  # each fit's own
+
+
+def test_an_iterator_the_script_passed_to_fit_keeps_its_handle() -> None:
+    """The script's own iterator (fit's ``x``) is the script's: it may read on after fit."""
+    from ringtrain.keras.fitend import FreeAtTrainEnd  # noqa: PLC0415
+
+    model, free = _small_model(), FreeAtTrainEnd()
+    mine = iter(tf.data.Dataset.from_tensor_slices((np.ones((64, 1)),
+                                                    np.ones((64, 1)))).repeat().batch(4))
+    model.fit(mine, steps_per_epoch=4, epochs=1, callbacks=[free], verbose=0)
+    assert hasattr(mine, iterators.RESOURCE)
+    assert next(mine)[0].shape == (4, 1)
+
+
+def test_fit_iterators_finds_nothing_outside_fit() -> None:
+    import sys  # noqa: PLC0415
+
+    assert iterators.fit_iterators(sys._getframe(), object()) == []
+    assert iterators.free_beside([]) is None
