@@ -3,6 +3,7 @@ next ring (rank/iterators.py): real TensorFlow iterators, Horovod's real ``run_f
 
 from __future__ import annotations
 
+import sys
 import threading
 import traceback
 import weakref
@@ -15,6 +16,7 @@ import tensorflow as tf
 from horovod.common import elastic
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
+from ringtrain.keras.fitend import FreeAtTrainEnd
 from ringtrain.rank import hooks, iterators
 
 DATA = tf.data.Dataset.from_tensor_slices(np.arange(64, dtype=np.float32)).repeat().batch(4)
@@ -160,8 +162,6 @@ class _Spy(tf.keras.callbacks.Callback):
     """Before FreeAtTrainEnd: notes fit's iterator and who frees its handle."""
 
     def on_train_end(self, logs: Any = None) -> None:
-        import sys  # noqa: PLC0415
-
         found = iterators.fit_iterators(sys._getframe(1), self.model)
         self.found = [weakref.ref(it) for it in found]
         self.handle, self.where = _freed_by(getattr(found[0], iterators.RESOURCE))
@@ -176,8 +176,6 @@ def _small_model() -> Any:
 def test_fit_s_own_iterator_is_freed_in_a_thread_at_the_end_of_fit() -> None:
     """ringtrain.keras' FreeAtTrainEnd: the iterator fit made gives up its handle at
     on_train_end, and a thread of its own frees it, not fit's return."""
-    from ringtrain.keras.fitend import FreeAtTrainEnd  # noqa: PLC0415
-
     model, spy, free = _small_model(), _Spy(), FreeAtTrainEnd()
     data = tf.data.Dataset.from_tensor_slices((np.ones((64, 1)), np.ones((64, 1)))).repeat()
     model.fit(data.batch(4), steps_per_epoch=8, epochs=2, callbacks=[spy, free], verbose=0)
@@ -190,8 +188,6 @@ def test_fit_s_own_iterator_is_freed_in_a_thread_at_the_end_of_fit() -> None:
 
 def test_an_iterator_the_script_passed_to_fit_keeps_its_handle() -> None:
     """The script's own iterator (fit's ``x``) is the script's: it may read on after fit."""
-    from ringtrain.keras.fitend import FreeAtTrainEnd  # noqa: PLC0415
-
     model, free = _small_model(), FreeAtTrainEnd()
     mine = iter(tf.data.Dataset.from_tensor_slices((np.ones((64, 1)),
                                                     np.ones((64, 1)))).repeat().batch(4))
@@ -201,7 +197,5 @@ def test_an_iterator_the_script_passed_to_fit_keeps_its_handle() -> None:
 
 
 def test_fit_iterators_finds_nothing_outside_fit() -> None:
-    import sys  # noqa: PLC0415
-
     assert iterators.fit_iterators(sys._getframe(), object()) == []
     assert iterators.free_beside([]) is None
