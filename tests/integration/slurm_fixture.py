@@ -55,8 +55,11 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm_si
     if reason:
         pytest.skip(reason)
     remove_stale_clusters()
+    # a requeued job waits cred_expire + 1 s to run again: 10 s (Slurm takes 5 or more; a
+    # step's credential is checked milliseconds after it is made) instead of the default 20
     cfg = slurm_sim.SlurmSimConfig(name=f"t{os.getpid()}", nodes=NODES, gpus_per_node=GPUS,
-                                   state_dir=tmp_path_factory.mktemp("slurm") / "cluster")
+                                   state_dir=tmp_path_factory.mktemp("slurm") / "cluster",
+                                   cred_expire_s=10)
     cluster = slurm_sim.slurm_up(cfg)
     try:
         yield cluster

@@ -75,28 +75,6 @@ def test_check_ring_names_the_host_at_a_quarter_with_numbers_and_a_picture(
             "is not on PATH") in proc.stderr
 
 
-def test_launch_with_ring_check_excludes_the_slow_host_and_trains(
-    links: Any, tmp_path: Path
-) -> None:
-    shaping.set_link_rate(links.config, G3, SLOW)
-    script = tmp_path / "where.py"
-    script.write_text(
-        "import socket\nimport horovod.tensorflow as hvd\nimport tensorflow as tf\nhvd.init()\n"
-        "total = hvd.allreduce(tf.constant(1.0), op=hvd.Sum)\n"
-        "print('HOST', hvd.rank(), socket.gethostname(), int(total.numpy()), flush=True)\n")
-    proc = _ringtrain(links, tmp_path, "launch", "--cpu", "--ring-check",
-                      "--on-slow-host", "exclude", str(script))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    hosts = {line.split()[3] for line in proc.stdout.splitlines() if " HOST " in line}
-    assert hosts == {G1, G2, G4}, proc.stdout[-2000:]
-    assert f"ring check: excluding {G3}" in proc.stderr
-    # one pre-flight: the ring check's probe is the first attempt's (its table shown once)
-    assert proc.stderr.count("ringtrain check: ") == 1, proc.stderr[-3000:]
-    runs = sorted((tmp_path / "runs").iterdir())
-    job = json.loads((runs[-1] / "attempt-1" / "plan.json").read_text())
-    assert G3 in job["spec"]["allocation"]["exclude"]  # --from reruns it without gpu03
-
-
 def test_equal_links_raise_no_alarm_over_repeated_checks(links: Any, tmp_path: Path) -> None:
     for i in range(3):
         (tmp_path / str(i)).mkdir()
@@ -132,16 +110,25 @@ def test_both_doors_launch_alike(
 ) -> None:
     """`ringtrain launch` and `ringtrain.run()` assemble a launch the same way (issue 22): with
     the ring check on and one slow host, their plan.json and result.json are equal apart from
-    ids and times, and both left the slow host out."""
+    ids and times, and both left the slow host out. The job is a Horovod all-reduce, so the
+    ring on the three hosts left trains (`launch --ring-check --on-slow-host exclude`)."""
     shaping.set_link_rate(links.config, G3, SLOW)
     (tmp_path / "where.py").write_text(
-        "import socket\nprint('HOST', socket.gethostname(), flush=True)\n")
+        "import socket\nimport horovod.tensorflow as hvd\nimport tensorflow as tf\nhvd.init()\n"
+        "total = hvd.allreduce(tf.constant(1.0), op=hvd.Sum)\n"
+        "print('HOST', hvd.rank(), socket.gethostname(), int(total.numpy()), flush=True)\n")
     runs = tmp_path / "runs"
     proc = _ringtrain(links, tmp_path, "launch", "--cpu", "--ring-check",
                       "--on-slow-host", "exclude", "where.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"ring check: excluding {G3}" in proc.stderr
+    hosts = {line.split()[3] for line in proc.stdout.splitlines() if " HOST " in line}
+    assert hosts == {G1, G2, G4}, proc.stdout[-2000:]
+    # one pre-flight: the ring check's probe is the first attempt's (its table shown once)
+    assert proc.stderr.count("ringtrain check: ") == 1, proc.stderr[-3000:]
     by_cli = _job_run(runs, set())
+    job = json.loads((by_cli / "attempt-1" / "plan.json").read_text())
+    assert G3 in job["spec"]["allocation"]["exclude"]  # --from reruns it without gpu03
     seen = set(runs.iterdir())
     monkeypatch.chdir(tmp_path)
     notes = NullReporter()
