@@ -17,6 +17,12 @@ It ends, unused, when its parent goes (the launcher's SSH session to it ended) o
 ``--idle-timeout``. If the stand-in is killed, so is the rank, as a cold rank would be. The
 reaper finds a warm process by ``RINGTRAIN_RUN_ID`` in its environment, as it finds ranks.
 
+``python -m ringtrain.rank.warm RUN_ID --await-slots N --timeout S`` waits until slots 0..N-1
+of the run listen on this host (their imports done: a warm process binds its socket after
+them), read from ``/proc/net/unix``; exit 0 when they do, 1 when ``S`` seconds pass first. The
+launcher runs it before it offers a host back from its cooldown to Horovod's driver, so the
+survivors' ring never waits for that host's imports (``launch/elastic/warmspares.py``).
+
 Standard library only at import.
 """
 
@@ -174,6 +180,35 @@ def _die_with_stand_in(conn: socket.socket, said: list[int]) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def bound_slots(table: str, run_id: str, uid: int) -> set[int]:
+    """The warm slots of ``run_id`` (user ``uid``) bound on this host, from the text of
+    ``/proc/net/unix`` (an abstract name shows there with ``@`` for its leading NUL). Pure."""
+    prefix = f"@ringtrain-warm-{uid}-{run_id}-"
+    found = set()
+    for line in table.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 8 and parts[7].startswith(prefix) and parts[7][len(prefix):].isdigit():
+            found.add(int(parts[7][len(prefix):]))
+    return found
+
+
+def await_slots(run_id: str, slots: int, timeout: float, poll_s: float = 0.1) -> bool:
+    """Whether slots 0..``slots``-1 of ``run_id`` are bound on this host within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    wanted = set(range(slots))
+    while True:
+        try:
+            with open("/proc/net/unix", encoding="ascii", errors="replace") as table:
+                bound = bound_slots(table.read(), run_id, os.getuid())
+        except OSError:
+            return False
+        if wanted <= bound:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
 def _warm_up(imports: list[str]) -> float:
     began = time.monotonic()
     for name in imports:
@@ -188,10 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slot", type=int, default=0)
     p.add_argument("--imports", default=",".join(DEFAULT_IMPORTS))
     p.add_argument("--idle-timeout", type=float, default=None)
+    p.add_argument("--await-slots", type=int, default=None, metavar="N",
+                   help="wait until slots 0..N-1 are warm on this host, then exit 0")
+    p.add_argument("--timeout", type=float, default=60.0, help="with --await-slots: at most")
     args = p.parse_args(argv)
     if os.environ.get(envvars.RUN_ID) != args.run_id or not 0 <= args.slot < MAX_SLOTS:
         sys.stderr.write("warm: RINGTRAIN_RUN_ID must name the run, and --slot be < 16\n")
         return 2
+    if args.await_slots is not None:
+        slots = min(max(args.await_slots, 0), MAX_SLOTS)
+        return 0 if await_slots(args.run_id, slots, args.timeout) else 1
     took = _warm_up([m for m in args.imports.split(",") if m])
     sys.stderr.write(f"warm: slot {args.slot} ready after {took:.1f} s of imports\n")
     found = wait_for_rank(args.run_id, args.slot, args.idle_timeout)

@@ -158,3 +158,60 @@ def test_a_short_cooldown_holds_the_removal_for_half_of_it() -> None:
     clock[0] = 1.0
     keeper.tick()
     assert published == ["gpu01:2\ngpu02:2\n"]
+
+
+@pytest.mark.parametrize("ready", [6.5, None])
+def test_a_rested_host_is_offered_once_its_warm_processes_wait(ready: float | None) -> None:
+    """A host back from its cooldown that passes its check gets warm processes (rejoin), and
+    only then goes into the list: the survivors reset for it at their next commit, and their
+    ring waits for a hand-over, not for its imports. Not ready in time: offered anyway."""
+    from ringtrain.launch.elastic.sparekeeper import SpareKeeper
+
+    published: list[str] = []
+    said: list[str] = []
+    order: list[str] = []
+    clock = [100.0]
+
+    def rejoin(name: str, slots: int) -> float | None:
+        order.append(f"rejoin {name} {slots} (published {len(published)})")
+        return ready
+
+    keeper = SpareKeeper(spares.pool_of(HOSTS, ()), (60, 240), published.append,
+                         lambda _: None, said.append, lambda: clock[0], rejoin=rejoin)
+    keeper.lost("gpu03")
+    keeper.release()  # the survivors train again: the removal goes out
+    assert published == ["gpu01:2\ngpu02:2\n"]
+    clock[0] = 200.0
+    keeper.tick()
+    assert keeper._checking is not None
+    keeper._checking.join(timeout=10)
+    assert order == ["rejoin gpu03 2 (published 1)"]  # warm first, then offered
+    assert published[-1] == "gpu01:2\ngpu02:2\ngpu03:2\n"
+    assert said[-2] == ("elastic: gpu03's warm processes ready after 6.5 s" if ready else
+                        "elastic: gpu03's warm processes not ready: its ranks start cold")
+    assert said[-1].startswith("elastic: gpu03 passed its check and joins again")
+
+
+def test_a_host_that_fails_its_check_gets_no_warm_processes() -> None:
+    from ringtrain.launch.elastic.sparekeeper import SpareKeeper
+
+    called: list[str] = []
+    clock = [100.0]
+    keeper = SpareKeeper(spares.pool_of(HOSTS, ()), (60, 240), lambda _: None,
+                         lambda _: "no answer", lambda _: None, lambda: clock[0],
+                         rejoin=lambda name, _: called.append(name) or 1.0)
+    keeper.lost("gpu03")
+    clock[0] = 200.0
+    keeper.tick()
+    assert keeper._checking is not None
+    keeper._checking.join(timeout=10)
+    assert called == [] and [r.name for r in keeper.pool.resting] == ["gpu03"]
+
+
+def test_the_rejoin_waits_for_the_runs_warm_slots_on_that_host() -> None:
+    from ringtrain.launch.elastic.warmspares import await_argv
+    from ringtrain.rank import envvars
+
+    argv = await_argv("/opt/py/bin/python", "r1", 2, 60)
+    assert argv[4:8] == ("env", f"{envvars.RUN_ID}=r1", "/opt/py/bin/python", "-m")
+    assert argv[8:] == ("ringtrain.rank.warm", "r1", "--await-slots", "2", "--timeout", "60")

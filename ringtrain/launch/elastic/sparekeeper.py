@@ -7,7 +7,11 @@ A warm spare takes a lost host's place in the round that forms the new ring (iss
 2): the list goes out at once, without the lost host and with the spare, and the driver
 (``ringtrain.hvd_driver.one_round``) waits for it while the keeper says it holds warm spare
 slots (the attempt's ``elastic-spares`` file). A cold spare (``--cold-spares``) is held back
-until the survivors train again: their ring would wait for its imports."""
+until the survivors train again: their ring would wait for its imports.
+
+A host back from its cooldown that passes its check is offered once warm processes wait on
+it (``rejoin``, WarmSpares.warm_up; not with ``--cold-spares``): the survivors reset for it
+at their next commit, and their new ring then waits for a hand-over, not a cold start."""
 
 from __future__ import annotations
 
@@ -49,12 +53,15 @@ class SpareKeeper:
                  publish: Callable[[str], None], check: Callable[[str], str | None],
                  note: Callable[[str], None], clock: Callable[[], float],
                  warm: Callable[[Slots], None] | None = None,
-                 hosts: tuple[Host, ...] = ()) -> None:
+                 hosts: tuple[Host, ...] = (),
+                 rejoin: Callable[[str, int], float | None] | None = None) -> None:
         self.pool, self.range = pool, cooldown_range
         self._publish, self._check, self._note, self._clock = publish, check, note, clock
         # warm spares: called with the spares whenever they change (warm processes, and the
         # count of spare slots the driver may wait for)
         self._warm = warm
+        # a rested host's warm processes, awaited before it is offered (seconds, or None)
+        self._rejoin = rejoin
         self.hosts = hosts  # every host the job may use, spares included (the teardown's)
         self._lock = threading.Lock()
         self._checking: threading.Thread | None = None
@@ -119,6 +126,13 @@ class SpareKeeper:
 
     def _recheck(self, host: str) -> None:
         problem = self._check(host)  # None: it answers and its GPUs are free
+        if problem is None and self._rejoin is not None:
+            with self._lock:
+                slots = sum(r.slots for r in self.pool.resting if r.name == host)
+            took = self._rejoin(host, slots)
+            self._note(f"elastic: {host}'s warm processes ready after {took:.1f} s" if took
+                       is not None else f"elastic: {host}'s warm processes not ready: its "
+                       "ranks start cold")
         with self._lock:
             before = self._text()
             self.pool, said = readmit(self.pool, host, problem is None, self._clock(),
@@ -172,4 +186,4 @@ def keeper_for(spec: LaunchSpec, inventory: Inventory, plan: LaunchPlan, run_dir
 
     return SpareKeeper(pool_of(active, spares), el.cooldown_range, publish, check, note,
                        time.monotonic, warm=keep_warm if warm else None,
-                       hosts=tuple(inventory.hosts))
+                       hosts=tuple(inventory.hosts), rejoin=warm.warm_up if warm else None)

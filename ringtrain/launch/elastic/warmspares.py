@@ -8,12 +8,18 @@ it ends, unused, when that session ends (the launcher gone) or after ``IDLE_TIME
 the teardown's reaper finds it by ``RINGTRAIN_RUN_ID``, as it finds ranks. ``keep`` is called
 with the spare list whenever it changes (a host back from its cooldown as a spare gets warm
 processes again); a host whose warm processes are still waiting is left as it is.
+
+A host back from its cooldown gets warm processes too, spare or not (``warm_up``), and is
+offered to Horovod's driver once they are ready (their imports done) or ``READY_TIMEOUT_S``
+has passed: the survivors reset for it at their next commit and their new ring would
+otherwise wait for its cold start (a Python, TensorFlow and Horovod import each).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from ringtrain.hostfile import Host
@@ -24,6 +30,7 @@ log = logging.getLogger(__name__)
 
 IDLE_TIMEOUT_S = 24 * 3600.0
 _SESSION_S = IDLE_TIMEOUT_S + 600.0  # the SSH command's own deadline, past the idle timeout
+READY_TIMEOUT_S = 60.0  # a rejoining host's warm processes: their imports, at most
 
 
 def warm_argv(python: str, run_id: str, slot: int) -> tuple[str, ...]:
@@ -33,6 +40,13 @@ def warm_argv(python: str, run_id: str, slot: int) -> tuple[str, ...]:
     return isolated.from_root(
         ("env", f"{envvars.RUN_ID}={run_id}", python, "-m", "ringtrain.rank.warm", run_id,
          "--slot", str(slot), "--idle-timeout", f"{IDLE_TIMEOUT_S:g}"), "ringtrain-warm")
+
+
+def await_argv(python: str, run_id: str, slots: int, timeout: float) -> tuple[str, ...]:
+    """The command that waits until ``slots`` warm processes of the run listen on a host."""
+    return isolated.from_root(
+        ("env", f"{envvars.RUN_ID}={run_id}", python, "-m", "ringtrain.rank.warm", run_id,
+         "--await-slots", str(slots), "--timeout", f"{timeout:g}"), "ringtrain-warm")
 
 
 class WarmSpares:
@@ -45,16 +59,32 @@ class WarmSpares:
 
     def keep(self, spares: Sequence[tuple[str, int]]) -> None:
         """Warm processes on each of ``spares`` (name, slots) that has none waiting."""
+        started = self._ensure(spares)
+        if started:
+            self._note(f"elastic: warm processes starting on spare {', '.join(started)}")
+
+    def warm_up(self, name: str, slots: int, timeout: float = READY_TIMEOUT_S) -> float | None:
+        """Warm processes on ``name`` (a host back from its cooldown), and the seconds until
+        all ``slots`` of them listen there; None when they did not within ``timeout``."""
+        host = self._hosts.get(name)
+        if host is None or slots <= 0:
+            return None
+        began = time.monotonic()
+        self._ensure(((name, slots),))
+        argv = await_argv(self._python, self._run_id, slots, timeout)
+        result = self._remote.run([host], argv, timeout + 30.0).get(name)
+        return time.monotonic() - began if result is not None and result.ok else None
+
+    def _ensure(self, hosts: Sequence[tuple[str, int]]) -> list[str]:
         started = []
         with self._lock:
-            for name, slots in spares:
+            for name, slots in hosts:
                 host = self._hosts.get(name)
                 if host is None or any(t.is_alive() for t in self._running.get(name, ())):
                     continue
                 self._running[name] = [self._start(host, slot) for slot in range(slots)]
                 started.append(f"{name} ({slots})")
-        if started:
-            self._note(f"elastic: warm processes starting on spare {', '.join(started)}")
+        return started
 
     def _start(self, host: Host, slot: int) -> threading.Thread:
         thread = threading.Thread(target=self._serve, args=(host, slot), daemon=True,
