@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -17,7 +18,7 @@ import pytest
 
 import ringtrain
 from ringtrain.launch.control.rounds import DoomedRound, joined, ring_to_abort
-from ringtrain.launch.control.server import MAX_PENDING, ControlServer
+from ringtrain.launch.control.server import LISTEN_BACKLOG, MAX_PENDING, ControlServer
 from ringtrain.launch.record.snapshot import Progress, RankState
 from ringtrain.rank.events import (
     MAX_LINE,
@@ -143,6 +144,21 @@ def test_every_rank_of_a_large_job_may_check_in_at_once() -> None:
     finally:
         for sock in socks:
             sock.close()
+        server.close()
+
+
+def test_the_listen_backlog_is_all_the_kernel_allows() -> None:
+    """A check-in storm (16,000 ranks at once in bench control_scale) overflowed a backlog of
+    1024; each overflow is a rank waiting out SYN retransmits. The kernel's own view of the
+    listening socket (ss: Send-Q is the backlog) says what it got."""
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    server = ControlServer(ranks=8)
+    try:
+        port = server.address.rsplit(":", 1)[1]
+        shown = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True,
+                               text=True, timeout=10, check=True).stdout.split()
+        assert int(shown[2]) == min(LISTEN_BACKLOG, somaxconn)
+    finally:
         server.close()
 
 

@@ -12,6 +12,13 @@ process runs, and how long after ``--heartbeat-timeout`` one rank that goes sile
 workers share this machine's cores with the server; on a real cluster the ranks are elsewhere.
 
     python -m ringtrain.bench.launcher.control_scale [--sizes 8,80,800,8000]
+
+Above 8,000 ranks (issue 41): each block of ``PER_SOURCE`` simulated ranks connects from a
+loopback address of its own (127.2.B.1; one address's ephemeral ports ran out near 28,000),
+the workers grow so that none holds more than ``PER_WORKER`` connections, and the server's
+descriptor limit is raised to what the size needs when this process may (root: up to
+``fs.nr_open``); where it may not, the size is refused with the limit it met. What one
+connection per rank costs the launcher at 80,000 (descriptors, CPU, tick) is the question.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ from ringtrain.rank.events import (
 from ringtrain.spec import SupervisionPolicy
 
 PER_HOST = 8
+PER_SOURCE = 16000  # connections from one loopback source address (28,228 ephemeral ports)
+PER_WORKER = 8000  # connections one worker process holds
+IP_BIND_ADDRESS_NO_PORT = 24  # linux/in.h
 
 
 def _who(rank: int) -> dict[str, Any]:
@@ -52,34 +62,77 @@ def _who(rank: int) -> dict[str, Any]:
             "start": 1, "ppid": 1, "parent": "orted", "parent_start": 1}
 
 
-def raise_fd_limit() -> None:
+def raise_fd_limit(wanted: int = 0) -> int:
+    """The soft descriptor limit up to the hard one, and both up to ``wanted`` where this
+    process may (root); the soft limit it got."""
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if wanted > hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+            return wanted
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def source_for(rank: int) -> str:
+    """The loopback address a simulated rank connects from: one per PER_SOURCE ranks."""
+    return f"127.2.{rank // PER_SOURCE}.1"
+
+
+def _connect(addr: tuple[str, int], rank: int) -> socket.socket:
+    """A simulated rank's connection from its source address; the port is chosen at connect
+    (IP_BIND_ADDRESS_NO_PORT), so a port held in TIME_WAIT toward an earlier size's server
+    is reused toward this one."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+    sock.bind((source_for(rank), 0))
+    sock.connect(addr)
+    return sock
 
 
 def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
             stop: Any) -> None:
     """One process of simulated ranks: connect, hello, answer the challenge, heartbeat;
     ``silence`` holds the rank that must go quiet (-1: none)."""
-    raise_fd_limit()
+    raise_fd_limit(len(ranks) + 256)
     sel = selectors.DefaultSelector()
     socks: dict[int, socket.socket] = {}
     seals: dict[int, Seal] = {}  # each rank's messages sealed as a real rank's (events.py)
-    for rank in ranks:
-        sock = socket.create_connection(addr)
+    heard: dict[int, bytes] = {}  # the challenge so far, per rank still checking in
+
+    def answer_ready(timeout: float) -> None:
+        """Answer every challenge that has come, as a rank answers its own at once (the
+        server drops a connection that has not proved the token in time)."""
+        for key, _ in sel.select(timeout=timeout):
+            rank = key.data
+            if rank is None:  # checked in: the launcher's beats, drained
+                with contextlib.suppress(OSError):
+                    key.fileobj.recv(65536)  # type: ignore[union-attr]
+                continue
+            with contextlib.suppress(BlockingIOError):
+                heard[rank] += key.fileobj.recv(4096)  # type: ignore[union-attr]
+            line = heard[rank]
+            if not line.endswith(b"\n"):
+                continue
+            reply = answer(token, f"{rank:032x}", identity(_who(rank)), line)
+            assert reply is not None, f"the control server's challenge to rank {rank}: {line!r}"
+            socks[rank].setblocking(True)
+            socks[rank].sendall(reply)
+            socks[rank].setblocking(False)
+            seals[rank] = rank_seals(token, f"{rank:032x}", line)[0]
+            del heard[rank]
+            sel.modify(socks[rank], selectors.EVENT_READ, None)
+
+    for rank in ranks:  # every rank at once, as fast as this process connects them
+        sock = _connect(addr, rank)
         nonce = f"{rank:032x}"  # a simulation: any hex does; a real rank's is random
         sock.sendall(encode("hello", proto=PROTOCOL, nonce=nonce, **_who(rank)))
-        socks[rank] = sock
-    for rank, sock in socks.items():  # every hello first: all ranks check in at once
-        line = b""
-        while not line.endswith(b"\n") and (chunk := sock.recv(4096)):
-            line += chunk
-        reply = answer(token, f"{rank:032x}", identity(_who(rank)), line)
-        assert reply is not None, f"the control server's challenge to rank {rank}: {line!r}"
-        sock.sendall(reply)
         sock.setblocking(False)
-        sel.register(sock, selectors.EVENT_READ)
-        seals[rank] = rank_seals(token, f"{rank:032x}", line)[0]
+        socks[rank], heard[rank] = sock, b""
+        sel.register(sock, selectors.EVENT_READ, rank)
+        answer_ready(0)
+    while heard:
+        answer_ready(1.0)
     next_beat = time.monotonic()
     while not stop.is_set():
         now = time.monotonic()
@@ -117,6 +170,11 @@ def _named_after(
 
 
 def run_size(n: int, workers: int, heartbeat_timeout: float) -> dict[str, Any]:
+    limit = raise_fd_limit(n + 1024)
+    if limit < n + 256:
+        raise SystemExit(f"{n} ranks need {n + 256} descriptors in the launcher; this process "
+                         f"may open {limit} (ulimit -n; root may raise it to fs.nr_open)")
+    workers = max(workers, -(-n // PER_WORKER))
     server = ControlServer("127.0.0.1", ranks=n)
     host, port = server.address.rsplit(":", 1)
     ctx = mp.get_context("fork")
@@ -129,7 +187,7 @@ def run_size(n: int, workers: int, heartbeat_timeout: float) -> dict[str, Any]:
     for p in procs:
         p.start()
     while len(server.snapshot().ranks) < n:
-        if time.perf_counter() - started > 300:
+        if time.perf_counter() - started > 600:
             raise SystemExit(f"only {len(server.snapshot().ranks)}/{n} ranks checked in")
         time.sleep(0.05)
     checkin = time.perf_counter() - started
@@ -182,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'ranks':>6} {'check-in':>9} {'server CPU':>11} {'tick':>9} {'threads':>8} "
           f"{'silent rank named':>18} {'lost host named':>16}")
     for n in (int(s) for s in args.sizes.split(",")):
+        if n > PER_WORKER:
+            print(f"{n} ranks ...", flush=True)
         r = run_size(n, args.workers, args.heartbeat_timeout)
         print(f"{n:>6} {r['checkin_s']:>8.2f}s {r['cpu_per_s'] * 100:>9.1f}% "
               f"{r['tick_ms']:>7.2f}ms {r['threads']:>8.0f} "

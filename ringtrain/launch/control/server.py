@@ -59,6 +59,10 @@ __all__ = ["ControlServer", "Progress", "RankState", "Restored", "Snapshot"]
 log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 10.0
 MAX_PENDING = 64
+# listen(2)'s backlog: as many as the kernel allows (it clamps to net.core.somaxconn). 16,000
+# simulated ranks checking in at once overflowed 1024 (bench control_scale): each overflow is
+# a rank that waits a SYN retransmit, 1 s and then 3 s, 7 s... (issue 41)
+LISTEN_BACKLOG = 65535
 
 
 @dataclass(eq=False)
@@ -113,7 +117,7 @@ class ControlServer:
         self._server = socket.socket(family, socket.SOCK_STREAM)
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._server.bind((bind, 0))
-        self._server.listen(1024)
+        self._server.listen(LISTEN_BACKLOG)
         self._server.setblocking(False)
         self.address = (
             f"[{bind}]:{self.port}" if family == socket.AF_INET6 else f"{bind}:{self.port}"
