@@ -18,7 +18,8 @@ What each rank does before and after the training script:
 * when the script returns (or exits with status 0) it tells the launcher "done" before the
   interpreter finalises, so a slow exit is never mistaken for a dead host. A thread still
   freeing ``fit``'s iterator then (TensorFlow's autotune wait, up to 60 s; ``iterators``) is
-  not waited for: the rank runs its ``atexit`` handlers, flushes its files and ends.
+  not waited for: the rank does what finalisation would do for the script (``quickexit``:
+  its threads joined, its ``atexit`` handlers, MPI, its open files closed) and ends.
 * under Horovod's elastic driver, a script using ``ringtrain.keras`` that fails only because
   the ring must be formed again (a rank lost, hosts added) runs again from the top in this
   process (``rerun``, ``ringtrain.keras.memory``): survivors keep their imports.
@@ -36,8 +37,6 @@ from __future__ import annotations
 import atexit
 import codecs
 import contextlib
-import gc
-import io
 import os
 import runpy
 import signal
@@ -49,7 +48,7 @@ import traceback
 from types import FrameType
 from typing import IO, TextIO
 
-from ringtrain.rank import cleanup, envvars, iterators, relay, rerun, secretfile
+from ringtrain.rank import cleanup, envvars, iterators, quickexit, relay, rerun, secretfile
 from ringtrain.rank.events import ERROR_MARK
 from ringtrain.rank.lines import LineStream
 
@@ -107,29 +106,12 @@ def _finish() -> None:
 
 def _exit_beside_a_free() -> None:
     """A thread still frees a tf.data iterator, waiting out TensorFlow's autotune period (up
-    to 60 s; ``iterators``), and the script is done and said so: end as a normal exit would,
-    less finalising TensorFlow beneath that thread. The script's own threads are joined, the
-    ``atexit`` handlers run (Horovod's shutdown among them), every open file is flushed, and
-    the process ends with status 0."""
-    main_thread = threading.main_thread()
-    for thread in threading.enumerate():
-        if thread is not main_thread and not thread.daemon:
-            thread.join()
+    to 60 s; ``iterators``), and the script is done and said so: what finalisation would do
+    for the script (``quickexit``: threads, atexit, MPI, open files), then status 0, without
+    finalising TensorFlow beneath that thread."""
     atexit.unregister(iterators.settle)  # that is the wait this exit skips
-    atexit._run_exitfuncs()
-    _flush_files()
+    quickexit.finalise_like_python()
     _exit_now(0)
-
-
-def _flush_files() -> None:
-    """What finalising would write: every open file's buffer (text layers first)."""
-    found = gc.get_objects()
-    for kind in (io.TextIOBase, io.BufferedIOBase):
-        for value in found:
-            if isinstance(value, kind):
-                with contextlib.suppress(Exception):
-                    if not value.closed:
-                        value.flush()
 
 
 def _run_once(args: list[str], *, module: bool) -> bool:

@@ -1,10 +1,13 @@
 """A rank whose script is done does not wait for a tf.data iterator still being freed beside
-it (TensorFlow's autotune wait, up to 60 s; rank/iterators.py): it ends as a normal exit
-would, its threads joined, its atexit handlers run and its files flushed. A real
-``python -m ringtrain.rank.entry`` process; a thread that never ends stands in for the free."""
+it (TensorFlow's autotune wait, up to 60 s; rank/iterators.py): it does what a normal exit
+would for the script (rank/quickexit.py): its threads joined (a thread pool's idle workers
+told to stop first), its atexit handlers run, its files closed (a gzip stream's trailer
+written). A real ``python -m ringtrain.rank.entry`` process; a thread that never ends stands
+in for the free."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 import sys
@@ -14,12 +17,17 @@ from pathlib import Path
 import pytest
 
 SCRIPT = textwrap.dedent("""
-    import atexit, sys, threading, time
+    import atexit, gzip, sys, threading, time
+    from concurrent.futures import ThreadPoolExecutor
     from ringtrain.rank import iterators
 
     out = sys.argv[1]
     unflushed = open(out + ".data", "w")
     unflushed.write("every byte")  # neither flushed nor closed by the script
+    packed = gzip.open(out + ".gz", "wt")
+    packed.write("whole")  # its trailer is written at close only
+    pool = ThreadPoolExecutor(2)  # idle workers (not daemons) until told at exit to stop
+    assert pool.submit(lambda: 1).result() == 1
     atexit.register(lambda: open(out + ".atexit", "w").write("ran"))
     never = threading.Event()
     free = threading.Thread(target=never.wait, daemon=True)  # the free that waits 60 s
@@ -48,3 +56,5 @@ def test_a_done_rank_ends_without_waiting_for_an_iterator_free(tmp_path: Path,
     assert (tmp_path / "out.data").read_text() == "every byte"
     assert (tmp_path / "out.atexit").read_text() == "ran"
     assert (tmp_path / "out.worker").read_text() == "joined"  # the script's thread joined
+    with gzip.open(tmp_path / "out.gz", "rt") as packed:  # closed, trailer and all
+        assert packed.read() == "whole"
