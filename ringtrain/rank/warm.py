@@ -180,15 +180,26 @@ def _die_with_stand_in(conn: socket.socket, said: list[int]) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+ACCEPTING = 0x10000  # __SO_ACCEPTCON in /proc/net/unix's Flags: a listening socket
+
+
 def bound_slots(table: str, run_id: str, uid: int) -> set[int]:
-    """The warm slots of ``run_id`` (user ``uid``) bound on this host, from the text of
-    ``/proc/net/unix`` (an abstract name shows there with ``@`` for its leading NUL). Pure."""
+    """The warm slots of ``run_id`` (user ``uid``) listening on this host, from the text of
+    ``/proc/net/unix`` (an abstract name shows there with ``@`` for its leading NUL; a
+    connection a listener accepted shows its name too, without the listening flag). Pure."""
     prefix = f"@ringtrain-warm-{uid}-{run_id}-"
     found = set()
     for line in table.splitlines()[1:]:
         parts = line.split()
-        if len(parts) >= 8 and parts[7].startswith(prefix) and parts[7][len(prefix):].isdigit():
-            found.add(int(parts[7][len(prefix):]))
+        if len(parts) < 8 or not parts[7].startswith(prefix):
+            continue
+        slot = parts[7][len(prefix):]
+        try:
+            listening = int(parts[3], 16) & ACCEPTING and parts[5] == "01"
+        except ValueError:
+            continue
+        if listening and slot.isdigit():
+            found.add(int(slot))
     return found
 
 

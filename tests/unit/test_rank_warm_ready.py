@@ -22,11 +22,12 @@ TABLE = """Num       RefCount Protocol Flags    Type St Inode Path
 00000000d0c731cb: 00000002 00000000 00010000 0001 01 9678259 @ringtrain-warm-0-r1-x
 00000000d0c731cc: 00000003 00000000 00000000 0001 03 9678260 /run/systemd/notify
 00000000d0c731cd: 00000002 00000000 00010000 0001 01 9678261
+00000000d0c731ce: 00000003 00000000 00000000 0001 03 9678262 @ringtrain-warm-0-r1-5
 """
 
 
-def test_only_this_users_slots_of_this_run_count() -> None:
-    assert warm.bound_slots(TABLE, "r1", 0) == {0, 1}
+def test_only_this_users_listening_slots_of_this_run_count() -> None:
+    assert warm.bound_slots(TABLE, "r1", 0) == {0, 1}  # slot 5's is an accepted connection
     assert warm.bound_slots(TABLE, "r1", 1000) == {3}
     assert warm.bound_slots(TABLE, "r12", 0) == {2}
     assert warm.bound_slots("", "r1", 0) == set()

@@ -208,6 +208,25 @@ def test_a_host_that_fails_its_check_gets_no_warm_processes() -> None:
     assert called == [] and [r.name for r in keeper.pool.resting] == ["gpu03"]
 
 
+def test_a_rested_host_that_comes_back_as_a_spare_is_not_waited_for() -> None:
+    """The job is not short (a spare took the lost host's place): the rested host is a spare
+    again at once, warm processes kept by the spares' own rule; nothing waits in its check."""
+    from ringtrain.launch.elastic.sparekeeper import SpareKeeper
+
+    called: list[str] = []
+    told: list[tuple[tuple[str, int], ...]] = []
+    clock = [100.0]
+    keeper = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), lambda _: None,
+                         lambda _: None, lambda _: None, lambda: clock[0], warm=told.append,
+                         rejoin=lambda name, _: called.append(name) or 1.0)
+    keeper.lost("gpu02")  # gpu03 takes its place
+    clock[0] = 200.0
+    keeper.tick()
+    assert keeper._checking is not None
+    keeper._checking.join(timeout=10)
+    assert called == [] and told[-1] == (("gpu02", 2),)
+
+
 def test_the_rejoin_waits_for_the_runs_warm_slots_on_that_host() -> None:
     from ringtrain.launch.elastic.warmspares import await_argv
     from ringtrain.rank import envvars

@@ -21,7 +21,16 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ringtrain.hostfile import Host, Inventory
-from ringtrain.launch.elastic.spares import Pool, Slots, due, lose, pool_of, readmit, split
+from ringtrain.launch.elastic.spares import (
+    Pool,
+    Slots,
+    due,
+    lose,
+    pool_of,
+    readmit,
+    short,
+    split,
+)
 from ringtrain.launch.elastic.warmspares import WarmSpares
 from ringtrain.launch.job.rundir import RunDir
 from ringtrain.launch.plan.launchers import ELASTIC_HOSTS, ELASTIC_SPARES
@@ -127,12 +136,14 @@ class SpareKeeper:
     def _recheck(self, host: str) -> None:
         problem = self._check(host)  # None: it answers and its GPUs are free
         if problem is None and self._rejoin is not None:
-            with self._lock:
+            with self._lock:  # a host that comes back as a spare gets them as a spare
                 slots = sum(r.slots for r in self.pool.resting if r.name == host)
-            took = self._rejoin(host, slots)
-            self._note(f"elastic: {host}'s warm processes ready after {took:.1f} s" if took
-                       is not None else f"elastic: {host}'s warm processes not ready: its "
-                       "ranks start cold")
+                joins = short(self.pool)
+            if joins:
+                took = self._rejoin(host, slots)
+                self._note(f"elastic: {host}'s warm processes ready after {took:.1f} s" if took
+                           is not None else f"elastic: {host}'s warm processes not ready: its "
+                           "ranks start cold")
         with self._lock:
             before = self._text()
             self.pool, said = readmit(self.pool, host, problem is None, self._clock(),

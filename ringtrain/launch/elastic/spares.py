@@ -107,6 +107,11 @@ def due(pool: Pool, now: float) -> tuple[str, ...]:
     return tuple(r.name for r in pool.resting if r.until <= now)
 
 
+def short(pool: Pool) -> bool:
+    """Whether the job runs short of its slots: a host readmitted now joins it. Pure."""
+    return sum(s for _, s in pool.active) < pool.target
+
+
 def readmit(pool: Pool, name: str, ok: bool, now: float, cooldown_range: tuple[int, int],
             why: str = "") -> tuple[Pool, str]:
     """After ``name``'s check: back as a spare (into the list while the job runs short), or
@@ -122,8 +127,7 @@ def readmit(pool: Pool, name: str, ok: bool, now: float, cooldown_range: tuple[i
                         failures=tuple(sorted(counts.items()))),
                 f"elastic: {name} failed its check ({why or 'no answer'}); it sits out "
                 f"{rest:.0f} s more")
-    short = sum(s for _, s in pool.active) < pool.target
-    if short:
+    if short(pool):
         return (replace(pool, active=(*pool.active, (name, was.slots)), resting=resting),
                 f"elastic: {name} passed its check and joins again (the job is short of "
                 f"{pool.target} slots)")

@@ -55,10 +55,10 @@ class WarmSpares:
         self._remote, self._python, self._run_id = remote, python, run_id
         self._hosts, self._note = hosts, note
         self._lock = threading.Lock()
-        self._running: dict[str, list[threading.Thread]] = {}
+        self._running: dict[tuple[str, int], threading.Thread] = {}  # (host, slot)
 
     def keep(self, spares: Sequence[tuple[str, int]]) -> None:
-        """Warm processes on each of ``spares`` (name, slots) that has none waiting."""
+        """A warm process in each slot of ``spares`` (name, slots) that has none."""
         started = self._ensure(spares)
         if started:
             self._note(f"elastic: warm processes starting on spare {', '.join(started)}")
@@ -80,10 +80,16 @@ class WarmSpares:
         with self._lock:
             for name, slots in hosts:
                 host = self._hosts.get(name)
-                if host is None or any(t.is_alive() for t in self._running.get(name, ())):
+                if host is None:
                     continue
-                self._running[name] = [self._start(host, slot) for slot in range(slots)]
-                started.append(f"{name} ({slots})")
+                # per slot: a host whose other slots' processes still wait (or became ranks)
+                # gets the missing ones, so an await of all its slots can be met
+                new = [slot for slot in range(slots)
+                       if not ((t := self._running.get((name, slot))) and t.is_alive())]
+                for slot in new:
+                    self._running[(name, slot)] = self._start(host, slot)
+                if new:
+                    started.append(f"{name} ({len(new)})")
         return started
 
     def _start(self, host: Host, slot: int) -> threading.Thread:
@@ -101,5 +107,4 @@ class WarmSpares:
 
     def waiting(self) -> tuple[str, ...]:
         with self._lock:
-            return tuple(sorted(n for n, ts in self._running.items()
-                                if any(t.is_alive() for t in ts)))
+            return tuple(sorted({n for (n, _), t in self._running.items() if t.is_alive()}))
