@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 import ringtrain
+from ringtrain.launch.control.admission import LISTEN_BACKLOG
 from ringtrain.launch.control.rounds import DoomedRound, joined, ring_to_abort
-from ringtrain.launch.control.server import LISTEN_BACKLOG, MAX_PENDING, ControlServer
+from ringtrain.launch.control.server import MAX_PENDING, ControlServer
 from ringtrain.launch.record.snapshot import Progress, RankState
 from ringtrain.rank.events import (
     MAX_LINE,

@@ -90,12 +90,10 @@ def _connect(addr: tuple[str, int], rank: int) -> socket.socket:
     return sock
 
 
-def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
-            stop: Any) -> None:
-    """One process of simulated ranks: connect, hello, answer the challenge, heartbeat;
-    ``silence`` holds the rank that must go quiet (-1: none)."""
-    raise_fd_limit(len(ranks) + 256)
-    sel = selectors.DefaultSelector()
+def _check_in(addr: tuple[str, int], token: str, ranks: list[int],
+              sel: selectors.BaseSelector) -> tuple[dict[int, socket.socket], dict[int, Seal]]:
+    """Connect every rank, say hello and answer each challenge as it comes; each rank's
+    socket (registered with ``sel``) and the seal of its messages."""
     socks: dict[int, socket.socket] = {}
     seals: dict[int, Seal] = {}  # each rank's messages sealed as a real rank's (events.py)
     heard: dict[int, bytes] = {}  # the challenge so far, per rank still checking in
@@ -109,8 +107,14 @@ def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
                 with contextlib.suppress(OSError):
                     key.fileobj.recv(65536)  # type: ignore[union-attr]
                 continue
-            with contextlib.suppress(BlockingIOError):
-                heard[rank] += key.fileobj.recv(4096)  # type: ignore[union-attr]
+            try:
+                chunk = key.fileobj.recv(4096)  # type: ignore[union-attr]
+            except BlockingIOError:
+                continue
+            if not chunk:
+                raise SystemExit(f"the control server closed rank {rank}'s connection before "
+                                 f"its challenge: {heard[rank]!r}")
+            heard[rank] += chunk
             line = heard[rank]
             if not line.endswith(b"\n"):
                 continue
@@ -133,6 +137,16 @@ def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
         answer_ready(0)
     while heard:
         answer_ready(1.0)
+    return socks, seals
+
+
+def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
+            stop: Any) -> None:
+    """One process of simulated ranks: connect, hello, answer the challenge, heartbeat;
+    ``silence`` holds the rank that must go quiet (-1: none)."""
+    raise_fd_limit(len(ranks) + 256)
+    sel = selectors.DefaultSelector()
+    socks, seals = _check_in(addr, token, ranks, sel)
     next_beat = time.monotonic()
     while not stop.is_set():
         now = time.monotonic()

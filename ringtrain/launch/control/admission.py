@@ -21,6 +21,10 @@ C = TypeVar("C", bound=Hashable)
 
 PER_SOURCE = 16  # at least; a host's ranks connect from one address
 IDLE_S = 2.0
+# the listening socket's backlog: all the kernel allows (it clamps to net.core.somaxconn).
+# 16,000 simulated ranks checking in at once overflowed 1024 (bench control_scale): each
+# overflow is a rank that waits a SYN retransmit, 1 s, then 3 s, 7 s... (issue 41)
+LISTEN_BACKLOG = 65535
 
 
 @dataclass(slots=True)

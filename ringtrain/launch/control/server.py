@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ringtrain.launch.control.admission import IDLE_S, PER_SOURCE, Admission
+from ringtrain.launch.control.admission import IDLE_S, LISTEN_BACKLOG, PER_SOURCE, Admission
 from ringtrain.launch.control.hello import Hello, authentic, challenge, claim, outside, read_hello
 from ringtrain.launch.control.rounds import DoomedRound, joined, ring_of, ring_to_abort
 from ringtrain.launch.record.snapshot import Progress, RankState, Restored, Snapshot
@@ -59,10 +59,6 @@ __all__ = ["ControlServer", "Progress", "RankState", "Restored", "Snapshot"]
 log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 10.0
 MAX_PENDING = 64
-# listen(2)'s backlog: as many as the kernel allows (it clamps to net.core.somaxconn). 16,000
-# simulated ranks checking in at once overflowed 1024 (bench control_scale): each overflow is
-# a rank that waits a SYN retransmit, 1 s and then 3 s, 7 s... (issue 41)
-LISTEN_BACKLOG = 65535
 
 
 @dataclass(eq=False)
