@@ -7,12 +7,12 @@ Each warm process runs as one long SSH command through the Remote seam, in a thr
 it ends, unused, when that session ends (the launcher gone) or after ``IDLE_TIMEOUT_S``, and
 the teardown's reaper finds it by ``RINGTRAIN_RUN_ID``, as it finds ranks. ``keep`` is called
 with the spare list whenever it changes (a host back from its cooldown as a spare gets warm
-processes again); a host whose warm processes are still waiting is left as it is.
+processes again); a slot whose warm process is still alive is left as it is.
 
-A host back from its cooldown gets warm processes too, spare or not (``warm_up``), and is
-offered to Horovod's driver once they are ready (their imports done) or ``READY_TIMEOUT_S``
-has passed: the survivors reset for it at their next commit and their new ring would
-otherwise wait for its cold start (a Python, TensorFlow and Horovod import each).
+A host back from its cooldown that rejoins a short job gets warm processes too (``warm_up``,
+from the keeper), and is offered to Horovod's driver once they are ready (their imports done)
+or ``READY_TIMEOUT_S`` has passed: the survivors reset for it at their next commit and their
+new ring would otherwise wait for its cold start (a Python, TensorFlow and Horovod import each).
 """
 
 from __future__ import annotations
@@ -37,16 +37,18 @@ def warm_argv(python: str, run_id: str, slot: int) -> tuple[str, ...]:
     """The warm process's command: the run id in its environment (the reaper's mark), run
     from ``/`` (``isolated.from_root``): not ``-I``, since it imports TensorFlow and Horovod
     from wherever the ranks find them and then becomes a rank."""
-    return isolated.from_root(
-        ("env", f"{envvars.RUN_ID}={run_id}", python, "-m", "ringtrain.rank.warm", run_id,
-         "--slot", str(slot), "--idle-timeout", f"{IDLE_TIMEOUT_S:g}"), "ringtrain-warm")
+    return _warm_command(python, run_id, "--slot", str(slot),
+                         "--idle-timeout", f"{IDLE_TIMEOUT_S:g}")
 
 
 def await_argv(python: str, run_id: str, slots: int, timeout: float) -> tuple[str, ...]:
     """The command that waits until ``slots`` warm processes of the run listen on a host."""
-    return isolated.from_root(
-        ("env", f"{envvars.RUN_ID}={run_id}", python, "-m", "ringtrain.rank.warm", run_id,
-         "--await-slots", str(slots), "--timeout", f"{timeout:g}"), "ringtrain-warm")
+    return _warm_command(python, run_id, "--await-slots", str(slots), "--timeout", f"{timeout:g}")
+
+
+def _warm_command(python: str, run_id: str, *args: str) -> tuple[str, ...]:
+    return isolated.from_root(("env", f"{envvars.RUN_ID}={run_id}", python, "-m",
+                               "ringtrain.rank.warm", run_id, *args), "ringtrain-warm")
 
 
 class WarmSpares:
