@@ -11,7 +11,7 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -89,7 +89,7 @@ class Captured:
     """A launcher started by a test, its stdout and stderr read into lists as they come (a
     thread each), so the test can wait for a line while it runs."""
 
-    def __init__(self, argv: list[str], **popen: Any) -> None:
+    def __init__(self, argv: Sequence[str], **popen: Any) -> None:
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, **popen)
         self.out: list[str] = []
@@ -100,10 +100,11 @@ class Captured:
         for reader in self._readers:
             reader.start()
 
-    def wait_for(self, text: str, timeout: float = 240) -> None:
-        """Until a stdout line holds ``text``; the test fails if the launcher ends first."""
+    def wait_for(self, text: str, timeout: float = 240, times: int = 1) -> None:
+        """Until ``times`` stdout lines hold ``text``; the test fails if the launcher ends
+        first."""
         deadline = time.monotonic() + timeout
-        while not any(text in line for line in self.out):
+        while sum(text in line for line in self.out) < times:
             assert self.proc.poll() is None, "".join(self.err)[-3000:]
             assert time.monotonic() < deadline, "".join(self.out + self.err)[-3000:]
             time.sleep(0.2)

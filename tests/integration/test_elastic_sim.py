@@ -46,6 +46,10 @@ LOST_HOST_EPOCHS = "15"
 # The spare joins the survivor's own round (issue 38 item 2): the survivor does not train
 # alone before it, so 27 epochs after the kill (about 12 s at two ranks) are margin enough.
 SPARE_EPOCHS = "30"
+# A host killed five times (item 6): the kills came 8.3 s apart, the fifth at epoch 42 (then
+# about 2 epochs a second at three ranks, and its check ended 5 s after it): 80 leave 15 s
+# of margin after that check, more on a slower machine (the kills' pace is the cooldown's).
+AGAIN_EPOCHS = "80"
 # Horovod's elastic example: the kill after epoch 2 leaves 6 epochs (about 8 s) for a reset
 # that comes at the next collective.
 EXAMPLE_EPOCHS = 8
@@ -106,6 +110,12 @@ def _launch_and_kill(
 def _results(stdout: str) -> list[dict[str, object]]:
     return [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines()
             if "RESULT " in line]
+
+
+def _last_epoch(lines: list[str]) -> int:
+    found = [int(m[1]) for line in list(lines)
+             if (m := re.search(r"checkpoint: committed epoch (\d+)", line))]
+    return max(found, default=0)
 
 
 def _all_gone(cluster: sim.SimCluster) -> None:
@@ -281,4 +291,67 @@ def test_plain_keras_script_survives_a_lost_host(
     assert absorbed["host"] == G3 and absorbed["why"].startswith("silent")
     # back before Gloo's 30 s could have run out after the silence was named
     assert absorbed["stages_s"]["restored"] < 30, absorbed
+    _all_gone(sim_cluster)
+
+
+def test_a_host_lost_again_and_again_comes_back_each_time_until_its_doctor_fails(
+    sim_cluster: sim.SimCluster, tmp_path: Path
+) -> None:
+    """Issue 38 item 6's traps in one job on four hosts, with Horovod's recipe using a grouped
+    all-reduce (``num_groups=2``). gpu04's rank is killed four
+    times: each time its host sits out its cooldown, passes the pre-flight's own probe again and
+    rejoins (Horovod's driver never gives up on it after three failures); each loss is the
+    ledger's under gpu04's name (the process taking its slot gets another rank number each
+    round; ranks are known by host and process, not by number); the survivors' failed grouped
+    all-reduce resets them, none ends early as if done. Then gpu04's GPU logs a fatal Xid and
+    its rank is killed a fifth time: the check (the doctor included) keeps it out, and the job
+    ends on three hosts."""
+    script = tmp_path / "train.py"
+    text = PLAIN.read_text()
+    grouped = text.replace("backward_passes_per_step=1,", "backward_passes_per_step=1, "
+                           "num_groups=2,")
+    assert grouped != text
+    script.write_text(grouped)
+    hosts = (G1, G2, G3, G4)
+    argv = [sys.executable, "-m", "ringtrain", "launch", "--runs-dir", str(tmp_path / "runs"),
+            "--elastic", "--min-np", "2", "-H", ",".join(f"{h}:1" for h in hosts),
+            "--blacklist-cooldown-range", "1", "2", "--ssh-config", str(sim_cluster.ssh_config),
+            "--known-hosts", str(sim_cluster.known_hosts), str(script), AGAIN_EPOCHS]
+    job = Captured(sim_cluster.ssh_argv(G1, f"cd {shlex.quote(str(tmp_path))} && "
+                                        + shlex.join(argv)))
+    killed = []
+    try:
+        job.wait_for("checkpoint: committed epoch 3")
+        for back in range(5):
+            if back:
+                job.wait_for("3 -> 4 ranks", timeout=120, times=back)
+            if back == 4:
+                sim.gpu_fault(sim_cluster.config, G4, 0, sim.Fault(xid=79))
+            pid = _rank_pid(sim_cluster, G4)
+            assert pid is not None, sim.host_processes(sim_cluster.config, G4)
+            os.kill(pid, signal.SIGKILL)
+            killed.append((time.monotonic(), _last_epoch(job.out)))
+        job.proc.wait(timeout=240)
+    finally:
+        sim.gpu_fault(sim_cluster.config, G4, 0, None)
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.wait()
+    stdout, stderr = job.join()
+    print("kills (s, epoch committed):", [(round(t - killed[0][0], 1), e) for t, e in killed],
+          "then the job ended", round(time.monotonic() - killed[0][0], 1), "s after the first")
+    assert job.proc.returncode == 0, stderr[-4000:]
+    assert stderr.count(f"elastic: {G4} passed its check and joins again") == 4, stderr[-3000:]
+    assert re.search(fr"elastic: {G4} failed its check \(.*[Xx]id.*\); it sits out", stderr), (
+        stderr[-3000:])
+    assert stdout.count("3 -> 4 ranks") == 4, stdout[-3000:]
+    # the survivors' grouped all-reduce failed and they reset: no rank said it was done early
+    results = _results(stdout)
+    assert len(results) == 3 and len({r["checksum"] for r in results}) == 1, results
+    assert "Timed out waiting" not in stderr, stderr[-3000:]
+    result = run_result(tmp_path)
+    assert result["state"] == "succeeded"
+    absorbed = result["attempts"][0]["absorbed"]
+    assert [a["host"] for a in absorbed] == [G4] * 5, absorbed
+    assert all(a["ttta_s"] is not None for a in absorbed), absorbed
     _all_gone(sim_cluster)
