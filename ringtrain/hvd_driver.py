@@ -12,8 +12,11 @@ said they were ready in the same round, so the host itself is gone or failing. W
 did, the host is alive and only that process died: its slot is freed, so the driver starts a
 new worker in it in the same round (``ElasticDriver._update_host_assignments`` starts every
 slot not already held) and the world keeps its size; the new process takes the state from the
-survivors' memory commit. A slot that fails ``MAX_SLOT_FAILURES`` times blacklists its host, as
-Horovod would. Everything else (success, all failed, the reset limit) is Horovod's code.
+survivors' memory commit. A slot that fails more than ``MAX_SLOT_FAILURES`` times within
+``SLOT_FAILURE_WINDOW_S`` (a crash loop: a process that cannot start there) blacklists its host,
+as Horovod would; failures further apart (a week-long job on one server, a rank killed now and
+then) never add up to that. Everything else (success, all failed, the reset limit) is
+Horovod's code.
 
 One round per fault (``one_round``, issue 38 item 2): a warm spare that ringtrain puts in a
 lost host's place joins the round that forms the new ring, not a second one. Horovod's driver
@@ -35,12 +38,12 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-MAX_SLOT_FAILURES = 3
+MAX_SLOT_FAILURES = 3  # failures of one slot within SLOT_FAILURE_WINDOW_S that it survives
+SLOT_FAILURE_WINDOW_S = 600.0
 # a round waits at most this long for ringtrain to publish a lost host's spare (it does so
 # within a supervision poll, 0.2 s), reading the list every HOSTS_POLL_S
 HOSTS_WAIT_S = 1.0
@@ -52,15 +55,16 @@ log = logging.getLogger("ringtrain.hvd_driver")
 
 
 def spared(failed: Iterable[tuple[str, int]], ready: Iterable[tuple[str, int]],
-           counts: Counter[tuple[str, int]]) -> list[tuple[str, int]]:
+           history: dict[tuple[str, int], list[float]], now: float) -> list[tuple[str, int]]:
     """The failed (host, slot)s whose host lives (another of its workers is ready) and whose
-    slot has not failed ``MAX_SLOT_FAILURES`` times (``counts``, updated here). Pure but for
-    ``counts``."""
+    slot has failed at most ``MAX_SLOT_FAILURES`` times in the last ``SLOT_FAILURE_WINDOW_S``
+    (``history``: each slot's failure times, updated here). Pure but for ``history``."""
     alive = {host for host, _ in ready}
     out = []
     for key in sorted(failed):
-        counts[key] += 1
-        if key[0] in alive and counts[key] <= MAX_SLOT_FAILURES:
+        times = [t for t in history.get(key, []) if t > now - SLOT_FAILURE_WINDOW_S] + [now]
+        history[key] = times
+        if key[0] in alive and len(times) <= MAX_SLOT_FAILURES:
             out.append(key)
     return out
 
@@ -71,11 +75,12 @@ def patch() -> None:
 
     registry = registration.WorkerStateRegistry
     horovods = registry._on_workers_recorded
-    counts: Counter[tuple[str, int]] = Counter()
+    history: dict[tuple[str, int], list[float]] = {}
 
     def _on_workers_recorded(self: Any) -> None:
         if self.count(registration.SUCCESS) == 0:
-            keep = spared(self.get(registration.FAILURE), self.get(registration.READY), counts)
+            keep = spared(self.get(registration.FAILURE), self.get(registration.READY),
+                          history, time.monotonic())
             for host, slot in keep:
                 # not a failure of the host: its slot is freed, so the driver refills it
                 self._workers[registration.FAILURE].discard((host, slot))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 from ringtrain.hvd_driver import (
     MAX_SLOT_FAILURES,
     RENDEZVOUS_BACKLOG,
+    SLOT_FAILURE_WINDOW_S,
     SPARES_FILE,
     awaited,
     spared,
@@ -20,18 +20,31 @@ from ringtrain.launch.plan.launchers import ELASTIC_SPARES
 
 
 def test_a_failed_worker_whose_host_has_a_ready_worker_keeps_its_host() -> None:
-    counts: Counter[tuple[str, int]] = Counter()
     failed = {("localhost", 2), ("gpu03", 0)}
     ready = {("localhost", 0), ("localhost", 1), ("gpu02", 0)}
     # localhost lives (two ready workers); gpu03 has none ready: Horovod's rule, blacklisted
-    assert spared(failed, ready, counts) == [("localhost", 2)]
+    assert spared(failed, ready, {}, 0.0) == [("localhost", 2)]
 
 
 def test_a_slot_that_keeps_failing_blacklists_its_host_after_the_limit() -> None:
-    counts: Counter[tuple[str, int]] = Counter()
+    history: dict[tuple[str, int], list[float]] = {}
     ready = {("localhost", 0)}
-    kept = [spared({("localhost", 1)}, ready, counts) for _ in range(MAX_SLOT_FAILURES + 1)]
+    kept = [spared({("localhost", 1)}, ready, history, 10.0 * i)
+            for i in range(MAX_SLOT_FAILURES + 1)]
     assert kept == [[("localhost", 1)]] * MAX_SLOT_FAILURES + [[]]
+    # another slot of the host has its own count
+    assert spared({("localhost", 2)}, ready, history, 40.0) == [("localhost", 2)]
+
+
+def test_failures_of_a_slot_far_apart_never_add_up_to_the_limit() -> None:
+    """A long job on one server whose rank on one GPU is killed every few hours keeps its
+    host; the lifetime count it had before blacklisted the only host at the fourth."""
+    history: dict[tuple[str, int], list[float]] = {}
+    ready = {("localhost", 0)}
+    apart = SLOT_FAILURE_WINDOW_S / (MAX_SLOT_FAILURES - 1) + 1
+    kept = [spared({("localhost", 1)}, ready, history, apart * i) for i in range(20)]
+    assert kept == [[("localhost", 1)]] * 20
+    assert len(history[("localhost", 1)]) <= MAX_SLOT_FAILURES
 
 
 def test_it_is_horovodrun_its_parser_and_its_answers() -> None:
