@@ -11,6 +11,15 @@ from ringtrain.launch.elastic import spares
 HOSTS = (Host("gpu01", 2), Host("gpu02", 2), Host("gpu03", 2))
 
 
+def passing(hosts: tuple[str, ...]) -> dict[str, str | None]:
+    """A keeper's check: every host answers and its GPUs are free."""
+    return dict.fromkeys(hosts)
+
+
+def failing(hosts: tuple[str, ...]) -> dict[str, str | None]:
+    return dict.fromkeys(hosts, "no answer")
+
+
 def test_the_last_hosts_or_the_labelled_ones_are_spares() -> None:
     active, held = spares.split(HOSTS, 1)
     assert [h.name for h in active] == ["gpu01", "gpu02"] and [h.name for h in held] == ["gpu03"]
@@ -61,7 +70,7 @@ def test_the_keeper_keeps_warm_processes_on_whatever_hosts_are_spares_now() -> N
     told: list[tuple[tuple[str, int], ...]] = []
     clock = [100.0]
     keeper = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), lambda _: None,
-                         lambda _: None, lambda _: None, lambda: clock[0], warm=told.append,
+                         passing, lambda _: None, lambda: clock[0], warm=told.append,
                          hosts=HOSTS)
     assert told == [(("gpu03", 2),)]
     keeper.lost("gpu02")  # gpu03 takes its place
@@ -93,7 +102,7 @@ def test_a_spare_is_offered_once_the_survivors_train_again_or_after_the_delay() 
     said: list[str] = []
     clock = [100.0]
     keeper = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), published.append,
-                         lambda _: None, said.append, lambda: clock[0])
+                         passing, said.append, lambda: clock[0])
     keeper.lost("gpu02")
     assert published == []  # gpu02's removal and gpu03 (the spare) held back for now
     keeper.release()  # the survivors report progress again
@@ -110,7 +119,7 @@ def test_a_spare_is_offered_once_the_survivors_train_again_or_after_the_delay() 
     keeper.release()  # nothing held any more: nothing published again
     assert len(published) == 2
     other = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), published.append,
-                        lambda _: None, said.append, lambda: clock[0])
+                        passing, said.append, lambda: clock[0])
     other.lost("gpu01")
     clock[0] += SPARE_DELAY_S  # nobody trained again in time: offered anyway
     other.tick()
@@ -128,7 +137,7 @@ def test_a_warm_spare_is_offered_at_once_to_join_the_round_that_forms_now() -> N
     said: list[str] = []
     told: list[tuple[tuple[str, int], ...]] = []
     keeper = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), published.append,
-                         lambda _: None, said.append, lambda: 100.0, warm=told.append)
+                         passing, said.append, lambda: 100.0, warm=told.append)
     assert told == [(("gpu03", 2),)]
     keeper.lost("gpu02")
     assert published == ["gpu01:2\ngpu03:2\n"] and told[-1] == ()
@@ -150,7 +159,7 @@ def test_a_short_cooldown_holds_the_removal_for_half_of_it() -> None:
     published: list[str] = []
     clock = [0.0]
     keeper = SpareKeeper(spares.pool_of(HOSTS, ()), (2, 4), published.append,
-                         lambda _: None, lambda _: None, lambda: clock[0])
+                         passing, lambda _: None, lambda: clock[0])
     keeper.lost("gpu03")
     clock[0] = 0.9
     keeper.tick()
@@ -177,7 +186,7 @@ def test_a_rested_host_is_offered_once_its_warm_processes_wait(ready: float | No
         return ready
 
     keeper = SpareKeeper(spares.pool_of(HOSTS, ()), (60, 240), published.append,
-                         lambda _: None, said.append, lambda: clock[0], rejoin=rejoin)
+                         passing, said.append, lambda: clock[0], rejoin=rejoin)
     keeper.lost("gpu03")
     keeper.release()  # the survivors train again: the removal goes out
     assert published == ["gpu01:2\ngpu02:2\n"]
@@ -198,7 +207,7 @@ def test_a_host_that_fails_its_check_gets_no_warm_processes() -> None:
     called: list[str] = []
     clock = [100.0]
     keeper = SpareKeeper(spares.pool_of(HOSTS, ()), (60, 240), lambda _: None,
-                         lambda _: "no answer", lambda _: None, lambda: clock[0],
+                         failing, lambda _: None, lambda: clock[0],
                          rejoin=lambda name, _: called.append(name) or 1.0)
     keeper.lost("gpu03")
     clock[0] = 200.0
@@ -217,7 +226,7 @@ def test_a_rested_host_that_comes_back_as_a_spare_is_not_waited_for() -> None:
     told: list[tuple[tuple[str, int], ...]] = []
     clock = [100.0]
     keeper = SpareKeeper(spares.pool_of(HOSTS[:2], HOSTS[2:]), (60, 240), lambda _: None,
-                         lambda _: None, lambda _: None, lambda: clock[0], warm=told.append,
+                         passing, lambda _: None, lambda: clock[0], warm=told.append,
                          rejoin=lambda name, _: called.append(name) or 1.0)
     keeper.lost("gpu02")  # gpu03 takes its place
     clock[0] = 200.0
@@ -234,3 +243,73 @@ def test_the_rejoin_waits_for_the_runs_warm_slots_on_that_host() -> None:
     argv = await_argv("/opt/py/bin/python", "r1", 2, 60)
     assert argv[4:8] == ("env", f"{envvars.RUN_ID}=r1", "/opt/py/bin/python", "-m")
     assert argv[8:] == ("ringtrain.rank.warm", "r1", "--await-slots", "2", "--timeout", "60")
+
+
+def test_of_hosts_passing_together_those_the_job_is_short_of_join_the_rest_are_spares() -> None:
+    pool = spares.pool_of(HOSTS, ())
+    for name in ("gpu01", "gpu02", "gpu03"):
+        pool, _ = spares.lose(pool, name, 0.0, (60, 240))
+    assert spares.joining(pool, ("gpu02", "gpu03")) == ("gpu02", "gpu03")
+    pool, _ = spares.readmit(pool, "gpu01", True, 60.0, (60, 240))
+    pool, _ = spares.readmit(pool, "gpu02", True, 60.0, (60, 240))
+    assert spares.joining(pool, ("gpu03",)) == ("gpu03",)
+    pool, _ = spares.readmit(pool, "gpu03", True, 60.0, (60, 240))
+    assert spares.joining(pool, ()) == ()
+    # short by one host: the first to pass joins, the second comes back as a spare
+    short_one = spares.pool_of(HOSTS[:2], HOSTS[2:])
+    short_one, _ = spares.lose(short_one, "gpu01", 0.0, (60, 240))  # gpu03 in
+    short_one, _ = spares.lose(short_one, "gpu02", 0.0, (60, 240))
+    assert spares.joining(short_one, ("gpu02", "gpu01")) == ("gpu02",)
+    for name in ("gpu02", "gpu01"):
+        short_one, _ = spares.readmit(short_one, name, True, 60.0, (60, 240))
+    assert short_one.text() == "gpu03:2\ngpu02:2\n" and short_one.spares == (("gpu01", 2),)
+
+
+def test_hosts_rested_together_are_checked_together_and_come_back_in_one_list() -> None:
+    """A rack lost at once: its hosts' cooldowns end at the same tick; one probe checks them
+    all, their warm processes are awaited side by side, and the list goes out once, so the
+    survivors re-form once for all of them, not once a host (each re-form stalls the job). A
+    host that fails its check sits out again, said with why."""
+    import threading
+    import time
+
+    from ringtrain.launch.elastic.sparekeeper import SpareKeeper
+
+    hosts = tuple(Host(f"gpu{i:02d}", 1) for i in range(1, 7))
+    published: list[str] = []
+    said: list[str] = []
+    checked: list[tuple[str, ...]] = []
+    warming: list[int] = []
+    at_once = [0]
+    lock = threading.Lock()
+    clock = [100.0]
+
+    def check(names: tuple[str, ...]) -> dict[str, str | None]:
+        checked.append(names)
+        return {n: "GPU 0: Xid 79" if n == "gpu05" else None for n in names}
+
+    def rejoin(name: str, slots: int) -> float:
+        with lock:
+            warming.append(slots)
+            at_once[0] = max(at_once[0], len(warming))
+        time.sleep(0.3)
+        with lock:
+            warming.pop()
+        return 4.5
+
+    keeper = SpareKeeper(spares.pool_of(hosts, ()), (60, 240), published.append, check,
+                         said.append, lambda: clock[0], rejoin=rejoin)
+    for name in ("gpu03", "gpu04", "gpu05", "gpu06"):
+        keeper.lost(name)
+    keeper.release()
+    assert published == ["gpu01:1\ngpu02:1\n"]
+    clock[0] = 200.0
+    keeper.tick()
+    assert keeper._checking is not None
+    keeper._checking.join(timeout=10)
+    assert checked == [("gpu03", "gpu04", "gpu05", "gpu06")]
+    assert at_once[0] == 3  # gpu03, gpu04 and gpu06 warmed side by side
+    assert published[1:] == ["gpu01:1\ngpu02:1\ngpu03:1\ngpu04:1\ngpu06:1\n"]
+    assert said.count("elastic: gpu03's warm processes ready after 4.5 s") == 1
+    assert "elastic: gpu05 failed its check (GPU 0: Xid 79); it sits out 120 s more" in said
+    assert [r.name for r in keeper.pool.resting] == ["gpu05"]

@@ -1,7 +1,10 @@
 """The loop side of launch/elastic/spares.py under ``--elastic``: apply a lost host to the
-pool, check hosts whose cooldown ended (in a thread, one at a time, so supervision never waits
-on SSH) and publish the discovery list Horovod's driver reads every second when it changes;
-and keep warm processes waiting on the spares (warmspares.py).
+pool, check hosts whose cooldown ended (in a thread, so supervision never waits on SSH: every
+host due at that tick in one probe, their warm processes awaited ``CHECKS_AT_ONCE`` at a time,
+and the list published once for all of them, so hosts lost together come back in one re-form
+of the ring, not one each) and
+publish the discovery list Horovod's driver reads every second when it changes; and keep warm
+processes waiting on the spares (warmspares.py).
 
 A warm spare takes a lost host's place in the round that forms the new ring (issue 38 item
 2): the list goes out at once, without the lost host and with the spare, and the driver
@@ -17,18 +20,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import TypeVar
 
 from ringtrain.hostfile import Host, Inventory
 from ringtrain.launch.elastic.spares import (
     Pool,
     Slots,
     due,
+    joining,
     lose,
     pool_of,
     readmit,
-    short,
     split,
 )
 from ringtrain.launch.elastic.warmspares import WarmSpares
@@ -37,16 +42,19 @@ from ringtrain.launch.plan.launchers import ELASTIC_HOSTS, ELASTIC_SPARES
 from ringtrain.launch.plan.make import LaunchPlan
 from ringtrain.probe.gate import evaluate_remembering, gpu_rule, policy_for
 from ringtrain.probe.hostprobe import probe
+from ringtrain.probe.verdict import HostVerdict
 from ringtrain.remote import Remote
 from ringtrain.spec import LaunchSpec
 
 SPARE_DELAY_S = 5.0
+CHECKS_AT_ONCE = 8  # rested hosts whose warm processes are awaited at once
 # A lost host leaves the published list once the survivors train again, not at once: Horovod's
 # driver has blacklisted it by then (for its cooldown), so its removal changes nothing Horovod
 # uses. Published at once, it reached the driver as "hosts updated (removed only)" after its
 # failure round had begun, and every survivor reset a second time (issue 38 item 2). Held at
 # most half of the cooldown's low end (Horovod re-admits the host after that), or this long.
 REMOVAL_HOLD_S = 30.0
+T = TypeVar("T")
 
 
 class SpareKeeper:
@@ -59,7 +67,8 @@ class SpareKeeper:
     moment (REMOVAL_HOLD_S)."""
 
     def __init__(self, pool: Pool, cooldown_range: tuple[int, int],
-                 publish: Callable[[str], None], check: Callable[[str], str | None],
+                 publish: Callable[[str], None],
+                 check: Callable[[tuple[str, ...]], Mapping[str, str | None]],
                  note: Callable[[str], None], clock: Callable[[], float],
                  warm: Callable[[Slots], None] | None = None,
                  hosts: tuple[Host, ...] = (),
@@ -129,33 +138,59 @@ class SpareKeeper:
             return
         ready = due(self.pool, self._clock())
         if ready:
-            self._checking = threading.Thread(target=self._recheck, args=(ready[0],),
+            self._checking = threading.Thread(target=self._recheck, args=(ready,),
                                               name=f"spare-check-{ready[0]}", daemon=True)
             self._checking.start()
 
-    def _recheck(self, host: str) -> None:
-        problem = self._check(host)  # None: it answers and its GPUs are free
-        if problem is None and self._rejoin is not None:
+    def _recheck(self, hosts: tuple[str, ...]) -> None:
+        checked = self._check(hosts)  # None: it answers and its GPUs are free
+        problems = {h: checked.get(h, "not checked") for h in hosts}
+        passed = [h for h in hosts if problems[h] is None]
+        if passed and self._rejoin is not None:
+            rejoin = self._rejoin
             with self._lock:  # a host that comes back as a spare gets them as a spare
-                slots = sum(r.slots for r in self.pool.resting if r.name == host)
-                joins = short(self.pool)
-            if joins:
-                took = self._rejoin(host, slots)
-                self._note(f"elastic: {host}'s warm processes ready after {took:.1f} s" if took
-                           is not None else f"elastic: {host}'s warm processes not ready: its "
-                           "ranks start cold")
+                joins = joining(self.pool, passed)
+                slots = {r.name: r.slots for r in self.pool.resting}
+
+            def warm_up(host: str) -> str:
+                took = rejoin(host, slots.get(host, 0))
+                return (f"elastic: {host}'s warm processes ready after {took:.1f} s" if took
+                        is not None else f"elastic: {host}'s warm processes not ready: its "
+                        "ranks start cold")
+            for said in self._each(warm_up, joins):
+                self._note(said)
+        notes = []
         with self._lock:
             before = self._text()
-            self.pool, said = readmit(self.pool, host, problem is None, self._clock(),
-                                      self.range, problem or "")
+            for host in hosts:
+                self.pool, said = readmit(self.pool, host, problems[host] is None,
+                                          self._clock(), self.range, problems[host] or "")
+                notes.append(said)
             text = self._text()
             if text != before:
                 self._stale = None  # published now, with any loss still held
-        self._note(said)
+        for said in notes:
+            self._note(said)
         if text != before:
             self._publish(text)
         if self._warm is not None:
             self._warm(self.pool.spares)
+
+    @staticmethod
+    def _each(fn: Callable[[str], T], hosts: Sequence[str]) -> list[T]:
+        """``fn`` of every host, CHECKS_AT_ONCE at a time, in the hosts' order."""
+        if len(hosts) <= 1:
+            return [fn(h) for h in hosts]
+        with ThreadPoolExecutor(min(CHECKS_AT_ONCE, len(hosts)),
+                                thread_name_prefix="spare-check") as pool:
+            return list(pool.map(fn, hosts))
+
+
+def _problem(hv: HostVerdict, busy: Collection[str]) -> str | None:
+    """Why a rested host may not come back (its verdict), or None."""
+    if not hv.usable:
+        return hv.problems[0] if hv.problems else hv.status.value
+    return f"GPUs busy: {hv.warnings[0]}" if hv.host in busy else None
 
 
 def keeper_for(spec: LaunchSpec, inventory: Inventory, plan: LaunchPlan, run_dir: RunDir,
@@ -174,15 +209,12 @@ def keeper_for(spec: LaunchSpec, inventory: Inventory, plan: LaunchPlan, run_dir
     def publish(text: str) -> None:
         run_dir.write(f"{plan.attempt_name}/{ELASTIC_HOSTS}", text)
 
-    def check(name: str) -> str | None:
-        one = replace(inventory, hosts=(by_name[name],))
-        report = probe(one, remote, python=spec.python, timeout=spec.preflight.timeout_s)
+    def check(names: tuple[str, ...]) -> dict[str, str | None]:
+        some = replace(inventory, hosts=tuple(by_name[n] for n in names))
+        report = probe(some, remote, python=spec.python, timeout=spec.preflight.timeout_s)
         policy = gpu_rule(spec.preflight.gpus, report, policy_for(spec, None), lambda _: None)
-        verdict = evaluate_remembering(one, report, replace(policy, on_bad_host="exclude"))
-        (hv,) = verdict.hosts
-        if not hv.usable:
-            return hv.problems[0] if hv.problems else hv.status.value
-        return f"GPUs busy: {hv.warnings[0]}" if name in verdict.busy else None
+        verdict = evaluate_remembering(some, report, replace(policy, on_bad_host="exclude"))
+        return {hv.host: _problem(hv, verdict.busy) for hv in verdict.hosts}
 
     if spares:
         note(f"elastic: {', '.join(h.name for h in spares)} held back as spare(s)")

@@ -112,6 +112,20 @@ def short(pool: Pool) -> bool:
     return sum(s for _, s in pool.active) < pool.target
 
 
+def joining(pool: Pool, passed: Sequence[str]) -> tuple[str, ...]:
+    """Of the rested hosts that passed their check (readmitted in this order), those that go
+    into the list, as ``readmit`` decides: while the job is short of its size; the others come
+    back as spares. Pure."""
+    have = sum(s for _, s in pool.active)
+    slots = {r.name: r.slots for r in pool.resting}
+    out = []
+    for name in passed:
+        if have < pool.target:
+            out.append(name)
+            have += slots.get(name, 0)
+    return tuple(out)
+
+
 def readmit(pool: Pool, name: str, ok: bool, now: float, cooldown_range: tuple[int, int],
             why: str = "") -> tuple[Pool, str]:
     """After ``name``'s check: back as a spare (into the list while the job runs short), or
