@@ -278,3 +278,12 @@ def test_a_job_without_a_batch_for_the_deadline_is_hung() -> None:
     assert _stalled([f"STEP {now - 400:.3f} 7 3\n"], 300.0)
     assert not _stalled([f"STEP {now - 100:.3f} 7 3\n"], 300.0)
     assert not _stalled(["starting\n"], 300.0)
+
+
+def test_the_module_refuses_an_unknown_mode_too(capsys: pytest.CaptureFixture[str]) -> None:
+    from ringtrain.bench.launcher.campaign import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--modes", "memory,torchrun"])
+    assert exit_.value.code == 2
+    assert "torchrun is not a mode; pick from restart,elastic" in capsys.readouterr().err

@@ -263,6 +263,16 @@ def parse_intervals(text: str) -> tuple[float, ...]:
     return values
 
 
+def parse_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {', '.join(unknown) or 'no mode'} is not a mode; pick from "
+            f"{','.join(MODES)}")
+    return modes
+
+
 def runs(modes: list[str], intervals: tuple[float, ...]) -> list[tuple[str, float]]:
     """The runs in order: the fault-free one first (once, whatever the rates, on the slowest
     rate's schedule without its faults), then every faulted mode at each rate, the slowest
@@ -273,30 +283,42 @@ def runs(modes: list[str], intervals: tuple[float, ...]) -> list[tuple[str, floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--modes", default="restart,memory,spare,horovodrun,clean")
+    p = argparse.ArgumentParser(
+        prog="python -m ringtrain.bench.launcher.campaign", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--modes", type=parse_modes, default="restart,memory,spare,horovodrun,clean",
+                   help=f"the ways back to run, comma-separated, from {','.join(MODES)} "
+                   "(default: %(default)s)")
     p.add_argument("--incidents", type=int, default=0,
                    help="faults per run at most; 0: one every interval until the job ends")
     p.add_argument("--intervals", "--interval", type=parse_intervals, default=(60.0, 30.0),
                    help="seconds between faults, one run per mode and rate: 60,30")
     p.add_argument("--warmup", type=float, default=20.0, help="seconds before the first fault")
-    p.add_argument("--epochs", type=int, default=40)
-    p.add_argument("--steps-per-epoch", type=int, default=100)
-    p.add_argument("--pause", type=float, default=0.1)
-    p.add_argument("--commit", type=int, default=10)
-    p.add_argument("--link-down", type=float, default=20.0)
-    p.add_argument("--stall", type=float, default=4.0)
+    p.add_argument("--epochs", type=int, default=40,
+                   help="the task's epochs: the job's length (30: about 7 minutes fault-free "
+                   "on 2 cores)")
+    p.add_argument("--steps-per-epoch", type=int, default=100, help="steps in an epoch")
+    p.add_argument("--pause", type=float, default=0.1,
+                   help="seconds each step sleeps besides its compute (a step's floor)")
+    p.add_argument("--commit", type=int, default=10,
+                   help="steps between the elastic modes' memory commits")
+    p.add_argument("--link-down", type=float, default=20.0,
+                   help="seconds a link fault keeps the host's link down")
+    p.add_argument("--stall", type=float, default=4.0,
+                   help="seconds a stall fault keeps the rank stopped (SIGSTOP)")
     p.add_argument("--gloo-timeout-seconds", type=int, default=0,
                    help="every mode's Gloo timeout, the anchor's too; 0: none given, each "
                    "launcher's default (Horovod's 30 s), as a user meets it")
-    p.add_argument("--cooldown", type=int, nargs=2, default=(10, 40), metavar=("MIN", "MAX"))
+    p.add_argument("--cooldown", type=int, nargs=2, default=(10, 40), metavar=("MIN", "MAX"),
+                   help="--blacklist-cooldown-range for every elastic mode and the anchor")
     p.add_argument("--fallback-restarts", type=int, default=0,
                    help="ringtrain's elastic modes: --max-restarts N, a restart from the last "
                    "checkpoint when the elastic job itself fails")
     p.add_argument("--deadline", type=float, default=300.0,
                    help="seconds without a batch before a job counts as hung (the faults "
                    "stop, the job is ended)")
-    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=None,
+                   help="a directory to keep campaign.json and campaign.png in")
     p.add_argument("--figures", type=Path, nargs="+", default=None, metavar="JSON",
                    help="no run: the tables again from kept campaign.json files (every step "
                    "line is in them), the fault-free run of any of them the reference")
@@ -308,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="rt-campaign-") as tmp:
         cluster = sim.up(sim.SimConfig(name="cbench", hosts=4, state_dir=Path(tmp) / "sim"))
         try:
-            for mode, interval in runs(opts.modes.split(","), opts.intervals):
+            for mode, interval in runs(opts.modes, opts.intervals):
                 work = Path(tmp) / (mode if mode == "clean" else f"{mode}-{interval:g}")
                 summary, steps = run_mode(mode, cluster, work, opts, interval)
                 summaries.append(summary)
