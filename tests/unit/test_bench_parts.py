@@ -166,3 +166,12 @@ def test_projection_arithmetic() -> None:
                                  fusion_bytes=64 * 2**20, goodput=1.0)
     assert calls == pytest.approx(2 * 6 * 1e-3 + 1.5 * 100 * 2**20 / 1e9, rel=1e-6)
     assert math.isclose(projection.HOROVOD_DOCS.link_Bps, 25e9 / 8)
+
+
+def test_the_scale_run_measures_supervision_at_what_the_descriptor_limit_holds() -> None:
+    from ringtrain.bench.launcher.scale import supervised_ranks
+
+    assert supervised_ranks(8000, 20000) == 8000
+    assert supervised_ranks(80000, 20000) == 19000  # this machine's hard limit
+    assert supervised_ranks(80000, 1048576) == 80000
+    assert supervised_ranks(80000, 100) == 0
