@@ -269,11 +269,15 @@ def _exec(transport: paramiko.Transport, command: str, deadline: float,
             chan.shutdown_write()
             chan.settimeout(None)
         out, err = bytearray(), bytearray()
+        # poll, not select: a launcher supervising thousands of ranks holds a descriptor for
+        # each, and select() takes none past 1,024 (ValueError: every host "failed")
+        ready = select.poll()
+        ready.register(chan, select.POLLIN)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError("command deadline")
-            select.select([chan], [], [], min(remaining, 1.0))
+            ready.poll(min(remaining, 1.0) * 1000)
             while chan.recv_ready():
                 out += chan.recv(65536)[: MAX_OUTPUT_BYTES - len(out)]
             while chan.recv_stderr_ready():

@@ -73,6 +73,28 @@ def test_known_key_runs_and_quotes_argv(sshd: Sshd) -> None:
     assert (r.exit_code, r.stdout) == (0, "a b|it's|$HOME|")
 
 
+def test_runs_while_the_launcher_holds_thousands_of_descriptors(sshd: Sshd) -> None:
+    """A launcher supervising 8,000 ranks holds a connection for each: the SSH it runs then
+    (teardown, a rested host's check) gets descriptors past select()'s 1,024, where
+    ``select.select`` raised ValueError ("filedescriptor out of range") for every host."""
+    import resource
+
+    sshd.trust()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1300:
+        pytest.skip(f"this process may open {hard} descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert held[-1] > 1024
+        r = sshd.remote().run([Host("h-ok", 1)], ["echo", "reached"], 20)["h-ok"]
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert (r.error, r.exit_code, r.stdout) == (None, 0, "reached\n")
+
+
 def test_exit_code_stderr_and_timeout(sshd: Sshd) -> None:
     sshd.trust()
     remote = sshd.remote()

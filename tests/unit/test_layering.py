@@ -92,8 +92,8 @@ LAYERS: dict[str, set[str]] = {
     # the job's processes: the run directory, the secrets' delivery, the launcher process
     "launch.job": {"errors", "hostfile", "remote", "rank", "spec", "schedulers", "probe", "trust",
                    "launch.record", "launch.plan"},
-    # the control channel's launcher end
-    "launch.control": {"rank", "version", "launch.record"},
+    # the control channel's launcher end (errors: a launch it cannot hold, listener.py)
+    "launch.control": {"errors", "rank", "version", "launch.record"},
     # watching an attempt: faults, stragglers, the teardown
     "launch.supervise": {"errors", "hostfile", "remote", "rank", "spec", "launch.record",
                          "launch.plan", "launch.control"},
@@ -338,7 +338,8 @@ def test_launch_is_rooms_with_a_short_top_floor() -> None:
 WORLD = {"subprocess", "socket", "paramiko", "select", "selectors", "signal", "threading",
          "concurrent", "multiprocessing", "fsspec", "s3fs", "urllib", "http", "grpc", "psutil"}
 EDGES = (
-    "remote/", "launch/job/run.py", "launch/control/server.py", "launch/session.py",
+    "remote/", "launch/job/run.py", "launch/control/server.py",
+    "launch/control/listener.py", "launch/session.py",
     "probe/gate.py", "probe/names.py", "hostfile/discover.py", "schedulers/calls.py",
     "checkpoint/", "sim/", "bench/", "rank/", "models/", "keras/", "ringcheck/intraprog.py", "cli/",
     "launch/elastic/sparekeeper.py", "launch/elastic/warmspares.py", "launch/job/driverssh.py",

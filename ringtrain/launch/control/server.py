@@ -36,8 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ringtrain.launch.control.admission import IDLE_S, LISTEN_BACKLOG, PER_SOURCE, Admission
+from ringtrain.launch.control.admission import IDLE_S, PER_SOURCE, Admission
 from ringtrain.launch.control.hello import Hello, authentic, challenge, claim, outside, read_hello
+from ringtrain.launch.control.listener import Listener, make_room
 from ringtrain.launch.control.rounds import DoomedRound, joined, ring_of, ring_to_abort
 from ringtrain.launch.record.snapshot import Progress, RankState, Restored, Snapshot
 from ringtrain.launch.record.steptimes import StepTimes
@@ -90,6 +91,7 @@ class ControlServer:
         self.hello_timeout = hello_timeout
         # a hello may name ranks 0 .. world-1 (0: not known, any)
         self.world, self.elastic = elastic_world or ranks, elastic_world is not None
+        make_room(self.world)  # a descriptor a rank (listener.py)
         self.max_pending = max(MAX_PENDING, ranks + 8)
         # the most ranks one host runs (None: all of them may be on one)
         self.max_per_source = max(PER_SOURCE, (ranks if per_host is None else per_host) + 8)
@@ -109,24 +111,16 @@ class ControlServer:
         self.refused = 0  # closed unheard: over max_pending, silent, no token, a rank's 2nd
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
-        self._server = socket.socket(family, socket.SOCK_STREAM)
-        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._server.bind((bind, 0))
-        self._server.listen(LISTEN_BACKLOG)
-        self._server.setblocking(False)
-        self.address = (
-            f"[{bind}]:{self.port}" if family == socket.AF_INET6 else f"{bind}:{self.port}"
-        )
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._server, selectors.EVENT_READ, None)
+        self._listener = Listener(bind, self._selector)
+        self.address = self._listener.address
         self._thread = threading.Thread(target=self._loop, name="control-loop", daemon=True)
         self._thread.start()
         threading.Thread(target=self._beat, name="control-beat", daemon=True).start()
 
     @property
     def port(self) -> int:
-        return int(self._server.getsockname()[1])
+        return self._listener.port
 
     def snapshot(self) -> Snapshot:
         with self._lock:
@@ -163,12 +157,12 @@ class ControlServer:
                     else:
                         self._read(key.data)
                 self._expire_pending()
+                self._listener.wake()
         finally:
             self._shut()
 
     def _shut(self) -> None:
-        with contextlib.suppress(OSError):
-            self._server.close()
+        self._listener.close()
         with self._lock:
             conns = list(self._conns)
         for conn in conns:
@@ -176,11 +170,7 @@ class ControlServer:
         self._selector.close()
 
     def _accept(self) -> None:
-        while True:
-            try:
-                sock, peer = self._server.accept()
-            except OSError:  # nothing more to accept now (BlockingIOError), or closed
-                return
+        for sock, peer in self._listener.accept():
             conn = _Conn(sock, opened=time.monotonic(), peer=_address(peer))
             if not self._pending.admit(conn, str(peer[0]), conn.opened):
                 self.refused += 1  # no place (in all, or for its address): closed at once
