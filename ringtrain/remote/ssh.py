@@ -17,6 +17,7 @@ not used for connections: Fabric 3's Connection sets AutoAddPolicy on every clie
 from __future__ import annotations
 
 import logging
+import os
 import select
 import shlex
 import shutil
@@ -245,7 +246,7 @@ class SshRemote(FanRemote):
     def _connect(self, client: paramiko.SSHClient, target: SshTarget,
                  store: KnownHosts, sock: paramiko.Channel | None = None) -> None:
         if target.proxy_command:
-            sock = paramiko.ProxyCommand(target.proxy_command)  # type: ignore[assignment]
+            sock = PolledProxyCommand(target.proxy_command)  # type: ignore[assignment]
         client.connect(
             target.hostname, port=target.port, username=target.user,
             key_filename=list(target.identity_files) or None,  # type: ignore[arg-type]
@@ -256,6 +257,39 @@ class SshRemote(FanRemote):
             disabled_algorithms={"keys": _disabled_host_key_types(
                 store.keys_for(target.key_names))},
         )
+
+
+class PolledProxyCommand(paramiko.ProxyCommand):
+    """paramiko's ProxyCommand, its output waited for with poll: paramiko's own waits with
+    select(), which takes no descriptor past 1,024 (a launcher supervising thousands of ranks
+    holds more), and then every host behind a ProxyCommand "timed out" at its banner."""
+
+    def recv(self, size: int) -> bytes:
+        fd = self.process.stdout.fileno()  # type: ignore[union-attr]
+        ready = select.poll()
+        ready.register(fd, select.POLLIN)
+        start, got = time.monotonic(), b""
+        try:
+            while len(got) < size:
+                wait = None
+                if self.timeout is not None:
+                    left = self.timeout - (time.monotonic() - start)
+                    if left <= 0:
+                        if got:
+                            return got  # a partial read, as a socket's
+                        raise TimeoutError()
+                    wait = left * 1000
+                if ready.poll(wait):
+                    chunk = os.read(fd, size - len(got))
+                    if not chunk:  # the command ended: end of stream, as a socket says it
+                        return got
+                    got += chunk
+            return got
+        except OSError as exc:
+            if isinstance(exc, TimeoutError):
+                raise
+            raise paramiko.ProxyCommandFailure(" ".join(self.cmd),
+                                               exc.strerror or str(exc)) from exc
 
 
 def _exec(transport: paramiko.Transport, command: str, deadline: float,
@@ -282,7 +316,10 @@ def _exec(transport: paramiko.Transport, command: str, deadline: float,
                 out += chan.recv(65536)[: MAX_OUTPUT_BYTES - len(out)]
             while chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536)[: MAX_OUTPUT_BYTES - len(err)]
-            if chan.exit_status_ready() and chan.eof_received and not (
+            # done: the exit status and the end of output came, or the connection is gone
+            # (then no end of output comes, and its pipe stays readable: no spin until the
+            # deadline)
+            if chan.exit_status_ready() and (chan.eof_received or chan.closed) and not (
                     chan.recv_ready() or chan.recv_stderr_ready()):
                 break
         status = chan.recv_exit_status()

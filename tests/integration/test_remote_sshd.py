@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,19 @@ pytestmark = [
 class Sshd(loopback_sshd.Sshd):
     def remote(self, **kw: object) -> SshRemote:
         return SshRemote(self.config, **kw)  # type: ignore[arg-type]
+
+
+# a ProxyCommand: stdin to a TCP connection, the connection to stdout
+RELAY = """import os, socket, sys, threading
+conn = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+def up():
+    while data := os.read(0, 65536):
+        conn.sendall(data)
+    conn.shutdown(socket.SHUT_WR)
+threading.Thread(target=up, daemon=True).start()
+while data := conn.recv(65536):
+    os.write(1, data)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +71,17 @@ UseDNS no
     UserKnownHostsFile {d}/known_hosts
     StrictHostKeyChecking yes
 """ for alias, p in (("h-ok", port), ("h-closed", closed)))
+    (d / "relay.py").write_text(RELAY)
+    hosts += f"""Host h-proxy
+    HostName 127.0.0.1
+    Port {port}
+    User root
+    IdentityFile {d}/client_key
+    IdentitiesOnly yes
+    UserKnownHostsFile {d}/known_hosts
+    StrictHostKeyChecking yes
+    ProxyCommand {sys.executable} {d}/relay.py 127.0.0.1 {port}
+"""
     (d / "ssh_config").write_text(hosts)
     proc = loopback_sshd.start_sshd(d / "sshd_config", port, d / "sshd.log")
     try:
@@ -73,10 +98,12 @@ def test_known_key_runs_and_quotes_argv(sshd: Sshd) -> None:
     assert (r.exit_code, r.stdout) == (0, "a b|it's|$HOME|")
 
 
-def test_runs_while_the_launcher_holds_thousands_of_descriptors(sshd: Sshd) -> None:
+@pytest.mark.parametrize("alias", ["h-ok", "h-proxy"])
+def test_runs_while_the_launcher_holds_thousands_of_descriptors(sshd: Sshd, alias: str) -> None:
     """A launcher supervising 8,000 ranks holds a connection for each: the SSH it runs then
     (teardown, a rested host's check) gets descriptors past select()'s 1,024, where
-    ``select.select`` raised ValueError ("filedescriptor out of range") for every host."""
+    ``select.select`` raised ValueError ("filedescriptor out of range") for every host; and
+    through a ProxyCommand, whose pipe paramiko's own ProxyCommand waited on with select."""
     import resource
 
     sshd.trust()
@@ -87,7 +114,7 @@ def test_runs_while_the_launcher_holds_thousands_of_descriptors(sshd: Sshd) -> N
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
     try:
         assert held[-1] > 1024
-        r = sshd.remote().run([Host("h-ok", 1)], ["echo", "reached"], 20)["h-ok"]
+        r = sshd.remote().run([Host(alias, 1)], ["echo", "reached"], 20)[alias]
     finally:
         for fd in held:
             os.close(fd)

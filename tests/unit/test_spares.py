@@ -271,7 +271,6 @@ def test_hosts_rested_together_are_checked_together_and_come_back_in_one_list() 
     survivors re-form once for all of them, not once a host (each re-form stalls the job). A
     host that fails its check sits out again, said with why."""
     import threading
-    import time
 
     from ringtrain.launch.elastic.sparekeeper import SpareKeeper
 
@@ -288,11 +287,13 @@ def test_hosts_rested_together_are_checked_together_and_come_back_in_one_list() 
         checked.append(names)
         return {n: "GPU 0: Xid 79" if n == "gpu05" else None for n in names}
 
+    together = threading.Barrier(3, timeout=10)  # broken unless all three wait at once
+
     def rejoin(name: str, slots: int) -> float:
         with lock:
             warming.append(slots)
             at_once[0] = max(at_once[0], len(warming))
-        time.sleep(0.3)
+        together.wait()
         with lock:
             warming.pop()
         return 4.5

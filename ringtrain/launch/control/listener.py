@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 SPARE = 512  # descriptors beside the ranks' connections: SSH fan-out, logs, pipes
 LEAST_SPARE = 256  # ... below which a launch is refused
 PAUSE_S = 0.5  # out of descriptors: how long the listener rests before it tries again
+# accept's errors that a wait cures (out of descriptors, of kernel memory): the listener rests
+_SHORT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 def wanted(ranks: int) -> int:
@@ -53,7 +55,8 @@ def room(ranks: int, soft: int, hard: int) -> tuple[int | None, str | None]:
     want = wanted(ranks)
     if soft == unlimited or want <= soft:
         return None, None
-    return (want if hard == unlimited else min(hard, want)), None
+    new = want if hard == unlimited else min(hard, want)
+    return (new if new > soft else None), None
 
 
 def make_room(ranks: int) -> None:
@@ -66,7 +69,13 @@ def make_room(ranks: int) -> None:
                          "in the shell that launches, nofile in /etc/security/limits.conf, or "
                          "LimitNOFILE= for a systemd service), or launch fewer ranks")
     if new is not None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        except (ValueError, OSError) as err:  # a system cap under the hard limit (macOS)
+            raise SetupError(f"{ranks:,} ranks need {new:,} open files in the launcher, and "
+                             f"the system refused this process that many ({err})",
+                             "raise the system's per-process cap, or launch fewer ranks"
+                             ) from err
         log.info("open-file limit raised from %d to %d for %d ranks", soft, new, ranks)
 
 
@@ -95,26 +104,32 @@ class Listener:
             try:
                 yield self.sock.accept()
             except OSError as err:  # nothing more now (BlockingIOError), or closed
-                if err.errno in (errno.EMFILE, errno.ENFILE):
-                    self._rest()
+                if err.errno in _SHORT_OF:
+                    self._rest(err)
                 return
 
-    def _rest(self) -> None:
+    def _rest(self, err: OSError) -> None:
         self.exhausted += 1
         if self._resting_until is None:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(self.sock)
         self._resting_until = time.monotonic() + PAUSE_S
         if self.exhausted == 1 or self.exhausted % 100 == 0:
-            log.warning("control server: out of open files (%d times): connections wait in "
-                        "the backlog until one closes", self.exhausted)
+            log.warning("control server: %s (%d times): connections wait in the backlog "
+                        "until it can take them", err.strerror or err, self.exhausted)
 
     def wake(self) -> None:
         """Listen again once a rest is over (from the loop, each turn)."""
         if self._resting_until is not None and time.monotonic() >= self._resting_until:
-            self._resting_until = None
-            with contextlib.suppress(KeyError, ValueError, OSError):
+            try:
                 self._selector.register(self.sock, selectors.EVENT_READ, None)
+            except KeyError:  # registered already
+                pass
+            except (ValueError, OSError) as err:  # closed, or the kernel refused: next turn
+                self._resting_until = time.monotonic() + PAUSE_S
+                log.warning("control server: cannot listen again yet (%s)", err)
+                return
+            self._resting_until = None
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -42,6 +42,7 @@ from ringtrain.launch.plan.launchers import ELASTIC_HOSTS, ELASTIC_SPARES
 from ringtrain.launch.plan.make import LaunchPlan
 from ringtrain.probe.gate import evaluate_remembering, gpu_rule, policy_for
 from ringtrain.probe.hostprobe import probe
+from ringtrain.probe.probe_parse import ProbeReport
 from ringtrain.probe.verdict import HostVerdict
 from ringtrain.remote import Remote
 from ringtrain.spec import LaunchSpec
@@ -82,6 +83,7 @@ class SpareKeeper:
         self._rejoin = rejoin
         self.hosts = hosts  # every host the job may use, spares included (the teardown's)
         self._lock = threading.Lock()
+        self._out = threading.Lock()  # taken before _lock, never under it: publishing
         self._checking: threading.Thread | None = None
         self._held: tuple[frozenset[str], float] | None = None  # spares not yet offered
         self._stale: float | None = None  # since when a loss is not published
@@ -90,39 +92,55 @@ class SpareKeeper:
             warm(pool.spares)
 
     def lost(self, host: str) -> None:
-        text = None
+        offer = False
         with self._lock:
             before = {name for name, _ in self.pool.active}
             self.pool, said = lose(self.pool, host, self._clock(), self.range)
             joined = frozenset(n for n, _ in self.pool.active if n not in before)
             if joined and self._warm is not None:
                 # in the round forming now: the driver waits for this list (hvd_driver)
-                text, self._stale = self._text(), None
+                offer, self._stale = True, None
             elif joined:
                 held = self._held[0] if self._held else frozenset()
                 self._held = (held | joined, self._clock())
-            if said is not None and self._stale is None and text is None:
+            if said is not None and self._stale is None and not offer:
                 self._stale = self._clock()
         if said is not None:
             self._note(said)
-        if text is not None:
-            self._publish(text)
+        if offer:
+            self._publish_now()
             self._note(f"elastic: {', '.join(sorted(joined))} offered to Horovod's driver "
                        "now: its warm process joins the ring the survivors form again")
-        if joined and self._warm is not None:
-            self._warm(self.pool.spares)
+        if joined:
+            self._warm_now()
 
     def release(self) -> None:
         """Offer the held spares now: the survivors train again (or the wait is over)."""
         with self._lock:
             held, self._held = self._held, None
             stale, self._stale = self._stale, None
-            text = self._text()
         if held is not None:
             self._note(f"elastic: {', '.join(sorted(held[0]))} offered to Horovod's driver: "
                        "joins at the next commit")
         if held is not None or stale is not None:
+            self._publish_now()
+
+    def _publish_now(self) -> None:
+        """Publish the list as it is now. The watch's thread (a loss, a release) and the
+        check's both publish: whichever does so last publishes the newest list, never one it
+        computed before the other's change."""
+        with self._out:
+            with self._lock:
+                text = self._text()
             self._publish(text)
+
+    def _warm_now(self) -> None:
+        """Tell the warm processes (and the spares file) what the spares are now."""
+        if self._warm is not None:
+            with self._out:
+                with self._lock:
+                    spares = self.pool.spares
+                self._warm(spares)
 
     def _text(self) -> str:
         held = self._held[0] if self._held else frozenset()
@@ -160,6 +178,8 @@ class SpareKeeper:
             for said in self._each(warm_up, joins):
                 self._note(said)
         notes = []
+        # the pool may have changed during the warm-ups (a loss, no spare left): a host that
+        # passed and joins now without having been warmed starts cold, as before warm return
         with self._lock:
             before = self._text()
             for host in hosts:
@@ -169,12 +189,11 @@ class SpareKeeper:
             text = self._text()
             if text != before:
                 self._stale = None  # published now, with any loss still held
+        if text != before:
+            self._publish_now()
         for said in notes:
             self._note(said)
-        if text != before:
-            self._publish(text)
-        if self._warm is not None:
-            self._warm(self.pool.spares)
+        self._warm_now()
 
     @staticmethod
     def _each(fn: Callable[[str], T], hosts: Sequence[str]) -> list[T]:
@@ -210,11 +229,20 @@ def keeper_for(spec: LaunchSpec, inventory: Inventory, plan: LaunchPlan, run_dir
         run_dir.write(f"{plan.attempt_name}/{ELASTIC_HOSTS}", text)
 
     def check(names: tuple[str, ...]) -> dict[str, str | None]:
+        # one probe (its SSH fan-out) for them all; each host judged alone, as when it was
+        # checked by itself: a verdict over the batch would hold them to the batch's majority
+        # (versions) and read the GPU rule off the others
         some = replace(inventory, hosts=tuple(by_name[n] for n in names))
         report = probe(some, remote, python=spec.python, timeout=spec.preflight.timeout_s)
-        policy = gpu_rule(spec.preflight.gpus, report, policy_for(spec, None), lambda _: None)
-        verdict = evaluate_remembering(some, report, replace(policy, on_bad_host="exclude"))
-        return {hv.host: _problem(hv, verdict.busy) for hv in verdict.hosts}
+        out: dict[str, str | None] = {}
+        for result in report.results:
+            alone = ProbeReport((result,))
+            one = replace(inventory, hosts=(by_name[result.host],))
+            policy = gpu_rule(spec.preflight.gpus, alone, policy_for(spec, None), lambda _: None)
+            verdict = evaluate_remembering(one, alone, replace(policy, on_bad_host="exclude"))
+            (hv,) = verdict.hosts
+            out[result.host] = _problem(hv, verdict.busy)
+        return out
 
     if spares:
         note(f"elastic: {', '.join(h.name for h in spares)} held back as spare(s)")
