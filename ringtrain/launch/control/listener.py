@@ -34,7 +34,9 @@ from ringtrain.launch.control.admission import LISTEN_BACKLOG
 log = logging.getLogger(__name__)
 
 SPARE = 512  # descriptors beside the ranks' connections: SSH fan-out, logs, pipes
-LEAST_SPARE = 256  # ... below which a launch is refused
+# ... below which a launch is refused: it could not even hold its ranks (an 8-rank job under
+# a hard limit of 256 still runs; its SSH fan-out may run short, and is told so)
+LEAST_SPARE = 64
 PAUSE_S = 0.5  # out of descriptors: how long the listener rests before it tries again
 # accept's errors that a wait cures (out of descriptors, of kernel memory): the listener rests
 _SHORT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -77,6 +79,10 @@ def make_room(ranks: int) -> None:
                              "raise the system's per-process cap, or launch fewer ranks"
                              ) from err
         log.info("open-file limit raised from %d to %d for %d ranks", soft, new, ranks)
+    if hard != resource.RLIM_INFINITY and wanted(ranks) > hard:
+        log.warning("%d ranks leave %d of this process's %d open files for SSH and logs: "
+                    "some hosts' commands may fail for want of one (raise the hard limit)",
+                    ranks, hard - ranks, hard)
 
 
 class Listener:
