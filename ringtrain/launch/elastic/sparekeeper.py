@@ -1,10 +1,10 @@
 """The loop side of launch/elastic/spares.py under ``--elastic``: apply a lost host to the
 pool, check hosts whose cooldown ended (in a thread, so supervision never waits on SSH: every
-host due at that tick in one probe, their warm processes awaited ``CHECKS_AT_ONCE`` at a time,
-and the list published once for all of them, so hosts lost together come back in one re-form
-of the ring, not one each) and
-publish the discovery list Horovod's driver reads every second when it changes; and keep warm
-processes waiting on the spares (warmspares.py).
+host due at that tick in one probe, each judged alone, their warm processes awaited
+``CHECKS_AT_ONCE`` at a time, and the list published once for all of them, so hosts lost
+together come back in one re-form of the ring, not one each), publish the discovery list
+Horovod's driver reads every second when it changes, and keep warm processes waiting on the
+spares (warmspares.py).
 
 A warm spare takes a lost host's place in the round that forms the new ring (issue 38 item
 2): the list goes out at once, without the lost host and with the spare, and the driver
