@@ -154,6 +154,7 @@ class SupervisionPolicy:
 
     start_timeout: float = 120.0
     heartbeat_timeout: float = 10.0
+    control_hubs: bool | None = None  # per-host hubs (rank/hub.py); None: plan.make.hubs_for
     stall_timeout: float | None = None
     teardown_grace: float = 3.0
     poll_s: float = 0.2

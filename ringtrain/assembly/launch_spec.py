@@ -89,6 +89,7 @@ class LaunchOptions:
     start_timeout: float = 120.0
     stall_timeout: float | None = None
     heartbeat_timeout: float = 10.0
+    control_hubs: str = "auto"  # auto, on, off
     exit_grace: float = 120.0
     on_straggler: str | None = None
     straggler_threshold: float = 1.5
@@ -182,6 +183,7 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
             start_timeout=opts.start_timeout,
             stall_timeout=opts.stall_timeout,
             heartbeat_timeout=opts.heartbeat_timeout,
+            control_hubs={"on": True, "off": False}.get(opts.control_hubs),
             exit_grace=opts.exit_grace,
             straggler=_straggler_policy(opts),
         ),

@@ -262,6 +262,17 @@ _FLAGS: tuple[Callable[[Any], Any], ...] = (
         help="Seconds of silence after which a host counts as lost.",
     ),
     click.option(
+        "--control-hubs",
+        type=click.Choice(["auto", "on", "off"]),
+        default="auto",
+        show_default=True,
+        help="Supervise through one process per host that speaks for its ranks (a hub), "
+        "instead of one connection per rank to the launcher: at 80,000 ranks the launcher reads "
+        "10,000 connections, not 80,000, and one heartbeat per host each second "
+        "(docs/SCALE.md). A silent rank is still named as a rank, a lost host as a host. "
+        "auto: on from 2,048 ranks.",
+    ),
+    click.option(
         "--on-straggler",
         type=click.Choice([a.value for a in StragglerAction]),
         help="A rank whose own part of each step (before the all-reduce) stays "

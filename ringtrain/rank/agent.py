@@ -63,8 +63,10 @@ def rank_from_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> in
 
 
 class RankAgent:
-    def __init__(self, addr: str, token: str, rank: int, launcher_timeout: float) -> None:
+    def __init__(self, addr: str, token: str, rank: int, launcher_timeout: float,
+                 hub_run: str = "") -> None:
         host, _, port = addr.rpartition(":")
+        self.hub_run = hub_run  # a run id: check in with this host's hub (rank/hub.py)
         self.addr = (host.strip("[]"), int(port))
         self.token = token
         self.rank = rank
@@ -83,7 +85,7 @@ class RankAgent:
         deadline = time.monotonic() + 10
         while self._sock is None:
             try:
-                self._sock = socket.create_connection(self.addr, timeout=3)
+                self._sock = self._connect()
             except OSError as err:
                 if time.monotonic() > deadline:
                     _warn(f"cannot reach the launcher at {self.addr}: {err}; unsupervised")
@@ -99,6 +101,16 @@ class RankAgent:
         # launcher that gives none in time is none: the dead-man switch ends this rank
         self._trusted.wait(self.launcher_timeout)
         return True
+
+    def _connect(self) -> socket.socket:
+        """To the launcher, or under ``--control-hubs`` to this host's hub."""
+        if not self.hub_run:
+            return socket.create_connection(self.addr, timeout=3)
+        from ringtrain.rank import hub  # noqa: PLC0415 - only under hubs
+        sock = hub.connect(self.hub_run)
+        if sock is None:
+            raise OSError(f"no hub answered on this host for run {self.hub_run}")
+        return sock
 
     def _hello(self) -> None:
         ppid = os.getppid()
@@ -185,7 +197,7 @@ class RankAgent:
             with contextlib.suppress(OSError):
                 old.close()
         try:
-            sock = socket.create_connection(self.addr, timeout=3)
+            sock = self._connect()
         except OSError:
             return False
         sock.settimeout(None)
@@ -290,9 +302,10 @@ class RankAgent:
             f"{why}; ending rank {self.rank} (pid {os.getpid()})"
             + (f" and its Open MPI daemon (pid {ppid})" if daemon else "")
         )
-        _kill_children(os.getpid())
+        hubs = sys.modules.get("ringtrain.rank.hub")  # its host's other ranks still need it
+        _kill_children(os.getpid(), tuple(getattr(hubs, "SPAWNED", ())))
         if daemon:
-            session = _ssh_session_of(ppid)
+            session = procfs.ssh_session_of(ppid)
             with contextlib.suppress(OSError):
                 os.kill(ppid, signal.SIGKILL)
             if session is not None:
@@ -303,24 +316,10 @@ class RankAgent:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _ssh_session_of(daemon: int) -> int | None:
-    """The sshd session process (``sshd: user@notty``) that started the Open MPI daemon, maybe
-    through a shell, when it carries that daemon alone (not a multiplexed connection)."""
-    child, pid = daemon, procfs.parent(daemon)
-    for _ in range(3):
-        if pid <= 1 or procfs.children(pid) != [child]:
-            return None
-        name = procfs.comm(pid)
-        if name == "sshd":
-            return pid if procfs.cmdline(pid).startswith("sshd: ") else None
-        if name not in ("sh", "bash", "dash", "zsh"):
-            return None
-        child, pid = pid, procfs.parent(pid)
-    return None
-
-
-def _kill_children(pid: int) -> None:
+def _kill_children(pid: int, spare: tuple[int, ...] = ()) -> None:
     for child in procfs.children(pid):
+        if child in spare:
+            continue
         _kill_children(child)
         with contextlib.suppress(OSError):
             os.kill(child, signal.SIGKILL)
@@ -357,7 +356,8 @@ def start_from_env() -> RankAgent | relay.RelaySender | None:
             _report_init(sender)
         return _AGENT
     timeout = float(os.environ.get(envvars.LAUNCHER_TIMEOUT, "15"))
-    candidate = RankAgent(addr, token, rank_from_env(), timeout)
+    hub_run = os.environ.get(envvars.RUN_ID, "") if os.environ.get(envvars.CONTROL_HUB) else ""
+    candidate = RankAgent(addr, token, rank_from_env(), timeout, hub_run)
     if not candidate.start():
         return None
     _AGENT = candidate

@@ -14,6 +14,7 @@ RUN_ID = "RINGTRAIN_RUN_ID"  # the reaper finds a job's processes by it
 ATTEMPT = "RINGTRAIN_ATTEMPT"  # 1, 2, ... across restarts
 CONTROL_ADDR = "RINGTRAIN_CONTROL_ADDR"  # host:port of the launcher's control server
 CONTROL_TOKEN = "RINGTRAIN_CONTROL_TOKEN"  # noqa: S105 - a name; its value is a secret: never in argv, logs or plan.json
+CONTROL_HUB = "RINGTRAIN_CONTROL_HUB"  # 1: ranks check in with their host's hub (rank/hub.py)
 LAUNCHER_TIMEOUT = "RINGTRAIN_LAUNCHER_TIMEOUT"  # dead-man switch, seconds
 CHECKPOINT_URL = "RINGTRAIN_CHECKPOINT_URL"  # --checkpoint, when given
 CHECKPOINT_GRACE = "RINGTRAIN_CHECKPOINT_GRACE"  # seconds a storage outage may last
@@ -28,6 +29,6 @@ WARM_TAKEN = "RINGTRAIN_WARM_TAKEN"  # set in a warm process once it is the rank
 # another process's descriptor or folder, not the shim)
 LAUNCHER_BIN = "RINGTRAIN_LAUNCHER_BIN"
 
-ALL = (RUN_DIR, RUN_ID, ATTEMPT, CONTROL_ADDR, CONTROL_TOKEN, LAUNCHER_TIMEOUT, CHECKPOINT_URL,
-       CHECKPOINT_GRACE, GLOO_PER_HOST, RELAY_FD, TF_CLUSTER, ENV_FILE, WARM, WARM_TAKEN,
-       LAUNCHER_BIN)
+ALL = (RUN_DIR, RUN_ID, ATTEMPT, CONTROL_ADDR, CONTROL_TOKEN, CONTROL_HUB, LAUNCHER_TIMEOUT,
+       CHECKPOINT_URL, CHECKPOINT_GRACE, GLOO_PER_HOST, RELAY_FD, TF_CLUSTER, ENV_FILE, WARM,
+       WARM_TAKEN, LAUNCHER_BIN)

@@ -100,3 +100,19 @@ def children(pid: int) -> list[int]:
 
 def pids() -> list[int]:
     return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def ssh_session_of(daemon: int) -> int | None:
+    """The sshd session process (``sshd: user@notty``) that started the Open MPI daemon, maybe
+    through a shell, when it carries that daemon alone (not a multiplexed connection)."""
+    child, pid = daemon, parent(daemon)
+    for _ in range(3):
+        if pid <= 1 or children(pid) != [child]:
+            return None
+        name = comm(pid)
+        if name == "sshd":
+            return pid if cmdline(pid).startswith("sshd: ") else None
+        if name not in ("sh", "bash", "dash", "zsh"):
+            return None
+        child, pid = pid, parent(pid)
+    return None

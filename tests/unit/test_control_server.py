@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import ringtrain
+from ringtrain.launch.control import hubs
 from ringtrain.launch.control.admission import LISTEN_BACKLOG
 from ringtrain.launch.control.rounds import DoomedRound, joined, ring_to_abort
 from ringtrain.launch.control.server import MAX_PENDING, ControlServer
@@ -460,11 +461,15 @@ def test_every_kind_the_rank_side_sends_is_one_the_server_hears() -> None:
     the launcher (``send("...")``, memory's ``_tell("...")``) and every kind the relay
     forwards must be listed, or it would be dropped as a forgery."""
     root = Path(ringtrain.__file__).parent
-    sent = {kind for path in root.rglob("*.py") for kind in re.findall(
-        r'\b(?:send|_tell|tell)\(\s*"([a-z_]+)"', path.read_text())}
+    hub = root / "rank" / "hub.py"  # a host's hub speaks its own kinds (hubs.HUB_KINDS)
+    pattern = r'\b(?:send|_tell|tell)\(\s*"([a-z_]+)"'
+    sent = {kind for path in root.rglob("*.py") if path != hub
+            for kind in re.findall(pattern, path.read_text())}
     assert {"hb", "progress", "done", "elastic_reset"} <= sent  # the scan sees them
     assert sent <= RANK_EVENTS
     assert set(FORWARDED) <= RANK_EVENTS
+    told = set(re.findall(pattern, hub.read_text()))
+    assert {"join", "ev", "beat", "left"} <= told <= hubs.HUB_KINDS
 
 
 def test_step_times_that_are_not_finite_are_left_out() -> None:

@@ -51,6 +51,7 @@ FULL = LaunchOptions(
     start_timeout=60,
     stall_timeout=300,
     heartbeat_timeout=5,
+    control_hubs="on",
     on_straggler="restart-without",
     straggler_threshold=2.0,
     straggler_window=30,

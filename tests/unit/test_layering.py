@@ -29,6 +29,7 @@ ALLOWED = {
         "hostfile/discover.py",
         "schedulers/calls.py",
         "rank/entry.py",  # runs the user's program (a wrapper, a binary) as the rank's child
+        "rank/hub.py",  # the first rank of a host starts the host's hub (--control-hubs)
         "ringcheck/intraprog.py",  # nccl-tests' all_reduce_perf on a host
         "checkpoint/",
         "sim/",
@@ -339,7 +340,7 @@ WORLD = {"subprocess", "socket", "paramiko", "select", "selectors", "signal", "t
          "concurrent", "multiprocessing", "fsspec", "s3fs", "urllib", "http", "grpc", "psutil"}
 EDGES = (
     "remote/", "launch/job/run.py", "launch/control/server.py",
-    "launch/control/listener.py", "launch/session.py",
+    "launch/control/listener.py", "launch/control/conn.py", "launch/session.py",
     "probe/gate.py", "probe/names.py", "hostfile/discover.py", "schedulers/calls.py",
     "checkpoint/", "sim/", "bench/", "rank/", "models/", "keras/", "ringcheck/intraprog.py", "cli/",
     "launch/elastic/sparekeeper.py", "launch/elastic/warmspares.py", "launch/job/driverssh.py",

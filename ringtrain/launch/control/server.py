@@ -1,26 +1,23 @@
 """The launcher side of the control protocol (see events.py): a small TCP server.
 
-It accepts one connection per rank, checks the token, keeps each rank's latest state, and sends
-a heartbeat to every rank each second. One thread reads every connection through a selector
-(a thread per connection cost 185% CPU and 229 ms supervision ticks at 8,000 simulated ranks,
-and a false "host silent": bench/launcher/control_scale.py). ``snapshot()`` returns an
-immutable view that the pure supervision checks in supervise.py read.
+It accepts a connection per rank, or under ``--control-hubs`` one per host from that host's
+hub speaking for its ranks (rank/hub.py, hubs.py), checks the token, keeps each rank's latest
+state and sends every connection a heartbeat each second. One thread reads every connection
+through a selector (a thread per connection: 185% CPU and 229 ms ticks at 8,000 simulated
+ranks, and a false "host silent": bench/launcher/control_scale.py). ``snapshot()`` returns an
+immutable view that the pure supervision checks (supervise/detect.py) read.
 
 Anyone who can reach the port can connect, so nothing is trusted before the token: a peer
 must finish the handshake (``hello``, ``challenge``, ``auth`` proving the token: events.py)
-within ``HELLO_TIMEOUT_S``, and say something within ``admission.IDLE_S``; at most
-``max_pending`` connections may be waiting to do so, ``max_per_source`` from one address (more
-are closed at once: admission.py); every read is bounded by ``MAX_LINE`` (a longer line drops
-the connection), so memory stays flat under a flood and there are two threads whatever the
-number of connections. ``max_pending`` is ``MAX_PENDING`` or the job's rank count, whichever is
-larger: all ranks of a large job may check in at once (bench/launcher/control_scale.py: with a
-fixed 64, 116 of 8,000 simulated ranks were closed unheard and would have been reported as
-never started); ``max_per_source`` is above the ranks of the busiest host (``per_host``), so
-one peer flooding the port cannot keep a rank out: the rank's agent connects again when its
-connection is closed before the handshake's end (rank/agent.py). A connection speaks for its
-own hello's rank only; a second one for a rank (host and PID) still connected is refused,
-never let take over; nor one for a rank outside the job (``world``), nor a process claiming a
-number another checked in with first (``hello.claim``). Each refusal is logged with the peer.
+within ``HELLO_TIMEOUT_S`` and say something within ``admission.IDLE_S``; at most
+``max_pending`` connections wait to do so (``MAX_PENDING`` or the job's ranks: all ranks of a
+large job may check in at once; a fixed 64 closed 116 of 8,000 unheard), ``max_per_source``
+from one address (above the busiest host's ranks, so one peer flooding the port cannot keep a
+rank out; the agent tries again: rank/agent.py); every read is bounded by ``MAX_LINE``. A
+connection speaks for its own hello's rank only (a hub: for the ranks that joined through it,
+of its own host); a second one for a rank (host and PID) still connected is refused, never let
+take over; nor one for a rank outside the job (``world``), nor a process claiming a number
+another checked in with first (``hello.claim``). Each refusal is logged with the peer.
 """
 
 from __future__ import annotations
@@ -33,15 +30,17 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
+from ringtrain.launch.control import hubs
 from ringtrain.launch.control.admission import IDLE_S, PER_SOURCE, Admission
+from ringtrain.launch.control.apply import ELASTIC_KEPT, progress_of, restored_of, updated
+from ringtrain.launch.control.conn import Conn, address, send
 from ringtrain.launch.control.hello import Hello, authentic, challenge, claim, outside, read_hello
 from ringtrain.launch.control.listener import Listener, make_room
-from ringtrain.launch.control.rounds import DoomedRound, joined, ring_of, ring_to_abort
+from ringtrain.launch.control.rounds import DoomedRound, joined, ring_to_abort
 from ringtrain.launch.record.snapshot import Progress, RankState, Restored, Snapshot
-from ringtrain.launch.record.steptimes import StepTimes
 from ringtrain.rank.events import (
     HEARTBEAT_S,
     MAX_LINE,
@@ -50,7 +49,6 @@ from ringtrain.rank.events import (
     Seal,
     count,
     decode,
-    number,
     session_key,
     to_event,
 )
@@ -60,21 +58,6 @@ __all__ = ["ControlServer", "Progress", "RankState", "Restored", "Snapshot"]
 log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 10.0
 MAX_PENDING = 64
-
-
-@dataclass(eq=False)
-class _Conn:
-    sock: socket.socket
-    opened: float = 0.0
-    peer: str = "?"  # the address it connected from (for the log)
-    rank: int | None = None  # set once the handshake is done: the rank it speaks for
-    hello: Hello | None = None  # what it said in its hello, before its auth
-    nonce: str = ""  # the launcher's nonce in this connection's challenge
-    noted: bool = False  # a message dropped and logged (once per connection)
-    inn: Seal | None = None  # after the handshake: the rank's sealed messages, opened
-    out: Seal | None = None  # ... and the launcher's, sealed
-    buffer: bytearray = field(default_factory=bytearray)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class ControlServer:
@@ -104,9 +87,11 @@ class ControlServer:
         self._restores: list[Restored] = []
         self.preempt_commit: tuple[int | None, int | None] | None = None  # (epoch, step)
         self._doomed: DoomedRound | None = None  # a rank lost while the ring formed (rounds.py)
-        self._conns: set[_Conn] = set()
+        self._conns: set[Conn] = set()
+        # each rank checked in: its connection, and the hub's number for it (None: its own)
+        self._route: dict[int, tuple[Conn, int | None]] = {}
         # connections before their handshake's end: bounded in all, per address, in time
-        self._pending: Admission[_Conn] = Admission(
+        self._pending: Admission[Conn] = Admission(
             self.max_pending, self.max_per_source, IDLE_S, hello_timeout)
         self.refused = 0  # closed unheard: over max_pending, silent, no token, a rank's 2nd
         self._lock = threading.Lock()
@@ -144,9 +129,6 @@ class ControlServer:
             self._thread.join(timeout=2.0)
 
     # ------------------------------------------------------------------ the loop
-    # One thread reads every connection through a selector: at 8,000 ranks a thread per
-    # connection spent the launcher's CPU on switching between them
-    # (bench/launcher/control_scale.py).
 
     def _loop(self) -> None:
         try:
@@ -171,7 +153,7 @@ class ControlServer:
 
     def _accept(self) -> None:
         for sock, peer in self._listener.accept():
-            conn = _Conn(sock, opened=time.monotonic(), peer=_address(peer))
+            conn = Conn(sock, opened=time.monotonic(), peer=address(peer))
             if not self._pending.admit(conn, str(peer[0]), conn.opened):
                 self.refused += 1  # no place (in all, or for its address): closed at once
                 with contextlib.suppress(OSError):
@@ -188,7 +170,7 @@ class ControlServer:
             for conn in self._pending.expired(time.monotonic()):
                 self._drop(conn)
 
-    def _read(self, conn: _Conn) -> None:
+    def _read(self, conn: Conn) -> None:
         try:
             data = conn.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
@@ -199,7 +181,7 @@ class ControlServer:
             self._drop(conn)
             return
         conn.buffer += data
-        if conn.rank is None:
+        if conn.inn is None:
             self._pending.heard(conn)
         while True:
             end = conn.buffer.find(b"\n")
@@ -222,45 +204,58 @@ class ControlServer:
                 self._drop(conn)
                 return
 
-    def _line(self, conn: _Conn, line: bytes) -> bool:
+    def _line(self, conn: Conn, line: bytes) -> bool:
         """Handle one line; False: drop the peer."""
-        if conn.rank is None:  # the handshake: hello, then auth, nothing else in between
+        if conn.inn is None:  # the handshake: hello, then auth, nothing else in between
             msg = decode(line)
             if msg is None:
                 return False
             return self._hello(conn, msg) if conn.hello is None else self._auth(conn, msg)
-        assert conn.inn is not None
         msg = conn.inn.open(line)
-        if msg is None or msg["t"] not in RANK_EVENTS:
+        kinds = RANK_EVENTS if conn.hub is None else hubs.HUB_KINDS
+        if msg is None or msg["t"] not in kinds:
             if not conn.noted:  # once per connection: a peer cannot flood the log
                 conn.noted = True
-                log.warning("control: rank %s sent a message not sealed for this connection "
+                log.warning("control: %s sent a message not sealed for this connection "
                             "or not in the protocol (%r); dropped it (and any more)",
-                            conn.rank, line[:60])
+                            conn.describe(), line[:60])
             return True
-        self._handle(conn, msg)
+        if conn.hub is not None:
+            self._from_hub(conn, conn.hub, msg)
+        elif conn.rank is not None:
+            self._handle(conn.rank, msg)
         return True
 
-    def _drop(self, conn: _Conn) -> None:
+    def _drop(self, conn: Conn) -> None:
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._selector.unregister(conn.sock)
         if self._pending.leave(conn):
             self.refused += 1
         with self._lock:
             self._conns.discard(conn)
-            if conn.rank is not None and conn.rank in self._ranks:
-                self._ranks[conn.rank] = replace(self._ranks[conn.rank], connected=False,
-                                                 gone_at=self._clock())
+            ranks = [conn.rank] if conn.hub is None else list(conn.hub.slots.values())
+            for rank in ranks:
+                self._gone(rank, conn)
         with conn.lock, contextlib.suppress(OSError):
             conn.sock.close()
 
-    def _hello(self, conn: _Conn, msg: dict[str, Any]) -> bool:
+    def _gone(self, rank: int | None, conn: Conn) -> None:
+        """The connection ``rank`` spoke through ended (under the lock)."""
+        if rank is None or self._route.get(rank, (None,))[0] is not conn:
+            return
+        del self._route[rank]
+        if rank in self._ranks:
+            self._ranks[rank] = replace(self._ranks[rank], connected=False,
+                                        gone_at=self._clock())
+
+    def _hello(self, conn: Conn, msg: dict[str, Any]) -> bool:
         """Answer a hello with the challenge (the launcher's proof, its own nonce)."""
-        hello = read_hello(msg)
+        hub = hubs.is_hub(msg)
+        hello = hubs.read_hub_hello(msg) if hub else read_hello(msg)
         if isinstance(hello, str):
             log.warning("control: dropped a connection from %s: %s", conn.peer, hello)
             return False
-        why = outside(hello, self.world)
+        why = None if hub else outside(hello, self.world)
         if why is not None:
             log.warning("control: refused a connection from %s: %s", conn.peer, why)
             return False
@@ -270,7 +265,7 @@ class ControlServer:
             return conn.sock.send(data, socket.MSG_DONTWAIT) == len(data)
         return False
 
-    def _auth(self, conn: _Conn, msg: dict[str, Any]) -> bool:
+    def _auth(self, conn: Conn, msg: dict[str, Any]) -> bool:
         """The rank proved the token: from now on the connection speaks for its hello's rank."""
         hello = conn.hello
         assert hello is not None
@@ -278,113 +273,126 @@ class ControlServer:
             log.warning("control: dropped a connection from %s without the job's token (its "
                         "hello said rank %d on %r)", conn.peer, hello.rank, hello.host[:64])
             return False
+        key = session_key(self.token, hello.nonce, conn.nonce)
+        if hello.rank < 0:  # a host's hub: it speaks for the ranks that join through it
+            conn.hub = hubs.HubLink(hello.host)
+            conn.inn, conn.out = Seal(key, hubs.HUB_ROLE), Seal(key, "launcher")
+        elif self._check_in(conn, None, hello) is None:
+            return False
+        else:
+            conn.inn, conn.out = Seal(key, "rank"), Seal(key, "launcher")
+        self._pending.leave(conn)
+        return True
+
+    def _check_in(self, conn: Conn, c: int | None, hello: Hello) -> int | None:
+        """An authenticated rank, on its own connection or its hub's (``c``), claims its
+        number (hello.claim): that number, or None: refused (logged)."""
         with self._lock:
             rank = claim(hello, self._ranks.get(hello.rank), self.elastic,
                          max(self._ranks, default=-1) + 1)
             if isinstance(rank, str):
                 log.warning("control: refused a connection from %s: %s", conn.peer, rank)
-                return False
-            conn.rank = rank
-            key = session_key(self.token, hello.nonce, conn.nonce)
-            conn.inn, conn.out = Seal(key, "rank"), Seal(key, "launcher")
+                return None
+            if c is None:
+                conn.rank = rank
+            self._route[rank] = (conn, c)
             self._ranks[rank] = RankState(
                 rank=rank, host=hello.host, pid=hello.pid, start=hello.start, ppid=hello.ppid,
                 parent=hello.parent, parent_start=hello.parent_start, last_heard=self._clock())
-        self._pending.leave(conn)
-        return True
+        return rank
 
-    def _handle(self, conn: _Conn, msg: dict[str, Any]) -> None:
-        assert conn.rank is not None
+    def _from_hub(self, conn: Conn, hub: hubs.HubLink, msg: dict[str, Any]) -> None:
+        """A hub's message: for the ranks it speaks for (hubs.py), others dropped."""
+        kind = msg["t"]
+        if kind == "join":
+            self._join(conn, hub, msg)
+        elif kind == "ev" and (ev := hubs.read_event(msg)) and ev[0] in hub.slots:
+            self._handle(hub.slots[ev[0]], ev[1])
+        elif kind == "beat":
+            ages, steps = hubs.read_beat(msg)
+            for c, step in steps:
+                if c in hub.slots:
+                    self._handle(hub.slots[c], step)
+            now = self._clock()
+            with self._lock:
+                for c, age in ages:
+                    rank = hub.slots.get(c)
+                    if rank is not None and (state := self._ranks.get(rank)) is not None:
+                        self._ranks[rank] = replace(state, last_heard=now - age)
+        elif kind == "left" and (left := hubs.slot(msg)) is not None and left in hub.slots:
+            with self._lock:
+                self._gone(hub.slots.pop(left), conn)
+        elif kind == "note":
+            log.info("control: the hub on %s: %s", hub.host[:64], hubs.note(msg))
+
+    def _join(self, conn: Conn, hub: hubs.HubLink, msg: dict[str, Any]) -> None:
+        """A rank checked in with its hub: claimed as on its own connection, or dropped."""
+        joined_ = hubs.read_join(msg, hub.host)
+        if isinstance(joined_, str):
+            log.warning("control: the hub at %s: %s", conn.peer, joined_)
+            if (c := hubs.slot(msg)) is not None:
+                send(conn, "drop", c=c)
+        elif (rank := self._check_in(conn, *joined_)) is not None:
+            hub.slots[joined_[0]] = rank
+        else:
+            send(conn, "drop", c=joined_[0])
+
+    def _handle(self, rank: int, msg: dict[str, Any]) -> None:
         now = self._clock()
         kind = msg["t"]
         with self._lock:
-            state = self._ranks.get(conn.rank)
+            state = self._ranks.get(rank)
             if state is not None:
-                state = replace(
-                    state,
-                    last_heard=now,
-                    init_begun=state.init_begun or kind in ("init_begin", "init"),
-                    initialized=state.initialized or kind == "init",
-                    ring=ring_of(msg, state.ring) if kind == "init" else state.ring,
-                    ring_at=now if kind == "init" else state.ring_at,
-                    begun_at=now if kind == "init_begin" else state.begun_at,
-                    started=number(msg.get("started")) if kind == "init_begin" else state.started,
-                    forming_since=(now if kind == "tf_forming" else None
-                                   if kind == "tf_formed" else state.forming_since),
-                    done_at=now if kind == "done" and state.done_at is None else state.done_at,
-                    api=_api_parts(state.api, msg) if kind == "api" else state.api,
-                    steps=(state.steps or _NO_STEPS).then(msg, now)
-                    if kind == "steps" else state.steps,
-                )
-                self._ranks[conn.rank] = state
+                state = updated(state, kind, msg, now)
+                self._ranks[rank] = state
                 self._doomed, ring = joined(self._doomed, state, kind)
                 if ring is not None and self._doomed is not None:
-                    self._send(conn, "abort", ring=ring, lost=self._doomed.lost)
+                    self._send_rank(rank, "abort", ring=ring, lost=self._doomed.lost)
             if kind == "progress":  # a field of the wrong type is left out, never trusted
-                self._progress = Progress(
-                    epoch=count(msg.get("epoch")),
-                    epochs=count(msg.get("epochs")),
-                    step=count(msg.get("step")),
-                    steps=count(msg.get("steps")),
-                    loss=number(msg.get("loss")),
-                    samples_per_s=number(msg.get("samples_per_s")),
-                    at=now,
-                )
+                self._progress = progress_of(msg, now)
             elif kind == "elastic_reset":
                 self._resets = [*self._resets, now][-ELASTIC_KEPT:]
             elif kind == "preempt_committed":  # numbers only: (epoch, step)
                 self.preempt_commit = (count(msg.get("epoch")), count(msg.get("step")))
             elif kind == "elastic_restored":  # numbers only, as for progress
-                self._restores = [*self._restores, Restored(
-                    now, count(msg.get("source")), count(msg.get("epoch")),
-                    count(msg.get("step")), count(msg.get("size")),
-                    count(msg.get("nbytes")))][-ELASTIC_KEPT:]
+                self._restores = [*self._restores, restored_of(msg, now)][-ELASTIC_KEPT:]
         if self._on_event is not None and kind not in ("hb", "steps"):
-            self._on_event(to_event(msg, conn.rank))
+            self._on_event(to_event(msg, rank))
 
     def _beat(self) -> None:
         while not self._closed.wait(HEARTBEAT_S):
             self.broadcast("hb")
 
     def broadcast(self, kind: str) -> None:
+        """To every rank: through a hub, one message for all of its ranks."""
         with self._lock:
             conns = [c for c in self._conns if c.out is not None]
         for conn in conns:
-            self._send(conn, kind)
+            if conn.hub is None or kind == "hb":
+                send(conn, kind)
+            else:
+                send(conn, "all", k=kind)
 
     def abort_ring(self, lost: int) -> int:
         """Rank ``lost`` is gone (--elastic): each rank whose ring had it is told to shut it
         down now (rank/abort.py; which ring: rounds.py). Returns how many were told."""
         with self._lock:
             gone = self._ranks.get(lost)
-            told = [(c, ring, (r.host, r.pid)) for c in self._conns
-                    if c.out is not None and c.rank is not None and c.rank != lost
-                    and (r := self._ranks.get(c.rank)) and (ring := ring_to_abort(r, gone))]
+            told = [(rank, ring, (r.host, r.pid)) for rank in self._route
+                    if rank != lost and (r := self._ranks.get(rank))
+                    and (ring := ring_to_abort(r, gone))]
             if gone is not None and gone.forming_ring:  # at: its loss on the ranks' clocks
                 at = time.time() - (self._clock() - (gone.gone_at or self._clock()))
                 self._doomed = DoomedRound(lost, at, {who for _, _, who in told})
-        for conn, ring, _ in told:
-            self._send(conn, "abort", ring=ring, lost=lost)
+        for rank, ring, _ in told:
+            self._send_rank(rank, "abort", ring=ring, lost=lost)
         return len(told)
 
-    @staticmethod
-    def _send(conn: _Conn, kind: str, **fields: Any) -> None:
-        # Never block on a rank whose host stopped reading (a cut link): drop the message.
-        with conn.lock, contextlib.suppress(OSError):
-            assert conn.out is not None
-            conn.sock.send(conn.out.seal(kind, **fields), socket.MSG_DONTWAIT)
-
-
-_NO_STEPS = StepTimes(None, None, 0.0)
-
-
-def _address(peer: Any) -> str:
-    return f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
-
-
-ELASTIC_KEPT = 64
-
-
-def _api_parts(known: tuple[str, ...], msg: dict[str, Any]) -> tuple[str, ...]:
-    parts = [k for k in ("checkpoint", "progress", "resume") if msg.get(k)]
-    return tuple(sorted(set(known) | set(parts)))
+    def _send_rank(self, rank: int, kind: str, **fields: Any) -> None:
+        route = self._route.get(rank)
+        if route is not None:
+            conn, c = route
+            if c is None:
+                send(conn, kind, **fields)
+            else:
+                send(conn, "to", c=c, k=kind, f=fields)

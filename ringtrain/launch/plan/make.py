@@ -247,7 +247,7 @@ class PlanInputs:
 def make_plan(spec: LaunchSpec, alloc: Allocation, inputs: PlanInputs) -> LaunchPlan:
     run_dir = (spec.runs_dir / inputs.run_id).absolute()
     script = _script_path(spec)
-    delta = _env_delta(spec, inputs, run_dir)
+    delta = _env_delta(spec, inputs, run_dir, alloc.np)
     if spec.strategy is not Strategy.HOROVOD:
         delta[envvars.TF_CLUSTER] = tfcluster.encode(tfcluster.cluster_for(alloc, spec))
     extra = [e.name for e in spec.env]
@@ -359,7 +359,17 @@ def _script_path(spec: LaunchSpec) -> str:
     return str(path)
 
 
-def _env_delta(spec: LaunchSpec, inputs: PlanInputs, run_dir: Path) -> dict[str, str]:
+HUBS_FROM = 2048  # --control-hubs auto: from this many ranks (docs/SCALE.md)
+
+
+def hubs_for(asked: bool | None, ranks: int) -> bool:
+    """Whether a job of ``ranks`` supervises through per-host hubs (rank/hub.py): as asked,
+    or (auto) from ``HUBS_FROM`` ranks."""
+    return ranks >= HUBS_FROM if asked is None else asked
+
+
+def _env_delta(spec: LaunchSpec, inputs: PlanInputs, run_dir: Path,
+               ranks: int) -> dict[str, str]:
     delta = {
         envvars.RUN_DIR: str(run_dir),
         envvars.RUN_ID: inputs.run_id,
@@ -368,6 +378,9 @@ def _env_delta(spec: LaunchSpec, inputs: PlanInputs, run_dir: Path) -> dict[str,
     if inputs.control_addr and inputs.control_token:
         delta[envvars.CONTROL_ADDR] = inputs.control_addr
         delta[envvars.CONTROL_TOKEN] = inputs.control_token
+        most = max(ranks, spec.elastic.max_np or 0) if spec.elastic is not None else ranks
+        if hubs_for(spec.supervision.control_hubs, most):
+            delta[envvars.CONTROL_HUB] = "1"
         if inputs.launcher_timeout is not None:
             delta[envvars.LAUNCHER_TIMEOUT] = f"{inputs.launcher_timeout:g}"
     if "TF_CPP_MIN_LOG_LEVEL" not in inputs.environ:
