@@ -39,7 +39,7 @@ from ringtrain.launch.job.deliver import Delivery, start_with_secrets
 from ringtrain.launch.job.run import Job
 from ringtrain.launch.job.rundir import RunDir, make_run_dir
 from ringtrain.launch.plan import tfcluster
-from ringtrain.launch.plan.make import LaunchPlan, PlanInputs, make_plan
+from ringtrain.launch.plan.make import LaunchPlan, PlanInputs, hubs_for, make_plan
 from ringtrain.launch.plan.sessionenv import SessionEnv
 from ringtrain.launch.record.fault import Fault
 from ringtrain.launch.record.milestones import Milestones, observe
@@ -224,8 +224,11 @@ class Session:
         return alloc
 
     def _attempt(self, attempt: int, alloc: Allocation, checked: Preflight) -> JobResult:
+        world = elastic_world(alloc, self.spec.elastic)
+        hubs = hubs_for(self.spec.supervision.control_hubs, world or alloc.np)
         control = ControlServer(bind=checked.control_host, ranks=alloc.np, per_host=alloc.busiest,
-                                elastic_world=elastic_world(alloc, self.spec.elastic))
+                                elastic_world=world,  # a hub a host (under --elastic: any)
+                                connections=len(alloc.hosts) if hubs and not world else None)
         self._live = (None, control)
         delivery: Delivery | None = None
         try:

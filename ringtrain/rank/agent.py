@@ -107,9 +107,13 @@ class RankAgent:
         if not self.hub_run:
             return socket.create_connection(self.addr, timeout=3)
         from ringtrain.rank import hub  # noqa: PLC0415 - only under hubs
-        sock = hub.connect(self.hub_run)
-        if sock is None:
-            raise OSError(f"no hub answered on this host for run {self.hub_run}")
+        sock = hub.connect(self.hub_run, os.environ.get(envvars.ATTEMPT, ""))
+        if sock is None:  # supervised all the same, on a connection of its own
+            _warn("no hub of this run answered on this host (ringtrain must be installed in "
+                  "this Python for `python -I -m ringtrain.rank.hub`, not only on PYTHONPATH; "
+                  "or another user holds its name): checking in with the launcher directly")
+            self.hub_run = ""
+            return socket.create_connection(self.addr, timeout=3)
         return sock
 
     def _hello(self) -> None:

@@ -39,6 +39,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,37 +67,54 @@ from ringtrain.rank.events import (
 IDLE_S = 10.0  # no rank connected this long (or since the hub started): the hub ends
 HELLO_S = 10.0  # a rank's handshake with the hub
 MAX_HUB_LINE = 4096  # launcher -> hub
+MAX_BACKLOG = 4 << 20  # bytes for a launcher that stopped reading, then the hub ends
+RANK_LINE = MAX_LINE - 512  # a rank's line, room left for the hub's wrapping of it
+STEPS_A_BEAT = 100  # step-time reports in one beat (more: another beat, same second)
 HUB_ROLE = "hub"
 SPAWNED: list[int] = []  # the hubs this process started (a rank's _die spares them)
 
 
-def address(run_id: str) -> str:
-    """The hub's abstract socket name for this user and run."""
-    return f"\0ringtrain-hub-{os.getuid()}-{run_id[:64]}"
+def address(run_id: str, attempt: str) -> str:
+    """The hub's abstract socket name for this user, run and attempt (a hub of an earlier
+    attempt, still waiting out its launcher's silence on a lost host, is not this one's)."""
+    return f"\0ringtrain-hub-{os.getuid()}-{run_id[:64]}-{attempt[:8]}"
 
 
-def connect(run_id: str, deadline_s: float = 10.0) -> socket.socket | None:
+def peer_uid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+def connect(run_id: str, attempt: str, deadline_s: float = 10.0) -> socket.socket | None:
     """A connection to this host's hub, starting one when none answers; None when none came
-    within ``deadline_s``."""
-    name = address(run_id)
+    within ``deadline_s``. A name held by another user's process is no hub of ours (abstract
+    names have no permissions: anyone may bind one first): None at once."""
+    name = address(run_id, attempt)
     started = False
     end = time.monotonic() + deadline_s
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(name)
-            return sock
         except OSError:
             sock.close()
+        else:
+            if peer_uid(sock) == os.getuid():
+                return sock
+            sock.close()
+            return None
         if time.monotonic() > end:
             return None
         if not started:
             started = True
-            SPAWNED.append(subprocess.Popen(
+            hub = subprocess.Popen(
                 isolated.module_argv(sys.executable, "ringtrain.rank.hub"),
                 cwd=isolated.NEUTRAL_DIR,
                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL).pid)
+                stderr=subprocess.DEVNULL)
+            SPAWNED.append(hub.pid)
+            # reaped whenever it ends (one that lost the race for the name: at once)
+            threading.Thread(target=hub.wait, name="ringtrain-hub-reap", daemon=True).start()
         time.sleep(0.05)
 
 
@@ -129,6 +147,7 @@ class Hub:
         self.out: Seal | None = None
         self.from_launcher = bytearray()
         self.steps: list[list[Any]] = []  # [c, steps message] since the last beat
+        self.backlog = bytearray()  # sealed lines for the launcher not sent yet
         self.heard_launcher = time.monotonic()
         self.last_rank = time.monotonic()
 
@@ -152,12 +171,22 @@ class Hub:
         return True
 
     def tell(self, kind: str, **fields: Any) -> None:
+        """Queued whole and sent as the launcher's socket takes it: never a line in part,
+        never the hub's loop blocked on a launcher that stopped reading."""
         assert self.out is not None
-        data = self.out.seal(kind, **fields)
-        with contextlib.suppress(OSError):
-            self.launcher.settimeout(5 * HEARTBEAT_S)  # a launcher that stopped reading
-            self.launcher.sendall(data)
-            self.launcher.setblocking(False)
+        self.backlog += self.out.seal(kind, **fields)
+        self.flush()
+
+    def flush(self) -> bool:
+        """Send what the socket takes now; False when more than ``MAX_BACKLOG`` waits."""
+        if self.backlog:
+            try:
+                del self.backlog[: self.launcher.send(self.backlog)]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:  # the connection broke: its reader sees the end
+                self.backlog.clear()
+        return len(self.backlog) <= MAX_BACKLOG
 
     def from_the_launcher(self) -> bool:
         """Read what the launcher sent; False when its connection ended."""
@@ -201,9 +230,7 @@ class Hub:
     def accept(self) -> None:
         with contextlib.suppress(OSError):
             sock, _ = self.listen.accept()
-            uid = struct.unpack("3i", sock.getsockopt(
-                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
-            if uid != os.getuid():  # another user's process: not a rank of this job
+            if peer_uid(sock) != os.getuid():  # another user's process: not a rank of this job
                 sock.close()
                 return
             sock.setblocking(False)
@@ -227,10 +254,10 @@ class Hub:
         while (end := rank.buffer.find(b"\n")) >= 0:
             line = bytes(rank.buffer[: end + 1])
             del rank.buffer[: end + 1]
-            if len(line) > MAX_LINE + 1 or not self.line(rank, line):
+            if len(line) > RANK_LINE + 1 or not self.line(rank, line):
                 self.close(rank)
                 return
-        if len(rank.buffer) > MAX_LINE:
+        if len(rank.buffer) > RANK_LINE:
             self.close(rank)
 
     def line(self, rank: _Rank, line: bytes) -> bool:
@@ -293,8 +320,10 @@ class Hub:
     # ------------------------------------------------------------- the loop
     def beat(self, now: float) -> None:
         ages = [[r.c, round(now - r.heard, 2)] for r in self.ranks.values() if r.inn is not None]
-        self.tell("beat", a=ages, s=self.steps)
-        self.steps = []
+        steps, self.steps = self.steps, []
+        self.tell("beat", a=ages, s=steps[:STEPS_A_BEAT])
+        for at in range(STEPS_A_BEAT, len(steps), STEPS_A_BEAT):
+            self.tell("beat", a=[], s=steps[at:at + STEPS_A_BEAT])
         for rank in [r for r in self.ranks.values()
                      if r.inn is None and now - r.opened > HELLO_S]:
             self.close(rank)
@@ -303,14 +332,18 @@ class Hub:
         """Serve until the launcher or the ranks are gone; why it ended."""
         next_beat = time.monotonic()
         while True:
-            for key, _ in self.sel.select(timeout=0.25):
+            self.sel.modify(self.launcher, selectors.EVENT_READ | (
+                selectors.EVENT_WRITE if self.backlog else 0), "launcher")
+            for key, events in self.sel.select(timeout=0.25):
                 if key.data is None:
                     self.accept()
                 elif key.data == "launcher":
-                    if not self.from_the_launcher():
+                    if events & selectors.EVENT_READ and not self.from_the_launcher():
                         return "the launcher's connection ended"
                 else:
                     self.from_rank(key.data)
+            if not self.flush():
+                return f"the launcher read nothing while {MAX_BACKLOG >> 20} MiB waited"
             now = time.monotonic()
             if now >= next_beat:
                 self.beat(now)
@@ -329,7 +362,7 @@ def main() -> int:
         return 2
     listen = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        listen.bind(address(run_id))
+        listen.bind(address(run_id, os.environ.get(envvars.ATTEMPT, "")))
     except OSError:  # another rank's hub took the name first: that one serves
         return 0
     listen.listen(1024)
@@ -347,8 +380,10 @@ def main() -> int:
     except OSError:
         return 1
     why = hub.run()
+    hub.tell("note", text=f"hub ends: {why}")
     with contextlib.suppress(OSError):
-        hub.tell("note", text=f"hub ends: {why}")
+        launcher.settimeout(1.0)
+        launcher.sendall(hub.backlog)
     return 0
 
 

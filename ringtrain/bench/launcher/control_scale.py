@@ -34,6 +34,7 @@ import threading
 import time
 from typing import Any
 
+from ringtrain.bench.launcher import simhubs
 from ringtrain.bench.monitor import own_seconds
 from ringtrain.hostfile import Host, Inventory, allocate
 from ringtrain.launch.control.server import ControlServer
@@ -140,6 +141,18 @@ def _check_in(addr: tuple[str, int], token: str, ranks: list[int],
     return socks, seals
 
 
+def _hub_worker(addr: tuple[str, int], token: str, hosts: list[int], silence: Any,
+                stop: Any) -> None:
+    """One process of simulated hosts' hubs (simhubs.py): one connection per host."""
+    raise_fd_limit(len(hosts) + 256)
+    sel = selectors.DefaultSelector()
+    hubs = simhubs.check_in(lambda host: _connect(addr, host * PER_HOST), token, hosts,
+                            PER_HOST, _who, sel)
+    simhubs.beat_loop(hubs, PER_HOST, silence, stop, sel)
+    for sock, _ in hubs.values():
+        sock.close()
+
+
 def _worker(addr: tuple[str, int], token: str, ranks: list[int], silence: Any,
             stop: Any) -> None:
     """One process of simulated ranks: connect, hello, answer the challenge, heartbeat;
@@ -183,19 +196,23 @@ def _named_after(
     return None, ""
 
 
-def run_size(n: int, workers: int, heartbeat_timeout: float) -> dict[str, Any]:
-    limit = raise_fd_limit(n + 1024)
-    if limit < n + 256:
+def run_size(n: int, workers: int, heartbeat_timeout: float,
+             hubs: bool = False) -> dict[str, Any]:
+    conns = n // PER_HOST if hubs else n
+    limit = raise_fd_limit(conns + 1024)
+    if limit < conns + 256:
         raise SystemExit(f"{n} ranks need {n + 256} descriptors in the launcher; this process "
                          f"may open {limit} (ulimit -n; root may raise it to fs.nr_open)")
-    workers = max(workers, -(-n // PER_WORKER))
-    server = ControlServer("127.0.0.1", ranks=n)
+    workers = max(workers, -(-conns // PER_WORKER))
+    server = ControlServer("127.0.0.1", ranks=n, per_host=PER_HOST if hubs else None,
+                           connections=conns)
     host, port = server.address.rsplit(":", 1)
     ctx = mp.get_context("fork")
     silence = ctx.Value("i", -1)
     stop = ctx.Event()
-    chunks = [list(range(i, n, workers)) for i in range(workers)]
-    procs = [ctx.Process(target=_worker, args=((host, int(port)), server.token, c, silence, stop),
+    chunks = [list(range(i, conns, workers)) for i in range(workers)]
+    procs = [ctx.Process(target=_hub_worker if hubs else _worker,
+                         args=((host, int(port)), server.token, c, silence, stop),
                          daemon=True) for c in chunks if c]
     started = time.perf_counter()
     for p in procs:
@@ -249,20 +266,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="8,80,800,8000")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--heartbeat-timeout", type=float, default=5.0)
+    p.add_argument("--hubs", choices=("off", "on", "both"), default="off",
+                   help="the ranks' hosts speak through hubs (rank/hub.py, one connection "
+                   "per host of 8 ranks); both: each size without, then with, side by side")
     args = p.parse_args(argv)
     raise_fd_limit()
-    print(f"{'ranks':>6} {'check-in':>9} {'server CPU':>11} {'tick':>9} {'threads':>8} "
-          f"{'silent rank named':>18} {'lost host named':>16}")
+    modes = {"off": (False,), "on": (True,), "both": (False, True)}[args.hubs]
+    print(f"{'ranks':>6} {'via':>5} {'check-in':>9} {'server CPU':>11} {'tick':>9} "
+          f"{'threads':>8} {'silent rank named':>18} {'lost host named':>16}")
     for n in (int(s) for s in args.sizes.split(",")):
-        if n > PER_WORKER:
-            print(f"{n} ranks ...", flush=True)
-        r = run_size(n, args.workers, args.heartbeat_timeout)
-        print(f"{n:>6} {r['checkin_s']:>8.2f}s {r['cpu_per_s'] * 100:>9.1f}% "
-              f"{r['tick_ms']:>7.2f}ms {r['threads']:>8.0f} "
-              f"{r['detect_s']:>7.2f}s (timeout {args.heartbeat_timeout:g} s) "
-              f"{r['host_detect_s']:>8.2f}s", flush=True)
-        if r["false_fault"]:
-            print(f"       FALSE FAULT in a healthy job: {r['false_fault']}", flush=True)
+        for hubs in modes:
+            if n > PER_WORKER:
+                print(f"{n} ranks {'through hubs' if hubs else 'direct'} ...", flush=True)
+            try:
+                r = run_size(n, args.workers, args.heartbeat_timeout, hubs)
+            except SystemExit as err:  # this size cannot run here: the next one may
+                print(f"{n:>6} {'hubs' if hubs else 'ranks':>5}  not measured: {err}",
+                      flush=True)
+                continue
+            print(f"{n:>6} {'hubs' if hubs else 'ranks':>5} {r['checkin_s']:>8.2f}s "
+                  f"{r['cpu_per_s'] * 100:>9.1f}% {r['tick_ms']:>7.2f}ms {r['threads']:>8.0f} "
+                  f"{r['detect_s']:>7.2f}s (timeout {args.heartbeat_timeout:g} s) "
+                  f"{r['host_detect_s']:>8.2f}s", flush=True)
+            if r["false_fault"]:
+                print(f"       FALSE FAULT in a healthy job: {r['false_fault']}", flush=True)
     return 0
 
 

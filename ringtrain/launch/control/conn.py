@@ -38,8 +38,8 @@ def send(conn: Conn, kind: str, **fields: Any) -> None:
     """One sealed message. Never block on a peer whose host stopped reading (a cut link):
     the message is dropped."""
     with conn.lock, contextlib.suppress(OSError):
-        assert conn.out is not None
-        conn.sock.send(conn.out.seal(kind, **fields), socket.MSG_DONTWAIT)
+        if conn.out is not None:  # not before its handshake's end
+            conn.sock.send(conn.out.seal(kind, **fields), socket.MSG_DONTWAIT)
 
 
 def address(peer: Any) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringtrain.launch.control.hello import Hello, read_hello
-from ringtrain.rank.events import PROTOCOL, RANK_EVENTS, count, identity, number
+from ringtrain.rank.events import RANK_EVENTS, count, identity, number
 
 Steps = dict[str, Any]
 HUB_ROLE = "hub"
@@ -49,7 +49,8 @@ def read_join(msg: dict[str, Any], hub_host: str) -> tuple[int, Hello] | str:
     c, fields = slot(msg), msg.get("hello")
     if c is None or not isinstance(fields, dict):
         return "a join without its connection or identity"
-    hello = read_hello({**fields, "t": "hello", "proto": PROTOCOL, "nonce": "0" * 32})
+    # the rank's own proto: a rank of another release is refused by name, with the fix
+    hello = read_hello({"proto": None, **fields, "t": "hello", "nonce": "0" * 32})
     if isinstance(hello, str):
         return hello
     if hello.host != hub_host:

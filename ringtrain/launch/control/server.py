@@ -30,15 +30,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from ringtrain.launch.control import hubs
 from ringtrain.launch.control.admission import IDLE_S, PER_SOURCE, Admission
 from ringtrain.launch.control.apply import ELASTIC_KEPT, progress_of, restored_of, updated
 from ringtrain.launch.control.conn import Conn, address, send
-from ringtrain.launch.control.hello import Hello, authentic, challenge, claim, outside, read_hello
+from ringtrain.launch.control.hello import Hello, authentic, challenge, outside, read_hello
 from ringtrain.launch.control.listener import Listener, make_room
+from ringtrain.launch.control.registry import Registry
 from ringtrain.launch.control.rounds import DoomedRound, joined, ring_to_abort
 from ringtrain.launch.record.snapshot import Progress, RankState, Restored, Snapshot
 from ringtrain.rank.events import (
@@ -70,26 +70,25 @@ class ControlServer:
         ranks: int = 0,
         per_host: int | None = None,
         elastic_world: int | None = None,  # --elastic: the most ranks (--max-np)
+        connections: int | None = None,  # the most the job opens (None: one a rank; hubs: a host)
     ) -> None:
         self.hello_timeout = hello_timeout
         # a hello may name ranks 0 .. world-1 (0: not known, any)
         self.world, self.elastic = elastic_world or ranks, elastic_world is not None
-        make_room(self.world)  # a descriptor a rank (listener.py)
+        make_room(connections or self.world)  # a descriptor a connection (listener.py)
         self.max_pending = max(MAX_PENDING, ranks + 8)
         # the most ranks one host runs (None: all of them may be on one)
         self.max_per_source = max(PER_SOURCE, (ranks if per_host is None else per_host) + 8)
         self.token = secrets.token_hex(16)
         self._clock = clock
         self._on_event = on_event
-        self._ranks: dict[int, RankState] = {}
+        self._ranks: Registry[Conn] = Registry(self.elastic)  # who checked in, and how
         self._progress: Progress | None = None
         self._resets: list[float] = []  # bounded (ELASTIC_KEPT): a peer cannot grow them
         self._restores: list[Restored] = []
         self.preempt_commit: tuple[int | None, int | None] | None = None  # (epoch, step)
         self._doomed: DoomedRound | None = None  # a rank lost while the ring formed (rounds.py)
         self._conns: set[Conn] = set()
-        # each rank checked in: its connection, and the hub's number for it (None: its own)
-        self._route: dict[int, tuple[Conn, int | None]] = {}
         # connections before their handshake's end: bounded in all, per address, in time
         self._pending: Admission[Conn] = Admission(
             self.max_pending, self.max_per_source, IDLE_S, hello_timeout)
@@ -110,7 +109,7 @@ class ControlServer:
     def snapshot(self) -> Snapshot:
         with self._lock:
             return Snapshot(
-                tuple(sorted(self._ranks.values(), key=lambda r: r.rank)),
+                self._ranks.in_order(),
                 self._progress,
                 self._clock(),
                 tuple(self._resets),
@@ -120,7 +119,7 @@ class ControlServer:
     def commits_checkpoints(self) -> bool:
         """Whether a rank said it commits checkpoints (``ringtrain.keras``)."""
         with self._lock:
-            return any("checkpoint" in r.api for r in self._ranks.values())
+            return any("checkpoint" in r.api for r in self._ranks.states.values())
 
     def close(self) -> None:
         """Stop; every connection is closed when this returns (the loop closes them)."""
@@ -197,9 +196,8 @@ class ControlServer:
             try:
                 keep = self._line(conn, line)
             except Exception:  # a message nobody foresaw: that peer goes, supervision stays
-                log.exception("control: dropped rank %s after a message it could not "
-                              "handle", conn.rank)
-                keep = False
+                log.exception("control: %s: a message it could not handle", conn.describe())
+                keep = conn.hub is not None  # a hub's one message, not its host's ranks
             if not keep:
                 self._drop(conn)
                 return
@@ -235,18 +233,9 @@ class ControlServer:
             self._conns.discard(conn)
             ranks = [conn.rank] if conn.hub is None else list(conn.hub.slots.values())
             for rank in ranks:
-                self._gone(rank, conn)
+                self._ranks.gone(rank, conn, self._clock())
         with conn.lock, contextlib.suppress(OSError):
             conn.sock.close()
-
-    def _gone(self, rank: int | None, conn: Conn) -> None:
-        """The connection ``rank`` spoke through ended (under the lock)."""
-        if rank is None or self._route.get(rank, (None,))[0] is not conn:
-            return
-        del self._route[rank]
-        if rank in self._ranks:
-            self._ranks[rank] = replace(self._ranks[rank], connected=False,
-                                        gone_at=self._clock())
 
     def _hello(self, conn: Conn, msg: dict[str, Any]) -> bool:
         """Answer a hello with the challenge (the launcher's proof, its own nonce)."""
@@ -288,17 +277,12 @@ class ControlServer:
         """An authenticated rank, on its own connection or its hub's (``c``), claims its
         number (hello.claim): that number, or None: refused (logged)."""
         with self._lock:
-            rank = claim(hello, self._ranks.get(hello.rank), self.elastic,
-                         max(self._ranks, default=-1) + 1)
-            if isinstance(rank, str):
-                log.warning("control: refused a connection from %s: %s", conn.peer, rank)
-                return None
-            if c is None:
-                conn.rank = rank
-            self._route[rank] = (conn, c)
-            self._ranks[rank] = RankState(
-                rank=rank, host=hello.host, pid=hello.pid, start=hello.start, ppid=hello.ppid,
-                parent=hello.parent, parent_start=hello.parent_start, last_heard=self._clock())
+            rank = self._ranks.check_in(conn, c, hello, self._clock())
+        if isinstance(rank, str):
+            log.warning("control: refused a connection from %s: %s", conn.peer, rank)
+            return None
+        if c is None:
+            conn.rank = rank
         return rank
 
     def _from_hub(self, conn: Conn, hub: hubs.HubLink, msg: dict[str, Any]) -> None:
@@ -316,21 +300,27 @@ class ControlServer:
             now = self._clock()
             with self._lock:
                 for c, age in ages:
-                    rank = hub.slots.get(c)
-                    if rank is not None and (state := self._ranks.get(rank)) is not None:
-                        self._ranks[rank] = replace(state, last_heard=now - age)
+                    if c in hub.slots:
+                        self._ranks.heard(hub.slots[c], now - age)
         elif kind == "left" and (left := hubs.slot(msg)) is not None and left in hub.slots:
             with self._lock:
-                self._gone(hub.slots.pop(left), conn)
+                self._ranks.gone(hub.slots.pop(left), conn, self._clock())
         elif kind == "note":
             log.info("control: the hub on %s: %s", hub.host[:64], hubs.note(msg))
 
     def _join(self, conn: Conn, hub: hubs.HubLink, msg: dict[str, Any]) -> None:
         """A rank checked in with its hub: claimed as on its own connection, or dropped."""
         joined_ = hubs.read_join(msg, hub.host)
+        c = hubs.slot(msg)
+        if c is not None and c in hub.slots:  # a hub never numbers two connections alike
+            with self._lock:
+                self._ranks.gone(hub.slots.pop(c), conn, self._clock())
+            joined_ = f"a second join for its connection {c}: both dropped"
+        elif not isinstance(joined_, str):
+            joined_ = outside(joined_[1], self.world) or joined_
         if isinstance(joined_, str):
             log.warning("control: the hub at %s: %s", conn.peer, joined_)
-            if (c := hubs.slot(msg)) is not None:
+            if c is not None:
                 send(conn, "drop", c=c)
         elif (rank := self._check_in(conn, *joined_)) is not None:
             hub.slots[joined_[0]] = rank
@@ -341,10 +331,10 @@ class ControlServer:
         now = self._clock()
         kind = msg["t"]
         with self._lock:
-            state = self._ranks.get(rank)
+            state = self._ranks.states.get(rank)
             if state is not None:
                 state = updated(state, kind, msg, now)
-                self._ranks[rank] = state
+                self._ranks.states[rank] = state
                 self._doomed, ring = joined(self._doomed, state, kind)
                 if ring is not None and self._doomed is not None:
                     self._send_rank(rank, "abort", ring=ring, lost=self._doomed.lost)
@@ -377,9 +367,9 @@ class ControlServer:
         """Rank ``lost`` is gone (--elastic): each rank whose ring had it is told to shut it
         down now (rank/abort.py; which ring: rounds.py). Returns how many were told."""
         with self._lock:
-            gone = self._ranks.get(lost)
-            told = [(rank, ring, (r.host, r.pid)) for rank in self._route
-                    if rank != lost and (r := self._ranks.get(rank))
+            gone = self._ranks.states.get(lost)
+            told = [(rank, ring, (r.host, r.pid)) for rank in self._ranks.route
+                    if rank != lost and (r := self._ranks.states.get(rank))
                     and (ring := ring_to_abort(r, gone))]
             if gone is not None and gone.forming_ring:  # at: its loss on the ranks' clocks
                 at = time.time() - (self._clock() - (gone.gone_at or self._clock()))
@@ -389,7 +379,7 @@ class ControlServer:
         return len(told)
 
     def _send_rank(self, rank: int, kind: str, **fields: Any) -> None:
-        route = self._route.get(rank)
+        route = self._ranks.route.get(rank)
         if route is not None:
             conn, c = route
             if c is None:

@@ -29,7 +29,7 @@ from ringtrain.hostfile import Allocation
 from ringtrain.launch.control.server import ControlServer
 from ringtrain.launch.record.fault import Fault
 from ringtrain.launch.record.result import FailureKind
-from ringtrain.launch.record.snapshot import Snapshot
+from ringtrain.launch.record.snapshot import RankState, Snapshot
 from ringtrain.rank.events import HEARTBEAT_S
 from ringtrain.spec import StragglerAction, SupervisionPolicy
 
@@ -100,8 +100,10 @@ def never_started(snap: Snapshot, alloc: Allocation,
 
 def all_done(snap: Snapshot, alloc: Allocation) -> bool:
     """Every allocated rank said its script returned (it may still be finalising)."""
-    done = {r.rank for r in snap.ranks if r.done}
-    return bool(alloc.ranks) and all(a.rank in done for a in alloc.ranks)
+    done = {r.rank for r in snap.ranks if r.done_at is not None}
+    # fewer done than allocated: one is not (the usual case, without a look at each)
+    return bool(alloc.ranks) and len(done) >= len(alloc.ranks) and all(
+        a.rank in done for a in alloc.ranks)
 
 
 def usage_warnings(
@@ -168,6 +170,8 @@ def arrivals(snap: Snapshot, alloc: Allocation, where: Mapping[int, str]) -> dic
 def _lost_host(
     snap: Snapshot, where: Mapping[int, str], policy: SupervisionPolicy
 ) -> Fault | None:
+    if not _stale(snap, policy):  # no rank silent that long: no host either (most ticks)
+        return None
     by_host: dict[str, list[float]] = {}
     # a host with a rank waiting for its TensorFlow cluster cannot be judged by silence: that
     # rank's beats stop (TensorFlow holds the GIL), and it does not end itself meanwhile
@@ -195,16 +199,20 @@ def _lost_host(
     return None
 
 
+def _stale(snap: Snapshot, policy: SupervisionPolicy) -> list[RankState]:
+    """The ranks still in the job silent past ``heartbeat_timeout``: one cheap look at each
+    (80,000 ranks a tick: bench/launcher/control_scale.py), the time first."""
+    cutoff = snap.now - policy.heartbeat_timeout
+    return [r for r in snap.ranks
+            if r.last_heard < cutoff and r.connected and r.done_at is None]
+
+
 def _silent_rank(
     snap: Snapshot, where: Mapping[int, str], policy: SupervisionPolicy
 ) -> Fault | None:
     """One rank silent while its host answers (the others on it still beat): the process is
     stopped (SIGSTOP), hung holding the GIL, or its agent died. Named with host and PID."""
-    silent = [
-        r for r in snap.ranks
-        if r.connected and not r.done and r.forming_since is None
-        and snap.now - r.last_heard > policy.heartbeat_timeout
-    ]
+    silent = [r for r in _stale(snap, policy) if r.forming_since is None]
     if not silent:
         return None
     # "Its host answers": another rank there was heard within two beats. A host that is going
@@ -246,6 +254,8 @@ def _start_hang(
     seen = {r.rank for r in snap.ranks}
     missing = tuple(r.rank for r in alloc.ranks if r.rank not in seen)
     what = "have not started (no check-in)"
+    if not missing and not [r for r in snap.ranks if not r.initialized and r.done_at is None]:
+        return None  # every rank formed its ring (or finished): no start hang (most ticks)
     if not missing and any(r.init_begun for r in snap.ranks):
         # Horovod is in use. Ranks that never entered hvd.init() are the culprits; the others
         # are blocked inside it waiting for them.
@@ -276,6 +286,8 @@ def _forming_hang(
     it waits for never started its server or cannot be reached. The fault names the ranks
     not waiting (where, under MultiWorkerMirrored, the missing task is: their hosts are the
     ones a restart leaves out), or every waiting rank when all wait."""
+    if not [r for r in snap.ranks if r.forming_since is not None]:
+        return None  # no rank waits in TensorFlow (most ticks)
     live = [r for r in snap.ranks if r.connected and not r.done]
     waiting = [r for r in live if r.forming_since is not None]
     if not any(snap.now - (r.forming_since or snap.now) > policy.start_timeout for r in waiting):
