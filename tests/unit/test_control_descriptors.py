@@ -27,8 +27,9 @@ def test_the_soft_limit_rises_as_far_as_the_ranks_want_and_the_hard_limit_allows
 def test_a_hard_limit_below_one_connection_a_rank_stops_the_launch_with_why() -> None:
     new, why = room(80000, 1024, 20000)
     assert new is None
-    assert why == (f"80,000 ranks need at least {80000 + LEAST_SPARE:,} open files in the "
-                   "launcher (one control connection a rank), and this process may open 20,000")
+    assert why == (f"80,000 control connections need at least {80000 + LEAST_SPARE:,} open "
+                   "files in the launcher (one a rank; under --control-hubs one a host), and "
+                   "this process may open 20,000")
 
 
 def _child(code: str) -> dict[str, object]:
@@ -54,9 +55,9 @@ def test_the_control_server_makes_its_room_or_says_which_limit_to_raise() -> Non
             print(json.dumps({"raised": raised, "error": err.message, "hint": err.hint}))
     """)
     assert got["raised"] == 2 * 1000 + SPARE
-    assert got["error"] == (f"5,000 ranks need at least {5000 + LEAST_SPARE:,} open files in "
-                            "the launcher (one control connection a rank), and this process "
-                            "may open 4,000")
+    assert got["error"] == (f"5,000 control connections need at least {5000 + LEAST_SPARE:,} "
+                            "open files in the launcher (one a rank; under --control-hubs one a "
+                            "host), and this process may open 4,000")
     assert "ulimit -Hn" in str(got["hint"])
 
 

@@ -53,8 +53,7 @@ def check_in(connect: Callable[[int], socket.socket], token: str, hosts: list[in
         seal = Seal(session_key(token, nonce, str(challenge["nonce"])), "hub")
         for i in range(per_host):
             rank = host * per_host + i
-            fields = who(rank)
-            sock.sendall(seal.seal("join", c=i, hello=fields))
+            sock.sendall(seal.seal("join", c=i, hello={"proto": PROTOCOL, **who(rank)}))
         sock.setblocking(False)
         sel.register(sock, selectors.EVENT_READ, None)
         hubs[host] = (sock, seal)
@@ -72,8 +71,8 @@ def beat_loop(hubs: dict[int, tuple[socket.socket, Seal]], per_host: int, silenc
         if now >= next_beat:
             quiet = silence.value
             lost = -2 - quiet if quiet <= -2 else -1
-            if quiet >= 0:
-                quiet_since.setdefault(quiet, now)
+            if quiet >= 0:  # its last beat: the tick before (as a simulated rank's own)
+                quiet_since.setdefault(quiet, now - HEARTBEAT_S)
             else:
                 quiet_since.clear()
             for host, (sock, seal) in hubs.items():

@@ -51,9 +51,9 @@ def room(ranks: int, soft: int, hard: int) -> tuple[int | None, str | None]:
     None where they can). ``resource.RLIM_INFINITY`` (-1) is no limit. Pure."""
     unlimited = resource.RLIM_INFINITY
     if hard != unlimited and ranks + LEAST_SPARE > hard:
-        return None, (f"{ranks:,} ranks need at least {ranks + LEAST_SPARE:,} open files in "
-                      f"the launcher (one control connection a rank), and this process may "
-                      f"open {hard:,}")
+        return None, (f"{ranks:,} control connections need at least "
+                      f"{ranks + LEAST_SPARE:,} open files in the launcher (one a rank; under "
+                      f"--control-hubs one a host), and this process may open {hard:,}")
     want = wanted(ranks)
     if soft == unlimited or want <= soft:
         return None, None
@@ -69,20 +69,22 @@ def make_room(ranks: int) -> None:
     if why is not None:
         raise SetupError(why, "raise the launching user's hard limit (as root: ulimit -Hn N "
                          "in the shell that launches, nofile in /etc/security/limits.conf, or "
-                         "LimitNOFILE= for a systemd service), or launch fewer ranks")
+                         "LimitNOFILE= for a systemd service), launch fewer ranks, or supervise "
+                         "through one connection a host (--control-hubs on)")
     if new is not None:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
         except (ValueError, OSError) as err:  # a system cap under the hard limit (macOS)
-            raise SetupError(f"{ranks:,} ranks need {new:,} open files in the launcher, and "
-                             f"the system refused this process that many ({err})",
+            raise SetupError(f"{ranks:,} control connections need {new:,} open files in the "
+                             f"launcher, and the system refused this process that many ({err})",
                              "raise the system's per-process cap, or launch fewer ranks"
                              ) from err
-        log.info("open-file limit raised from %d to %d for %d ranks", soft, new, ranks)
+        log.info("open-file limit raised from %d to %d for %d control connections", soft, new,
+                 ranks)
     if hard != resource.RLIM_INFINITY and wanted(ranks) > hard:
-        log.warning("%d ranks leave %d of this process's %d open files for SSH and logs: "
-                    "some hosts' commands may fail for want of one (raise the hard limit)",
-                    ranks, hard - ranks, hard)
+        log.warning("%d control connections leave %d of this process's %d open files for SSH "
+                    "and logs: some hosts' commands may fail for want of one (raise the hard "
+                    "limit)", ranks, hard - ranks, hard)
 
 
 class Listener:
