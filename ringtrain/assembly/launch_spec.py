@@ -89,7 +89,7 @@ class LaunchOptions:
     start_timeout: float = 120.0
     stall_timeout: float | None = None
     heartbeat_timeout: float = 10.0
-    control_hubs: str = "auto"  # auto, on, off
+    control_hubs: str | bool = "auto"  # auto, on, off (the API: a bool too)
     exit_grace: float = 120.0
     on_straggler: str | None = None
     straggler_threshold: float = 1.5
@@ -183,7 +183,7 @@ def build_spec(opts: LaunchOptions, working_dir: Path) -> LaunchSpec:
             start_timeout=opts.start_timeout,
             stall_timeout=opts.stall_timeout,
             heartbeat_timeout=opts.heartbeat_timeout,
-            control_hubs={"on": True, "off": False}.get(opts.control_hubs),
+            control_hubs=control_hubs(opts.control_hubs),
             exit_grace=opts.exit_grace,
             straggler=_straggler_policy(opts),
         ),
@@ -210,6 +210,16 @@ def ssh_transport(text: str) -> SshTransport:
     raise UsageError(f"SSH transport {text!r}: choose {' or '.join(SSH_TRANSPORTS)}",
                      "pass --ssh-transport openssh to reach hosts with OpenSSH's own ssh "
                      "(hostbased, GSSAPI, @cert-authority), or paramiko (the default)")
+
+
+def control_hubs(value: str | bool) -> bool | None:
+    """``--control-hubs`` (``control_hubs=`` may also be a bool): True, False, None (auto)."""
+    choice = {"on": True, "off": False, "auto": None, True: True, False: False}
+    if isinstance(value, str | bool) and value in choice:
+        return choice[value]
+    raise UsageError(f"control hubs {value!r}: choose auto, on or off",
+                     "on: each host's ranks reach the launcher through one process on that "
+                     "host; off: one connection a rank; auto (the default): on from 2,048 ranks")
 
 
 def _tuning(opts: LaunchOptions) -> HorovodTuning:

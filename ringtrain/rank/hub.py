@@ -23,7 +23,8 @@ connection to the launcher, where it checks in as ``role: hub`` by the same hand
   refused (SO_PEERCRED). The first rank of a host that finds no hub starts one; two that start
   one together race for the name and the loser exits.
 * It ends when the launcher's connection ends or the launcher is silent for the ranks'
-  launcher timeout, and when it has had no rank for ``IDLE_S``. A hub that dies ends its
+  launcher timeout, at once when its last rank is gone (the job ended on this host: the
+  teardown finds nothing of it), and when no rank came within ``IDLE_S``. A hub that dies ends its
   host's connections: the launcher sees the host lost, the ranks their launcher gone.
 
 Standard library only. Its output goes nowhere (it must not hold a rank's log open); what it
@@ -64,7 +65,7 @@ from ringtrain.rank.events import (
     session_key,
 )
 
-IDLE_S = 10.0  # no rank connected this long (or since the hub started): the hub ends
+IDLE_S = 10.0  # no rank came this long after the hub started: it ends
 HELLO_S = 10.0  # a rank's handshake with the hub
 MAX_HUB_LINE = 4096  # launcher -> hub
 MAX_BACKLOG = 4 << 20  # bytes for a launcher that stopped reading, then the hub ends
@@ -146,6 +147,7 @@ class Hub:
         self.inn: Seal | None = None
         self.out: Seal | None = None
         self.from_launcher = bytearray()
+        self.served = False  # a rank checked in with it (then its last leaving ends it)
         self.steps: list[list[Any]] = []  # [c, steps message] since the last beat
         self.backlog = bytearray()  # sealed lines for the launcher not sent yet
         self.heard_launcher = time.monotonic()
@@ -292,6 +294,7 @@ class Hub:
                 self.token, hello["nonce"], rank.nonce, identity(hello))):
             return False
         key = session_key(self.token, hello["nonce"], rank.nonce)
+        self.served = True
         rank.inn, rank.out, rank.heard = Seal(key, "rank"), Seal(key, "launcher"), \
             time.monotonic()
         self.tell("join", c=rank.c, hello={k: v for k, v in hello.items()
@@ -350,8 +353,10 @@ class Hub:
                 next_beat = now + HEARTBEAT_S
             if now - self.heard_launcher > self.launcher_timeout:
                 return f"no word from the launcher for {now - self.heard_launcher:.0f} s"
-            if not self.ranks and now - self.last_rank > IDLE_S:
-                return f"no rank for {IDLE_S:g} s"
+            if not self.ranks and (self.served or now - self.last_rank > IDLE_S):
+                # at once when its last rank is gone: the job's end on this host (teardown
+                # finds nothing of it); a rank that comes later starts a hub of its own
+                return "its last rank is gone" if self.served else f"no rank in {IDLE_S:g} s"
 
 
 def main() -> int:

@@ -154,3 +154,18 @@ def test_mpi_args_are_refused_where_no_mpirun_reads_them() -> None:
                    Path("/w"))
     spec = build_spec(LaunchOptions(script="t.py", mpi_args=("--report-bindings",)), Path("/w"))
     assert spec.mpi_args == ("--report-bindings",)
+
+
+def test_control_hubs_reads_the_flags_words_and_a_bool() -> None:
+    """``--control-hubs auto|on|off``, or from ringtrain.run() a bool; anything else is
+    refused with the choices, never taken for auto."""
+    def hubs(value: object) -> bool | None:
+        opts = LaunchOptions(script="train.py", control_hubs=value)  # type: ignore[arg-type]
+        return build_spec(opts, Path("/w")).supervision.control_hubs
+
+    assert [hubs(v) for v in ("auto", "on", "off", True, False)] == [None, True, False, True,
+                                                                      False]
+    with pytest.raises(UsageError, match="control hubs 'yes': choose auto, on or off"):
+        hubs("yes")
+    with pytest.raises(UsageError):
+        hubs(1)

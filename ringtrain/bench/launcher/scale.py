@@ -15,7 +15,8 @@ Per host count N:
 * teardown fan-out: the reaper command on every host through the same path;
 * supervision with 8N simulated ranks over real sockets (``control_scale.run_size``): the
   control server's CPU, one supervision tick, the time to name one silent rank and one lost
-  host (heartbeat timeout 5 s);
+  host (heartbeat timeout 5 s); from ``HUBS_FROM`` ranks through a hub a host, as the
+  launcher supervises by default (``--control-hubs auto``; simulated hubs, ``simhubs.py``);
 * parse + allocate + plan of 10N hosts (``plan_scale.plan_times``: an Open MPI hostfile, and
   YAML with a rack label);
 * the anchor, where Horovod is installed: horovodrun's own SSH check
@@ -29,9 +30,9 @@ The goals (issue 14, at 1,000 hosts / 8,000 ranks on this 2-core machine): probe
 8-rank bound + 1 s; teardown fan-out <= 30 s; plan of 10,000 hosts <= 1 s. At 10,000 hosts /
 80,000 ranks (issue 41): probe and teardown <= 60 s, <= 10 ms per host; supervision <= 1 core.
 
-Where this machine cannot hold a size, the row says so instead of failing: supervision is
-measured at the most ranks this process may hold a connection for (one descriptor each:
-``supervised_ranks``), with that CPU and tick scaled linearly to the asked size beside it; the
+Where this machine cannot hold a size, the row says so instead of failing: one connection a
+rank is measured at the most ranks this process may hold a connection for (one descriptor
+each: ``supervised_ranks``), with that CPU and tick scaled linearly to the asked size; the
 anchor runs up to ``--anchor-max`` hosts (it already failed at 1,000).
 """
 
@@ -57,6 +58,7 @@ import psutil
 from ringtrain.bench import figures
 from ringtrain.bench.launcher import control_scale, plan_scale
 from ringtrain.hostfile import Host, Inventory
+from ringtrain.launch.plan.make import HUBS_FROM, hubs_for
 from ringtrain.launch.supervise.teardown import reaper_argv
 from ringtrain.probe.hostprobe import GpuStatus, probe
 from ringtrain.probe.probe_parse import ProbeReport, parse_probe_output
@@ -207,13 +209,17 @@ def run(sizes: list[int], out: Path, anchor_max: int = 1000) -> list[dict[str, A
         for n in sizes:
             row: dict[str, Any] = {"hosts": n, "ranks": 8 * n}
             row.update(ssh_phase(n, Path(tmp), anchor=n <= anchor_max))
-            ranks = supervised_ranks(8 * n, control_scale.raise_fd_limit(8 * n + 1024))
+            # as the launcher supervises by default (--control-hubs auto): a hub a host from
+            # HUBS_FROM ranks, one connection a host; below it one a rank
+            hubs = hubs_for(None, 8 * n)
+            ranks = 8 * n if hubs else supervised_ranks(
+                8 * n, control_scale.raise_fd_limit(8 * n + 1024))
             if ranks == 0:
                 raise SystemExit("this process may not open the descriptors supervision "
                                  "needs (ulimit -n: at least 1,256)")
-            ctl = control_scale.run_size(ranks, workers=4, heartbeat_timeout=5.0)
+            ctl = control_scale.run_size(ranks, workers=4, heartbeat_timeout=5.0, hubs=hubs)
             row.update({f"control_{k}": v for k, v in ctl.items()})
-            row["control_ranks"] = ranks
+            row["control_ranks"], row["control_via"] = ranks, "hubs" if hubs else "ranks"
             if ranks < 8 * n:  # linear in the ranks: SCALE.md's 8,000-19,200 rows
                 row["control_cpu_per_s_scaled"] = ctl["cpu_per_s"] * 8 * n / ranks
                 row["control_tick_ms_scaled"] = ctl["tick_ms"] * 8 * n / ranks
@@ -240,8 +246,11 @@ def run(sizes: list[int], out: Path, anchor_max: int = 1000) -> list[dict[str, A
                       "descriptor a rank, and this process may hold "
                       f"{resource.getrlimit(resource.RLIMIT_NOFILE)[1]:,}; scaled linearly to "
                       f"{8 * n:,}: {row['control_cpu_per_s_scaled'] * 100:.0f}% of a core, a "
-                      f"{row['control_tick_ms_scaled']:.0f} ms tick (the goal is one core: "
-                      "per-host aggregation, not built)", flush=True)
+                      f"{row['control_tick_ms_scaled']:.0f} ms tick", flush=True)
+            if hubs:
+                print(f"      supervision through a hub a host (--control-hubs auto from "
+                      f"{HUBS_FROM:,} ranks): {n:,} connections for {8 * n:,} ranks",
+                      flush=True)
             if n > anchor_max:
                 print(f"      horovodrun's check not run above {anchor_max:,} hosts "
                       "(--anchor-max)", flush=True)
