@@ -354,9 +354,13 @@ class Hub:
             if now - self.heard_launcher > self.launcher_timeout:
                 return f"no word from the launcher for {now - self.heard_launcher:.0f} s"
             if not self.ranks and (self.served or now - self.last_rank > IDLE_S):
-                # at once when its last rank is gone: the job's end on this host (teardown
-                # finds nothing of it); a rank that comes later starts a hub of its own
-                return "its last rank is gone" if self.served else f"no rank in {IDLE_S:g} s"
+                self.accept()  # one that came meanwhile is served; else the name is let go
+                if not self.ranks:
+                    # at once when its last rank is gone: the job's end on this host (teardown
+                    # finds nothing of it); a rank that comes later starts a hub of its own
+                    self.listen.close()
+                    return ("its last rank is gone" if self.served
+                            else f"no rank in {IDLE_S:g} s")
 
 
 def main() -> int:

@@ -103,3 +103,14 @@ def test_out_of_descriptors_the_listener_rests_and_takes_the_waiting_ranks_after
     assert int(got["exhausted"]) >= 1, got  # it did run out while the ranks waited
     assert float(got["busy"]) < 0.5, got  # of 2 s: resting, not spinning
     assert got["closed"] == 2, got  # taken once descriptors were free (then idle: closed)
+
+
+def test_under_hubs_a_connection_a_host_must_fit_and_a_rank_each_is_hoped_for() -> None:
+    """--control-hubs: 80,000 ranks on 10,000 hosts hold 10,000 connections, so a hard limit
+    of 20,000 runs them; room for the ranks' own connections too (one that finds no hub checks
+    in directly) is made as far as the hard limit goes, never a refusal."""
+    assert room(10_000, 1024, 20_000, hoped=80_000) == (20_000, None)
+    assert room(10_000, 1024, -1, hoped=80_000) == (2 * 80_000 + SPARE, None)
+    assert room(10, 1024, 4096, hoped=80) == (None, None)  # 2 x 80 + 512 fits in 1,024
+    new, why = room(30_000, 1024, 20_000, hoped=80_000)
+    assert new is None and why is not None and why.startswith("30,000 control connections")

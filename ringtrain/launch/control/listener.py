@@ -46,26 +46,29 @@ def wanted(ranks: int) -> int:
     return 2 * ranks + SPARE
 
 
-def room(ranks: int, soft: int, hard: int) -> tuple[int | None, str | None]:
-    """(the soft limit to set, None where ``soft`` is enough; why ``ranks`` cannot be held,
-    None where they can). ``resource.RLIM_INFINITY`` (-1) is no limit. Pure."""
+def room(ranks: int, soft: int, hard: int, hoped: int = 0) -> tuple[int | None, str | None]:
+    """(the soft limit to set, None where ``soft`` is enough; why ``ranks`` connections
+    cannot be held, None where they can). ``hoped``: connections there may be beyond those
+    (under --control-hubs a rank with no hub checks in on its own), room made for them as
+    far as the hard limit allows, never a refusal. ``resource.RLIM_INFINITY`` (-1) is no
+    limit. Pure."""
     unlimited = resource.RLIM_INFINITY
     if hard != unlimited and ranks + LEAST_SPARE > hard:
         return None, (f"{ranks:,} control connections need at least "
                       f"{ranks + LEAST_SPARE:,} open files in the launcher (one a rank; under "
                       f"--control-hubs one a host), and this process may open {hard:,}")
-    want = wanted(ranks)
+    want = wanted(max(ranks, hoped))
     if soft == unlimited or want <= soft:
         return None, None
     new = want if hard == unlimited else min(hard, want)
     return (new if new > soft else None), None
 
 
-def make_room(ranks: int) -> None:
+def make_room(ranks: int, hoped: int = 0) -> None:
     """Raise this process's soft descriptor limit for ``ranks`` connections (``room``), or
     stop the launch with the fix where the hard limit is too low."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    new, why = room(ranks, soft, hard)
+    new, why = room(ranks, soft, hard, hoped)
     if why is not None:
         raise SetupError(why, "raise the launching user's hard limit (as root: ulimit -Hn N "
                          "in the shell that launches, nofile in /etc/security/limits.conf, or "

@@ -75,7 +75,9 @@ class ControlServer:
         self.hello_timeout = hello_timeout
         # a hello may name ranks 0 .. world-1 (0: not known, any)
         self.world, self.elastic = elastic_world or ranks, elastic_world is not None
-        make_room(connections or self.world)  # a descriptor a connection (listener.py)
+        # a descriptor a connection (listener.py); under hubs room for a rank each all the
+        # same as far as the hard limit allows (a rank that finds no hub checks in directly)
+        make_room(connections or self.world, self.world)
         self.max_pending = max(MAX_PENDING, ranks + 8)
         # the most ranks one host runs (None: all of them may be on one)
         self.max_per_source = max(PER_SOURCE, (ranks if per_host is None else per_host) + 8)
@@ -196,8 +198,11 @@ class ControlServer:
             try:
                 keep = self._line(conn, line)
             except Exception:  # a message nobody foresaw: that peer goes, supervision stays
-                log.exception("control: %s: a message it could not handle", conn.describe())
-                keep = conn.hub is not None  # a hub's one message, not its host's ranks
+                if not conn.noted:  # once per connection (a hub is kept: its one message)
+                    log.exception("control: %s: a message it could not handle",
+                                  conn.describe())
+                conn.noted = True
+                keep = conn.hub is not None
             if not keep:
                 self._drop(conn)
                 return
@@ -294,14 +299,16 @@ class ControlServer:
             self._handle(hub.slots[ev[0]], ev[1])
         elif kind == "beat":
             ages, steps = hubs.read_beat(msg)
-            for c, step in steps:
-                if c in hub.slots:
-                    self._handle(hub.slots[c], step)
-            now = self._clock()
-            with self._lock:
-                for c, age in ages:
+            try:  # the step times first: the ages then say when each rank was last heard
+                for c, step in steps:
                     if c in hub.slots:
-                        self._ranks.heard(hub.slots[c], now - age)
+                        self._handle(hub.slots[c], step)
+            finally:  # ... even after a step report that failed: never a host aged by it
+                now = self._clock()
+                with self._lock:
+                    for c, age in ages:
+                        if c in hub.slots:
+                            self._ranks.heard(hub.slots[c], now - age)
         elif kind == "left" and (left := hubs.slot(msg)) is not None and left in hub.slots:
             with self._lock:
                 self._ranks.gone(hub.slots.pop(left), conn, self._clock())
