@@ -68,6 +68,21 @@ def results_by_rank(output: str) -> dict[int, dict[str, Any]]:
     return {int(r["rank"]): r for r in parse_results(output)}
 
 
+def read_until(proc: subprocess.Popen[str], text: str, timeout: float = 120,
+               why: str = "training did not start") -> None:
+    """Read the job's stdout until a line has ``text`` (else kill it and fail with ``why``);
+    keep draining it in the background."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    for line in proc.stdout:
+        if text in line:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(why)
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+
+
 def run_result(tmp_path: Path) -> dict[str, Any]:
     """result.json of the one run under ``tmp_path/runs``."""
     (run_dir,) = (tmp_path / "runs").iterdir()

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 
 from ringtrain import sim
 from ringtrain.rank import procfs
-from tests.integration.procs import run_result
+from tests.integration.procs import read_until, run_result
 from tests.integration.simnames import G1, G2
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
@@ -52,18 +51,6 @@ def _start(cluster: sim.SimCluster, tmp_path: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _under_way(proc: subprocess.Popen[str], timeout: float = 120) -> None:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    for line in proc.stdout:
-        if "step 20" in line:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("the job did not start")
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
-
-
 def _processes(cluster: sim.SimCluster, host: str, what: str) -> list[int]:
     return [pid for pid, cmd in sim.host_processes(cluster.config, host)
             if what in cmd and (what != JOB[0] or "orted" not in cmd)]
@@ -90,7 +77,7 @@ def test_a_stopped_rank_behind_a_hub_is_named_as_that_rank(
         sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
     proc = _start(sim_cluster, tmp_path)
     try:
-        _under_way(proc)
+        read_until(proc, "step 20")
         # one hub a host, speaking for both of its ranks
         assert [len(_processes(sim_cluster, h, JOB[2])) for h in (G1, G2)] == [1, 1]
         ranks = {_rank_of(pid): pid for pid in _processes(sim_cluster, G2, JOB[0])}
@@ -111,7 +98,7 @@ def test_a_cut_host_behind_a_hub_is_named_as_a_lost_host(
         sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
     proc = _start(sim_cluster, tmp_path)
     try:
-        _under_way(proc)
+        read_until(proc, "step 20")
         cut = time.time()
         sim.set_link(sim_cluster.config, G2, up=False)
         _, err = proc.communicate(timeout=90)

@@ -14,7 +14,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 
 from ringtrain import sim
 from ringtrain.rank import procfs
-from tests.integration.procs import parse_results, run_result
+from tests.integration.procs import parse_results, read_until, run_result
 from tests.integration.simnames import G1, G2, G3, G4, SESSION_CLUSTER
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh, pytest.mark.mpi]
@@ -174,15 +173,7 @@ def _start_loop(cluster: sim.SimCluster, tmp_path: Path, *args: str) -> subproce
 
 def _wait_for_steps(proc: subprocess.Popen[str], timeout: float = 120) -> None:
     """Read stdout until training is under way; keep draining it in the background."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    for line in proc.stdout:
-        if "step 20" in line:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("training did not start")
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    read_until(proc, "step 20", timeout)
 
 
 def test_link_down_is_detected_and_torn_down(sim_cluster: sim.SimCluster, tmp_path: Path) -> None:
