@@ -78,6 +78,7 @@ HEARTBEAT_S = 1.0
 MAX_LINE = 64 * 1024  # rank -> launcher
 MAX_LAUNCHER_LINE = 1024  # launcher -> rank: its messages are short
 NONCE_HEX = 32  # 16 random bytes
+HUB_ROLE = "hub"  # a host's hub (rank/hub.py): its hello's role, its seal's sender
 RANK_EVENTS = frozenset({
     "hb", "init_begin", "init", "tf_forming", "tf_formed", "progress", "steps", "api", "done",
     "preempt_committed", "elastic_reset", "elastic_restored"})

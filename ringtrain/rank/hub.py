@@ -37,7 +37,6 @@ import contextlib
 import os
 import selectors
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -48,6 +47,7 @@ from typing import Any
 from ringtrain.rank import envvars, isolated, procfs
 from ringtrain.rank.events import (
     HEARTBEAT_S,
+    HUB_ROLE,
     LAUNCHER_EVENTS,
     MAX_LAUNCHER_LINE,
     MAX_LINE,
@@ -64,6 +64,7 @@ from ringtrain.rank.events import (
     same,
     session_key,
 )
+from ringtrain.rank.warmstand import peer_uid
 
 IDLE_S = 10.0  # no rank came this long after the hub started: it ends
 HELLO_S = 10.0  # a rank's handshake with the hub
@@ -71,7 +72,6 @@ MAX_HUB_LINE = 4096  # launcher -> hub
 MAX_BACKLOG = 4 << 20  # bytes for a launcher that stopped reading, then the hub ends
 RANK_LINE = MAX_LINE - 512  # a rank's line, room left for the hub's wrapping of it
 STEPS_A_BEAT = 100  # step-time reports in one beat (more: another beat, same second)
-HUB_ROLE = "hub"
 SPAWNED: list[int] = []  # the hubs this process started (a rank's _die spares them)
 
 
@@ -79,11 +79,6 @@ def address(run_id: str, attempt: str) -> str:
     """The hub's abstract socket name for this user, run and attempt (a hub of an earlier
     attempt, still waiting out its launcher's silence on a lost host, is not this one's)."""
     return f"\0ringtrain-hub-{os.getuid()}-{run_id[:64]}-{attempt[:8]}"
-
-
-def peer_uid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
 
 
 def connect(run_id: str, attempt: str, deadline_s: float = 10.0) -> socket.socket | None:

@@ -14,7 +14,7 @@ import pytest
 
 from ringtrain.launch.control import hubs
 from ringtrain.launch.control.server import ControlServer
-from ringtrain.rank.events import PROTOCOL, Seal, answer, decode, identity, session_key
+from ringtrain.rank.events import HUB_ROLE, PROTOCOL, Seal, answer, decode, identity, session_key
 from tests.unit.control_peer import read_line, say_hello
 
 HOST = "h1"
@@ -44,7 +44,7 @@ class FakeHub:
         msg = decode(line)
         assert msg is not None
         key = session_key(server.token, nonce, msg["nonce"])
-        self.inn, self.out = Seal(key, "launcher"), Seal(key, hubs.HUB_ROLE)
+        self.inn, self.out = Seal(key, "launcher"), Seal(key, HUB_ROLE)
 
     def tell(self, kind: str, **fields: Any) -> None:
         self.sock.sendall(self.out.seal(kind, **fields))

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringtrain.launch.control.hello import Hello, read_hello
-from ringtrain.rank.events import RANK_EVENTS, count, identity, number
+from ringtrain.rank.events import HUB_ROLE, RANK_EVENTS, count, identity, number
 
 Steps = dict[str, Any]
-HUB_ROLE = "hub"
 HUB_KINDS = frozenset({"join", "ev", "beat", "left", "note"})
 MAX_NOTE = 300
 

@@ -43,6 +43,7 @@ from ringtrain.launch.control.rounds import DoomedRound, joined, ring_to_abort
 from ringtrain.launch.record.snapshot import Progress, RankState, Restored, Snapshot
 from ringtrain.rank.events import (
     HEARTBEAT_S,
+    HUB_ROLE,
     MAX_LINE,
     RANK_EVENTS,
     RankEvent,
@@ -270,7 +271,7 @@ class ControlServer:
         key = session_key(self.token, hello.nonce, conn.nonce)
         if hello.rank < 0:  # a host's hub: it speaks for the ranks that join through it
             conn.hub = hubs.HubLink(hello.host)
-            conn.inn, conn.out = Seal(key, hubs.HUB_ROLE), Seal(key, "launcher")
+            conn.inn, conn.out = Seal(key, HUB_ROLE), Seal(key, "launcher")
         elif self._check_in(conn, None, hello) is None:
             return False
         else:
